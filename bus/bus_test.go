@@ -1,0 +1,429 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/envelope"
+)
+
+// The conformance suite runs every case against an in-process server and
+// against the machine's NATS server (NATS_URL).
+func TestBus(t *testing.T) {
+	t.Parallel()
+	impls := map[string]func(t *testing.T) *bus.Bus{
+		"embedded": func(t *testing.T) *bus.Bus { return bustest.Embedded(t) },
+		"external": func(t *testing.T) *bus.Bus { return bustest.External(t) },
+	}
+	cases := map[string]func(t *testing.T, b *bus.Bus){
+		"PublishConsume":         testPublishConsume,
+		"DedupInsideWindow":      testDedup,
+		"InvalidRefused":         testInvalidRefused,
+		"NakDelayRedelivery":     testNakDelay,
+		"PermanentToDLQ":         testPermanentToDLQ,
+		"MaxDeliveriesToDLQ":     testMaxDeliveries,
+		"InvalidBodyToDLQ":       testInvalidBody,
+		"RedeliveryAfterCrash":   testRedeliveryAfterCrash,
+		"ReplayFromDLQ":          testReplay,
+		"CompetingConsumers":     testCompeting,
+		"EveryWorkerTypeReads":   testFanOut,
+		"HeartbeatLongHandler":   testHeartbeat,
+		"ShutdownDrainsInFlight": testShutdownDrains,
+	}
+	for impl, mk := range impls {
+		t.Run(impl, func(t *testing.T) {
+			t.Parallel()
+			for name, tc := range cases {
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					tc(t, mk(t))
+				})
+			}
+		})
+	}
+}
+
+func newEnv(content string) *envelope.Envelope {
+	e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, content)
+	e.Meta.Thread = envelope.GitHubThread("octo", "repo", 1)
+	return e
+}
+
+// run consumes in the background until the test ends.
+func run(t *testing.T, b *bus.Bus, cfg bus.ConsumerConfig, h bus.HandlerFunc) context.CancelFunc {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Consume(ctx, cfg, h) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Consume returned %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func publish(t *testing.T, b *bus.Bus, subj string, e *envelope.Envelope, opts ...bus.PublishOption) bus.PublishResult {
+	t.Helper()
+	res, err := b.Publish(t.Context(), subj, e, opts...)
+	if err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	return res
+}
+
+func testPublishConsume(t *testing.T, b *bus.Bus) {
+	e := newEnv("hello")
+	publish(t, b, "in.github.issues", e)
+	got := make(chan *bus.Message, 1)
+	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>"}, func(_ context.Context, m *bus.Message) error {
+		got <- m
+		return nil
+	})
+	select {
+	case m := <-got:
+		if m.Envelope.ID != e.ID || m.Envelope.Content != "hello" {
+			t.Errorf("got envelope %s %q, want %s %q", m.Envelope.ID, m.Envelope.Content, e.ID, "hello")
+		}
+		if m.Subject != "in.github.issues" {
+			t.Errorf("got subject %q, want in.github.issues", m.Subject)
+		}
+		if h := envelope.DecodeHeader(m.Header); h.Thread != e.Meta.Thread {
+			t.Errorf("got header thread %q, want %q", h.Thread, e.Meta.Thread)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message consumed")
+	}
+}
+
+func testDedup(t *testing.T, b *bus.Bus) {
+	first := publish(t, b, "in.github.issues", newEnv("a"), bus.WithMsgID("hook-1:delivery-1"))
+	// A provider retry produces a new envelope (new id) with the same delivery id.
+	second := publish(t, b, "in.github.issues", newEnv("a again"), bus.WithMsgID("hook-1:delivery-1"))
+	other := publish(t, b, "in.github.issues", newEnv("b"), bus.WithMsgID("hook-1:delivery-2"))
+	if first.Duplicate || !second.Duplicate || other.Duplicate {
+		t.Fatalf("got duplicates %v %v %v, want false true false", first.Duplicate, second.Duplicate, other.Duplicate)
+	}
+	var n atomic.Int32
+	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>"}, func(context.Context, *bus.Message) error {
+		n.Add(1)
+		return nil
+	})
+	waitFor(t, "two messages", 10*time.Second, func() bool { return n.Load() == 2 })
+	time.Sleep(200 * time.Millisecond) // a third would arrive now
+	if got := n.Load(); got != 2 {
+		t.Errorf("got %d messages, want 2", got)
+	}
+}
+
+func testInvalidRefused(t *testing.T, b *bus.Bus) {
+	e := newEnv("x")
+	e.Channel = "fax"
+	_, err := b.Publish(t.Context(), "in.github.issues", e)
+	var ve *envelope.ValidationError
+	if !errors.Is(err, bus.ErrInvalidEnvelope) || !errors.As(err, &ve) || ve.Field != "/channel" {
+		t.Fatalf("got %v, want ErrInvalidEnvelope naming /channel", err)
+	}
+	info, err := b.JetStream().Stream(t.Context(), b.StreamName("in.x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.CachedInfo().State.Msgs; n != 0 {
+		t.Errorf("got %d stored messages, want 0", n)
+	}
+}
+
+func testNakDelay(t *testing.T, b *bus.Bus) {
+	publish(t, b, "tool.call", newEnv("flaky"))
+	var times []time.Time
+	var mu sync.Mutex
+	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "tool.call", NakDelays: []time.Duration{300 * time.Millisecond, 600 * time.Millisecond}},
+		func(_ context.Context, m *bus.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			times = append(times, time.Now())
+			if m.Delivered < 3 {
+				return errors.New("transient")
+			}
+			return nil
+		})
+	waitFor(t, "third delivery", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(times) >= 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	if d := times[1].Sub(times[0]); d < 250*time.Millisecond {
+		t.Errorf("second delivery after %s, want >= 300ms", d)
+	}
+	if d := times[2].Sub(times[1]); d < 550*time.Millisecond {
+		t.Errorf("third delivery after %s, want >= 600ms (growing delay)", d)
+	}
+	assertDLQ(t, b, 0)
+}
+
+func assertDLQ(t *testing.T, b *bus.Bus, want int) []bus.StoredDeadLetter {
+	t.Helper()
+	dls, err := b.DeadLetters(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != want {
+		t.Fatalf("got %d dead letters, want %d: %+v", len(dls), want, dls)
+	}
+	return dls
+}
+
+func waitDLQ(t *testing.T, b *bus.Bus, want int) []bus.StoredDeadLetter {
+	t.Helper()
+	var dls []bus.StoredDeadLetter
+	waitFor(t, fmt.Sprintf("%d dead letters", want), 10*time.Second, func() bool {
+		var err error
+		dls, err = b.DeadLetters(t.Context(), 0)
+		return err == nil && len(dls) >= want
+	})
+	return assertDLQ(t, b, want)
+}
+
+func testPermanentToDLQ(t *testing.T, b *bus.Bus) {
+	e := newEnv("poison")
+	publish(t, b, "in.github.issues", e)
+	var calls atomic.Int32
+	run(t, b, bus.ConsumerConfig{Name: "agent", Subject: "in.>"}, func(context.Context, *bus.Message) error {
+		calls.Add(1)
+		return bus.Permanent(errors.New("cannot map issue"))
+	})
+	dls := waitDLQ(t, b, 1)
+	d := dls[0]
+	if d.Consumer != "agent" || d.Subject != "in.github.issues" || d.Deliveries != 1 {
+		t.Errorf("got dead letter %s %s %d, want agent in.github.issues 1", d.Consumer, d.Subject, d.Deliveries)
+	}
+	if want := "permanent: cannot map issue"; d.Reason != want {
+		t.Errorf("got reason %q, want %q", d.Reason, want)
+	}
+	orig, err := envelope.Parse(d.Envelope)
+	if err != nil || orig.ID != e.ID {
+		t.Errorf("got original %v (%v), want envelope %s", orig, err, e.ID)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if c := calls.Load(); c != 1 {
+		t.Errorf("handler called %d times, want 1 (term stops redelivery)", c)
+	}
+}
+
+func testMaxDeliveries(t *testing.T, b *bus.Bus) {
+	publish(t, b, "in.github.issues", newEnv("always fails"))
+	var calls atomic.Int32
+	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>", MaxDeliver: 3, NakDelays: []time.Duration{50 * time.Millisecond}},
+		func(context.Context, *bus.Message) error {
+			calls.Add(1)
+			return errors.New("backend down")
+		})
+	dls := waitDLQ(t, b, 1)
+	if dls[0].Deliveries != 3 || calls.Load() != 3 {
+		t.Errorf("got %d deliveries and %d calls, want 3 and 3", dls[0].Deliveries, calls.Load())
+	}
+	if want := "max deliveries (3) reached: backend down"; dls[0].Reason != want {
+		t.Errorf("got reason %q, want %q", dls[0].Reason, want)
+	}
+}
+
+func testInvalidBody(t *testing.T, b *bus.Bus) {
+	// Someone publishes garbage straight to the subject, bypassing Publish.
+	if _, err := b.JetStream().Publish(t.Context(), b.Subject("in.github.issues"), []byte(`{"id":"nope"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.JetStream().Publish(t.Context(), b.Subject("in.github.issues"), []byte("\x00not json")); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>"}, func(context.Context, *bus.Message) error {
+		calls.Add(1)
+		return nil
+	})
+	dls := waitDLQ(t, b, 2)
+	if calls.Load() != 0 {
+		t.Errorf("handler saw %d invalid messages, want 0", calls.Load())
+	}
+	if string(dls[0].Envelope) != `{"id":"nope"}` || dls[0].Reason == "" {
+		t.Errorf("got first dead letter %s %q, want original body and a reason", dls[0].Envelope, dls[0].Reason)
+	}
+	if string(dls[1].Raw) != "\x00not json" {
+		t.Errorf("got raw %q, want the original bytes", dls[1].Raw)
+	}
+}
+
+func testRedeliveryAfterCrash(t *testing.T, b *bus.Bus) {
+	e := newEnv("crash me")
+	publish(t, b, "in.github.issues", e)
+	// The first worker takes the message and dies without acking: its
+	// connection closes mid-handler.
+	crashed := bustest.Connect(t, b)
+	took := make(chan struct{})
+	stop := run(t, crashed, bus.ConsumerConfig{Name: "w", Subject: "in.>", AckWait: time.Second, Heartbeat: 300 * time.Millisecond, ShutdownGrace: time.Millisecond},
+		func(ctx context.Context, m *bus.Message) error {
+			close(took)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+	<-took
+	crashed.Conn().Close()
+	stop()
+	got := make(chan *bus.Message, 1)
+	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>", AckWait: time.Second, Heartbeat: 300 * time.Millisecond}, func(_ context.Context, m *bus.Message) error {
+		got <- m
+		return nil
+	})
+	select {
+	case m := <-got:
+		if m.Envelope.ID != e.ID || m.Delivered < 2 {
+			t.Errorf("got %s delivered %d, want %s delivered >= 2", m.Envelope.ID, m.Delivered, e.ID)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("message not redelivered after the consumer died")
+	}
+}
+
+func testReplay(t *testing.T, b *bus.Bus) {
+	e := newEnv("replay me")
+	publish(t, b, "in.github.issues", e)
+	var fixed atomic.Bool
+	var agentCalls, memoryCalls atomic.Int32
+	run(t, b, bus.ConsumerConfig{Name: "memory", Subject: "in.>"}, func(context.Context, *bus.Message) error {
+		memoryCalls.Add(1)
+		return nil
+	})
+	run(t, b, bus.ConsumerConfig{Name: "agent", Subject: "in.>"}, func(context.Context, *bus.Message) error {
+		agentCalls.Add(1)
+		if !fixed.Load() {
+			return bus.Permanent(errors.New("llm config broken"))
+		}
+		return nil
+	})
+	dls := waitDLQ(t, b, 1)
+	fixed.Store(true)
+	res, err := b.Replay(t.Context(), dls[0].Seq)
+	if err != nil || res.Duplicate {
+		t.Fatalf("replay: %v (duplicate %v)", err, res.Duplicate)
+	}
+	waitFor(t, "agent handles the replay", 10*time.Second, func() bool { return agentCalls.Load() == 2 })
+	assertDLQ(t, b, 0)
+	time.Sleep(300 * time.Millisecond)
+	if n := memoryCalls.Load(); n != 1 {
+		t.Errorf("memory consumer handled %d messages, want 1 (replay is for the agent only)", n)
+	}
+	if _, err := b.Replay(t.Context(), dls[0].Seq); err == nil {
+		t.Error("replaying a removed dead letter succeeded, want an error")
+	}
+}
+
+func testCompeting(t *testing.T, b *bus.Bus) {
+	const n = 40
+	for i := range n {
+		publish(t, b, "tool.call", newEnv(fmt.Sprint(i)))
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	per := [2]atomic.Int32{}
+	for i := range 2 {
+		peer := bustest.Connect(t, b)
+		run(t, peer, bus.ConsumerConfig{Name: "toolrunner", Subject: "tool.call"}, func(_ context.Context, m *bus.Message) error {
+			mu.Lock()
+			seen[m.Envelope.ID]++
+			mu.Unlock()
+			per[i].Add(1)
+			time.Sleep(5 * time.Millisecond)
+			return nil
+		})
+	}
+	waitFor(t, "all messages", 15*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == n })
+	mu.Lock()
+	defer mu.Unlock()
+	for id, c := range seen {
+		if c != 1 {
+			t.Errorf("envelope %s handled %d times, want once", id, c)
+		}
+	}
+	if per[0].Load() == 0 || per[1].Load() == 0 {
+		t.Errorf("got split %d/%d, want both instances to share the work", per[0].Load(), per[1].Load())
+	}
+}
+
+func testFanOut(t *testing.T, b *bus.Bus) {
+	publish(t, b, "in.slack.app_mention", newEnv("to everyone"))
+	var agent, memory atomic.Int32
+	run(t, b, bus.ConsumerConfig{Name: "agent", Subject: "in.>"}, func(context.Context, *bus.Message) error { agent.Add(1); return nil })
+	run(t, b, bus.ConsumerConfig{Name: "memory", Subject: "in.>"}, func(context.Context, *bus.Message) error { memory.Add(1); return nil })
+	waitFor(t, "both worker types", 10*time.Second, func() bool { return agent.Load() == 1 && memory.Load() == 1 })
+}
+
+func testHeartbeat(t *testing.T, b *bus.Bus) {
+	publish(t, b, "tool.call", newEnv("slow"))
+	var calls atomic.Int32
+	done := make(chan struct{})
+	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "tool.call", AckWait: 500 * time.Millisecond, Heartbeat: 100 * time.Millisecond},
+		func(context.Context, *bus.Message) error {
+			if calls.Add(1) == 1 {
+				time.Sleep(1500 * time.Millisecond) // three ack waits
+				close(done)
+			}
+			return nil
+		})
+	<-done
+	time.Sleep(700 * time.Millisecond)
+	if c := calls.Load(); c != 1 {
+		t.Errorf("handler called %d times, want 1 (heartbeats prevent redelivery)", c)
+	}
+}
+
+func testShutdownDrains(t *testing.T, b *bus.Bus) {
+	publish(t, b, "tool.call", newEnv("in flight"))
+	started := make(chan struct{})
+	var finished atomic.Bool
+	stop := run(t, b, bus.ConsumerConfig{Name: "w", Subject: "tool.call"}, func(ctx context.Context, m *bus.Message) error {
+		close(started)
+		time.Sleep(300 * time.Millisecond)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		finished.Store(true)
+		return nil
+	})
+	<-started
+	stop() // returns only after the in-flight handler finished
+	if !finished.Load() {
+		t.Fatal("Consume returned before the in-flight handler finished")
+	}
+	cons, err := b.JetStream().Consumer(t.Context(), b.StreamName("tool.call"), "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "ack recorded", 5*time.Second, func() bool {
+		info, err := cons.Info(t.Context())
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+}
+
+var _ = nats.ErrTimeout

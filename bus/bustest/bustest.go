@@ -1,0 +1,99 @@
+// Package bustest starts buses for tests: an in-process JetStream server with
+// file storage in a temporary directory, or the machine's NATS server
+// (NATS_URL) under a unique subject prefix so parallel suites never collide.
+package bustest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/internal/testenv"
+)
+
+// Option adjusts the bus configuration of a test bus.
+type Option func(*bus.Config)
+
+// WithDataDir stores the embedded server's files in dir (to restart on them).
+func WithDataDir(dir string) Option { return func(c *bus.Config) { c.DataDir = dir } }
+
+// WithLogger logs the bus to l.
+func WithLogger(l *slog.Logger) Option { return func(c *bus.Config) { c.Logger = l } }
+
+// WithMetrics records bus metrics in m.
+func WithMetrics(m *bus.Metrics) Option { return func(c *bus.Config) { c.Metrics = m } }
+
+// Embedded returns a bus on a fresh in-process NATS server with JetStream,
+// listening on a random loopback port and storing under t.TempDir(). It is
+// closed when the test ends.
+func Embedded(t testing.TB, opts ...Option) *bus.Bus {
+	t.Helper()
+	cfg := bus.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: t.Name()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := bus.Connect(ctx, cfg)
+	if err != nil {
+		t.Fatalf("start embedded bus: %v", err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+// External returns a bus on the NATS server named by NATS_URL (CI sets it to
+// the machine's server), under a random prefix whose streams are deleted when
+// the test ends. Without NATS_URL it skips, or fails in CI.
+func External(t testing.TB, opts ...Option) *bus.Bus {
+	t.Helper()
+	url := os.Getenv("NATS_URL")
+	if url == "" {
+		testenv.Missing(t, "NATS_URL is not set; start nats-server -js and set NATS_URL=nats://127.0.0.1:4222")
+	}
+	cfg := bus.Config{URL: url, Prefix: RandomPrefix(), Name: t.Name()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := bus.Connect(ctx, cfg)
+	if err != nil {
+		testenv.Missing(t, "NATS at %s: %v", url, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.DeleteStreams(ctx); err != nil {
+			t.Logf("cleanup streams of prefix %s: %v", b.Prefix(), err)
+		}
+		b.Close()
+	})
+	return b
+}
+
+// RandomPrefix returns a subject prefix unique to this call.
+func RandomPrefix() string {
+	var r [6]byte
+	_, _ = rand.Read(r[:])
+	return "t" + hex.EncodeToString(r[:])
+}
+
+// Connect returns another connection to b's server with b's prefix, as a
+// second process would open; it is closed when the test ends.
+func Connect(t testing.TB, b *bus.Bus) *bus.Bus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	o, err := bus.Connect(ctx, bus.Config{URL: b.ClientURL(), Prefix: b.Prefix(), Name: t.Name() + "-peer"})
+	if err != nil {
+		t.Fatalf("connect second client to %s: %v", b.ClientURL(), err)
+	}
+	t.Cleanup(o.Close)
+	return o
+}

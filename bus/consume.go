@@ -1,0 +1,258 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaystation/relay/envelope"
+)
+
+// ConsumerConfig describes one worker type's durable consumer. Every process
+// of that worker type uses the same Name and so shares the work (competing
+// consumers); different worker types use different names and each see every
+// message.
+type ConsumerConfig struct {
+	// Name is the durable consumer name, for example "agent". Required.
+	Name string
+	// Subject is the relative filter subject, for example "in.>" or "tool.call".
+	// Required; all filtered subjects must live in one stream.
+	Subject string
+	// MaxDeliver is how many times a message is tried before it is
+	// dead-lettered. Default 5.
+	MaxDeliver int
+	// AckWait is how long a delivery may go unacknowledged before JetStream
+	// redelivers it (a crashed worker's messages come back after it). Default 30s.
+	AckWait time.Duration
+	// NakDelays are the redelivery delays after the 1st, 2nd, ... transient
+	// failure; the last repeats. Default 1s, 5s, 15s, 30s, 60s.
+	NakDelays []time.Duration
+	// Concurrency is how many messages this process handles at once. Default 1.
+	Concurrency int
+	// Heartbeat is how often a running handler tells JetStream it is still
+	// working (in-progress ack). Default AckWait/3.
+	Heartbeat time.Duration
+	// ShutdownGrace is how long in-flight handlers may finish after ctx is
+	// cancelled before their contexts are cancelled too. Default 30s.
+	ShutdownGrace time.Duration
+	// DeliverNew starts a new consumer at new messages instead of the stream's start.
+	DeliverNew bool
+}
+
+func (c *ConsumerConfig) setDefaults() {
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = 5
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if len(c.NakDelays) == 0 {
+		c.NakDelays = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second, time.Minute}
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 1
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = c.AckWait / 3
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 30 * time.Second
+	}
+}
+
+// Validate reports a consumer configuration that cannot work.
+func (c *ConsumerConfig) Validate() error {
+	if !prefixRE.MatchString(c.Name) {
+		return fmt.Errorf("consumer name %q: want letters, digits, '-' or '_'", c.Name)
+	}
+	if c.Subject == "" {
+		return fmt.Errorf("consumer %s: subject is required", c.Name)
+	}
+	if c.MaxDeliver < 1 {
+		return fmt.Errorf("consumer %s: max deliver %d must be at least 1", c.Name, c.MaxDeliver)
+	}
+	if c.Heartbeat <= 0 || c.Heartbeat >= c.AckWait {
+		return fmt.Errorf("consumer %s: heartbeat %s must be positive and below ack wait %s", c.Name, c.Heartbeat, c.AckWait)
+	}
+	return nil
+}
+
+// HeaderReplayFor names the one consumer a replayed dead letter is meant for;
+// other consumers acknowledge it without handling it.
+const HeaderReplayFor = "Relay-Replay-For"
+
+// Consume runs h for every message of the consumer until ctx is cancelled.
+// Then it stops fetching, lets in-flight handlers finish (up to ShutdownGrace)
+// and returns nil. It returns an error only when the consumer cannot be set up.
+func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) error {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	stream := b.StreamName(cfg.Subject)
+	if stream == "" {
+		return fmt.Errorf("consumer %s: no relay stream covers subject %s", cfg.Name, cfg.Subject)
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable:       cfg.Name,
+		FilterSubject: b.Subject(cfg.Subject),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		// The bus dead-letters at MaxDeliver itself; JetStream's own limit is a
+		// backstop one higher, so a message whose last delivery fails to be
+		// dead-lettered (bus down) is still offered once more.
+		MaxDeliver:    cfg.MaxDeliver + 1,
+		MaxAckPending: max(1000, cfg.Concurrency*4),
+	}
+	if cfg.DeliverNew {
+		cc.DeliverPolicy = jetstream.DeliverNewPolicy
+	}
+	setupCtx, cancel := b.withTimeout(ctx)
+	cons, err := b.js.CreateOrUpdateConsumer(setupCtx, stream, cc)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("create consumer %s on %s: %w", cfg.Name, stream, err)
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Concurrency))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", cfg.Name, err)
+	}
+	log := b.log.With("consumer", cfg.Name)
+
+	// Handlers run on a context that survives ctx's cancellation for the grace
+	// period, so shutdown drains in-flight work instead of abandoning it.
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	stop := context.AfterFunc(ctx, func() { iter.Stop() })
+	defer stop()
+
+	sem := make(chan struct{}, cfg.Concurrency)
+	var wg sync.WaitGroup
+	for {
+		msg, err := iter.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+				break
+			}
+			log.Warn("fetch failed", "err", err)
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			b.handle(hctx, &cfg, stream, msg, h, log)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(cfg.ShutdownGrace):
+		log.Warn("shutdown grace over; cancelling in-flight handlers (their messages will be redelivered)")
+		hcancel()
+		<-done
+	}
+	return nil
+}
+
+// handle runs one delivery and maps its result to exactly one outcome.
+func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, msg jetstream.Msg, h Handler, log *slog.Logger) {
+	start := time.Now()
+	md, err := msg.Metadata()
+	if err != nil {
+		log.Error("message without metadata; terminating", "subject", msg.Subject(), "err", err)
+		_ = msg.Term()
+		return
+	}
+	if to := msg.Headers().Get(HeaderReplayFor); to != "" && to != cfg.Name {
+		b.outcome(cfg.Name, "skip")
+		_ = msg.Ack()
+		return
+	}
+	m := &Message{
+		Subject:   b.Relative(msg.Subject()),
+		Header:    msg.Headers(),
+		Data:      msg.Data(),
+		Delivered: md.NumDelivered,
+		StreamSeq: md.Sequence.Stream,
+		Consumer:  cfg.Name,
+	}
+	env, perr := envelope.Parse(msg.Data())
+	if perr != nil {
+		b.deadLetter(ctx, cfg, msg, m, "invalid envelope: "+perr.Error(), log)
+		return
+	}
+	m.Envelope = env
+
+	// Heartbeat: long handlers keep their delivery from being redelivered.
+	hbCtx, hbStop := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(cfg.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-hbCtx.Done():
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	herr := Recover()(h).Handle(ctx, m)
+	hbStop()
+	if b.metrics != nil {
+		b.metrics.handleTime.WithLabelValues(cfg.Name).Observe(time.Since(start).Seconds())
+	}
+	switch {
+	case herr == nil:
+		if err := msg.Ack(); err != nil {
+			log.Warn("ack failed; message will be redelivered", "envelope_id", env.ID, "err", err)
+		}
+		b.outcome(cfg.Name, "ack")
+	case IsPermanent(herr):
+		b.deadLetter(ctx, cfg, msg, m, herr.Error(), log)
+	case md.NumDelivered >= uint64(cfg.MaxDeliver):
+		b.deadLetter(ctx, cfg, msg, m, fmt.Sprintf("max deliveries (%d) reached: %v", cfg.MaxDeliver, herr), log)
+	default:
+		delay := nakDelay(cfg.NakDelays, md.NumDelivered)
+		var re *RetryError
+		if errors.As(herr, &re) && re.Delay > 0 {
+			delay = re.Delay
+		}
+		log.Warn("handler failed; will retry", "envelope_id", env.ID, "subject", m.Subject,
+			"delivered", md.NumDelivered, "retry_in", delay, "err", firstLine(herr.Error()))
+		_ = msg.NakWithDelay(delay)
+		b.outcome(cfg.Name, "nak")
+	}
+}
+
+func nakDelay(delays []time.Duration, delivered uint64) time.Duration {
+	i := int(delivered) - 1
+	if i < 0 {
+		i = 0
+	}
+	if i >= len(delays) {
+		i = len(delays) - 1
+	}
+	return delays[i]
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func (b *Bus) outcome(consumer, o string) {
+	if b.metrics != nil {
+		b.metrics.consumed.WithLabelValues(consumer, o).Inc()
+	}
+}

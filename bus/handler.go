@@ -1,0 +1,122 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/relaystation/relay/envelope"
+)
+
+// Message is one delivery handed to a Handler: the validated envelope plus
+// where it came from. It is valid only during the Handle call.
+type Message struct {
+	// Envelope is the decoded, schema-valid envelope.
+	Envelope *envelope.Envelope
+	// Subject is relative to the bus prefix ("in.github.issues").
+	Subject string
+	// Header is the NATS header; read-only.
+	Header nats.Header
+	// Data is the raw body.
+	Data []byte
+	// Delivered counts deliveries of this message, starting at 1.
+	Delivered uint64
+	// StreamSeq is the message's sequence in its stream.
+	StreamSeq uint64
+	// Consumer is the durable consumer (worker type) handling the message.
+	Consumer string
+}
+
+// Handler handles a message. Its error picks the outcome: nil acks; an error
+// marked Permanent terms the message and dead-letters it; any other error naks
+// it with a growing delay (or the delay of RetryAfter), until the consumer's
+// MaxDeliver is reached, when it is dead-lettered too.
+type Handler interface {
+	Handle(ctx context.Context, m *Message) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, m *Message) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ctx, m) }
+
+// Middleware wraps a Handler.
+type Middleware func(Handler) Handler
+
+// Chain applies middleware so the first one is outermost.
+func Chain(h Handler, mw ...Middleware) Handler {
+	for i := len(mw) - 1; i >= 0; i-- {
+		h = mw[i](h)
+	}
+	return h
+}
+
+// Recover turns a handler panic into a transient error carrying the stack, so
+// the message is redelivered (and dead-lettered after MaxDeliver).
+func Recover() Middleware {
+	return func(next Handler) Handler {
+		return HandlerFunc(func(ctx context.Context, m *Message) (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("handler panic: %v\n%s", r, debug.Stack())
+				}
+			}()
+			return next.Handle(ctx, m)
+		})
+	}
+}
+
+// Timeout bounds each Handle call.
+func Timeout(d time.Duration) Middleware {
+	return func(next Handler) Handler {
+		return HandlerFunc(func(ctx context.Context, m *Message) error {
+			ctx, cancel := context.WithTimeout(ctx, d)
+			defer cancel()
+			return next.Handle(ctx, m)
+		})
+	}
+}
+
+// PermanentError marks a failure that retrying cannot fix.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent marks err as permanent: the message is termed and dead-lettered.
+// Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, is permanent.
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}
+
+// RetryError asks for redelivery after Delay.
+type RetryError struct {
+	Err   error
+	Delay time.Duration
+}
+
+func (e *RetryError) Error() string { return fmt.Sprintf("retry after %s: %v", e.Delay, e.Err) }
+func (e *RetryError) Unwrap() error { return e.Err }
+
+// RetryAfter marks err as transient with a specific redelivery delay (for
+// example an API's Retry-After). RetryAfter(nil, d) is nil.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryError{Err: err, Delay: d}
+}

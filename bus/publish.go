@@ -1,0 +1,120 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaystation/relay/envelope"
+)
+
+// PublishResult is JetStream's acknowledgement of a publish.
+type PublishResult struct {
+	// Stream and Sequence locate the stored message.
+	Stream   string
+	Sequence uint64
+	// Duplicate is true when a message with the same id was already stored inside
+	// the duplicate window; nothing new was stored.
+	Duplicate bool
+}
+
+// PublishOption adjusts one Publish call.
+type PublishOption func(*publishOpts)
+
+type publishOpts struct {
+	msgID  string
+	header map[string]string
+}
+
+// WithMsgID sets Nats-Msg-Id, the de-duplication identity. Inbound envelopes use
+// the provider's delivery identity; the default is the envelope id.
+func WithMsgID(id string) PublishOption { return func(o *publishOpts) { o.msgID = id } }
+
+// WithHeader adds a header to the published message.
+func WithHeader(key, value string) PublishOption {
+	return func(o *publishOpts) {
+		if o.header == nil {
+			o.header = map[string]string{}
+		}
+		o.header[key] = value
+	}
+}
+
+// ErrInvalidEnvelope wraps the *envelope.ValidationError of an envelope Publish refused.
+var ErrInvalidEnvelope = errors.New("invalid envelope")
+
+// Publish validates e against the schema, publishes it to the relative subject
+// with Nats-Msg-Id set, and waits for JetStream's ack. An invalid envelope is
+// never published: the error wraps ErrInvalidEnvelope and the
+// *envelope.ValidationError. Without a deadline on ctx, the bus's publish
+// timeout applies.
+func (b *Bus) Publish(ctx context.Context, subject string, e *envelope.Envelope, opts ...PublishOption) (PublishResult, error) {
+	stream := b.StreamName(subject)
+	data, err := e.Marshal()
+	if err == nil {
+		err = envelope.ValidateJSON(data)
+	}
+	if err != nil {
+		b.countPublish(stream, "invalid")
+		return PublishResult{}, fmt.Errorf("publish %s to %s: %w: %w", e.ID, subject, ErrInvalidEnvelope, err)
+	}
+	var o publishOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.msgID == "" {
+		o.msgID = e.ID
+	}
+	msg := &nats.Msg{Subject: b.Subject(subject), Data: data, Header: make(nats.Header, 8)}
+	envelope.EncodeHeader(e, msg.Header)
+	for k, v := range o.header {
+		msg.Header.Set(k, v)
+	}
+	msg.Header.Set(jetstream.MsgIDHeader, o.msgID)
+	res, err := b.publishMsg(ctx, stream, msg)
+	if err != nil {
+		return res, fmt.Errorf("publish %s to %s: %w", e.ID, subject, err)
+	}
+	return res, nil
+}
+
+// publishMsg publishes an already built message and records metrics.
+func (b *Bus) publishMsg(ctx context.Context, stream string, msg *nats.Msg) (PublishResult, error) {
+	if stream == "" {
+		return PublishResult{}, fmt.Errorf("no relay stream covers subject %s", msg.Subject)
+	}
+	ctx, cancel := b.withTimeout(ctx)
+	defer cancel()
+	start := time.Now()
+	ack, err := b.js.PublishMsg(ctx, msg)
+	if err != nil {
+		b.countPublish(stream, "error")
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return PublishResult{}, err
+	}
+	if b.metrics != nil {
+		b.metrics.publishTime.WithLabelValues(stream).Observe(time.Since(start).Seconds())
+	}
+	if ack.Duplicate {
+		b.countPublish(stream, "duplicate")
+	} else {
+		b.countPublish(stream, "ok")
+	}
+	return PublishResult{Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
+}
+
+// ErrUnavailable marks a publish that JetStream did not acknowledge in time or
+// had no server to take; the caller may retry later (HTTP 503 at the edge).
+var ErrUnavailable = errors.New("bus unavailable")
+
+func (b *Bus) countPublish(stream, result string) {
+	if b.metrics != nil {
+		b.metrics.published.WithLabelValues(stream, result).Inc()
+	}
+}

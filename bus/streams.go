@@ -1,0 +1,114 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaystation/relay/envelope"
+)
+
+// Stream kinds. Every relative subject belongs to exactly one of them, by its
+// first token.
+const (
+	streamIn   = "IN"
+	streamWork = "WORK"
+	streamDLQ  = "DLQ"
+)
+
+// workRoots are the first tokens of subjects kept in the work stream: agent
+// steps, tool calls and results, outbound posts, approvals, hooks, memory,
+// system notices and audit records.
+var workRoots = []string{"agent", "tool", "out", "approval", "hook", "memory", "system", "audit", "task"}
+
+// StreamName returns the JetStream stream holding a relative subject, or ""
+// when no relay stream covers it.
+func (b *Bus) StreamName(rel string) string {
+	root, _, _ := strings.Cut(rel, ".")
+	switch root {
+	case envelope.SubjectInbound:
+		return b.streamName(streamIn)
+	case envelope.SubjectDLQ:
+		return b.streamName(streamDLQ)
+	}
+	for _, r := range workRoots {
+		if root == r {
+			return b.streamName(streamWork)
+		}
+	}
+	return ""
+}
+
+func (b *Bus) streamName(kind string) string {
+	return strings.ToUpper(strings.ReplaceAll(b.cfg.Prefix, "-", "_")) + "_" + kind
+}
+
+func (b *Bus) streams() []jetstream.StreamConfig {
+	p := b.cfg.Prefix
+	work := make([]string, len(workRoots))
+	for i, r := range workRoots {
+		work[i] = p + "." + r + ".>"
+	}
+	return []jetstream.StreamConfig{
+		{
+			// Limits retention: every worker type has its own durable consumer and
+			// reads every inbound envelope; messages age out, they are not removed
+			// by one consumer's ack.
+			Name:        b.streamName(streamIn),
+			Description: "relay inbound envelopes (relay.in.{channel}.{event})",
+			Subjects:    []string{p + ".in.>"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			MaxAge:      b.cfg.Retention,
+			Duplicates:  b.cfg.DuplicateWindow,
+			Discard:     jetstream.DiscardOld,
+		},
+		{
+			Name:        b.streamName(streamWork),
+			Description: "relay work: agent steps, tool calls and results, outbound, approvals, system notices, audit",
+			Subjects:    work,
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			MaxAge:      b.cfg.Retention,
+			Duplicates:  b.cfg.DuplicateWindow,
+			Discard:     jetstream.DiscardOld,
+		},
+		{
+			Name:        b.streamName(streamDLQ),
+			Description: "relay dead letters: original envelope, reason, delivery count, subject",
+			Subjects:    []string{p + ".dlq.>"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			MaxAge:      b.cfg.DeadLetterRetention,
+			Duplicates:  b.cfg.DuplicateWindow,
+			Discard:     jetstream.DiscardOld,
+		},
+	}
+}
+
+// ensureStreams creates or updates the relay's streams; running it again is a no-op.
+func (b *Bus) ensureStreams(ctx context.Context) error {
+	ctx, cancel := b.withTimeout(ctx)
+	defer cancel()
+	for _, sc := range b.streams() {
+		if _, err := b.js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("create or update stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}
+
+// DeleteStreams removes the relay's streams and everything in them. Tests use it
+// to clean a shared server; operators almost never want it.
+func (b *Bus) DeleteStreams(ctx context.Context) error {
+	ctx, cancel := b.withTimeout(ctx)
+	defer cancel()
+	for _, sc := range b.streams() {
+		if err := b.js.DeleteStream(ctx, sc.Name); err != nil && err != jetstream.ErrStreamNotFound {
+			return fmt.Errorf("delete stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}

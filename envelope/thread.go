@@ -1,0 +1,44 @@
+package envelope
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Thread keys are stable per conversation: every envelope about one issue, pull
+// request, Slack thread, Sentry issue or work package carries the same key in
+// meta.thread.
+
+// GitHubThread is "github:{owner}/{repo}#{number}".
+func GitHubThread(owner, repo string, number int) string {
+	return fmt.Sprintf("github:%s/%s#%d", owner, repo, number)
+}
+
+// SlackThread is "slack:{team}/{channel}/{thread_ts}".
+func SlackThread(team, channel, threadTS string) string {
+	return "slack:" + team + "/" + channel + "/" + threadTS
+}
+
+// SentryThread is "sentry:{org}/{issue_id}".
+func SentryThread(org, issueID string) string {
+	return "sentry:" + org + "/" + issueID
+}
+
+// OpenProjectThread is "openproject:{host}/work_packages/{id}".
+func OpenProjectThread(host string, id int) string {
+	return fmt.Sprintf("openproject:%s/work_packages/%d", host, id)
+}
+
+// ThreadChannel returns the channel a thread key belongs to, or "" when the key
+// has no known prefix.
+func ThreadChannel(thread string) Channel {
+	prefix, _, ok := strings.Cut(thread, ":")
+	if !ok {
+		return ""
+	}
+	switch c := Channel(prefix); c {
+	case ChannelSlack, ChannelGitHub, ChannelSentry, ChannelOpenProject, ChannelInternal:
+		return c
+	}
+	return ""
+}

@@ -1,0 +1,30 @@
+// Package testenv decides what an integration test does when a server or tool
+// it needs is missing: on a developer's machine it skips with a message saying
+// what to start; in CI (CI=true) it fails, because CI provides everything.
+package testenv
+
+import (
+	"os"
+	"testing"
+)
+
+// InCI reports whether the tests run in CI, where nothing may be skipped.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// Missing stops the test because a dependency is missing: t.Fatalf in CI,
+// t.Skipf elsewhere. The message should say what to start or install.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("CI=true and a required dependency is missing: "+format, args...)
+	}
+	t.Skipf("skipping: "+format, args...)
+}
+
+// Getenv returns the environment variable or, when unset, def.
+func Getenv(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
