@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/term"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/httpserver"
+)
+
+// command is an operator subcommand (`relay dlq`, `relay mcp`, ...).
+type command struct {
+	name, usage, summary string
+	// run reads its settings from a.env (checked before anything connects by
+	// a.checkEnv) and does the work.
+	run func(ctx context.Context, a *app, args []string) error
+}
+
+// service is a long-running worker that `relay serve` runs with all others and
+// `relay <name>` runs alone.
+type service struct {
+	name, summary string
+	// configure reads the service's settings into env (problems are recorded
+	// there, and startup stops before anything connects) and returns the
+	// function that builds the running service once the bus is up.
+	configure func(env *config.Env) buildFunc
+}
+
+// buildFunc builds a service on shared dependencies; its routes are mounted
+// before the HTTP server starts and run blocks until ctx is cancelled.
+type buildFunc func(ctx context.Context, d *deps) (*runner, error)
+
+type runner struct {
+	// routes, when set, mounts HTTP routes (webhooks, interactivity).
+	routes func(s *httpserver.Server)
+	// run blocks until ctx is cancelled, draining in-flight work before it returns.
+	run func(ctx context.Context) error
+	// close, when set, releases resources after run returned.
+	close func()
+}
+
+// deps are what services share in one process.
+type deps struct {
+	Bus      *bus.Bus
+	Log      *slog.Logger
+	Registry *prometheus.Registry
+	DataDir  string
+}
+
+var (
+	commands = map[string]*command{}
+	services = map[string]*service{}
+)
+
+func registerCommand(c *command) { commands[c.name] = c }
+func registerService(s *service) { services[s.name] = s }
+
+// app carries what every subcommand needs: the environment, the logger and
+// the output streams.
+type app struct {
+	env    *config.Env
+	log    *slog.Logger
+	stdout io.Writer
+	stderr io.Writer
+	base   baseConfig
+}
+
+// baseConfig are the settings every process reads.
+type baseConfig struct {
+	HTTPAddr   string
+	NATSURL    string
+	DataDir    string
+	NATSListen string
+}
+
+func (a *app) readBase() {
+	a.base = baseConfig{
+		HTTPAddr:   a.env.Addr("RELAY_HTTP_ADDR", ":8080"),
+		NATSURL:    a.env.URL("NATS_URL", "nats", "tls", "nats+tls"),
+		DataDir:    a.env.String("RELAY_DATA_DIR", "./data"),
+		NATSListen: a.env.Addr("RELAY_NATS_LISTEN", "127.0.0.1:4222"),
+	}
+}
+
+// checkEnv stops on any invalid or unknown RELAY_* setting, naming it.
+func (a *app) checkEnv() error {
+	a.env.Unknown("RELAY_")
+	if err := a.env.Err(); err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	return nil
+}
+
+// busConfig is the bus configuration of a long-running process.
+func (a *app) busConfig(reg *prometheus.Registry) bus.Config {
+	cfg := bus.Config{URL: a.base.NATSURL, DataDir: a.base.DataDir, Listen: a.base.NATSListen, Logger: a.log}
+	if reg != nil {
+		cfg.Metrics = bus.NewMetrics(reg)
+	}
+	return cfg
+}
+
+// clientBus connects an operator command to the running relay: NATS_URL, or the
+// embedded server of a running `relay serve` on RELAY_NATS_LISTEN.
+func (a *app) clientBus(ctx context.Context) (*bus.Bus, error) {
+	url := a.base.NATSURL
+	if url == "" {
+		url = "nats://" + a.base.NATSListen
+	}
+	b, err := bus.Connect(ctx, bus.Config{URL: url, Name: "relay-cli", Logger: a.log})
+	if err != nil {
+		return nil, fmt.Errorf("%w (is `relay serve` running? otherwise set NATS_URL)", err)
+	}
+	return b, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	env := config.OS()
+	log, err := newLogger(env, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "relay:", err)
+		return 2
+	}
+	a := &app{env: env, log: log, stdout: stdout, stderr: stderr}
+	a.readBase()
+	name := "serve"
+	if len(args) > 0 {
+		name, args = args[0], args[1:]
+	}
+	switch {
+	case name == "help" || name == "-h" || name == "--help":
+		usage(stdout)
+		return 0
+	case name == "serve":
+		err = a.serve(ctx, sortedServices())
+	case services[name] != nil:
+		err = a.serve(ctx, []*service{services[name]})
+	case commands[name] != nil:
+		err = commands[name].run(ctx, a, args)
+	default:
+		fmt.Fprintf(stderr, "relay: unknown command %q\n\n", name)
+		usage(stderr)
+		return 2
+	}
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		var ee *exitError
+		if errors.As(err, &ee) {
+			if ee.msg != "" {
+				fmt.Fprintln(stderr, "relay:", ee.msg)
+			}
+			return ee.code
+		}
+		fmt.Fprintln(stderr, "relay:", err)
+		return 1
+	}
+	return 0
+}
+
+// exitError ends a command with a specific exit code.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func sortedServices() []*service {
+	out := make([]*service, 0, len(services))
+	for _, s := range services {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: relay [command] [args]")
+	fmt.Fprintln(w, "\nservices (long-running; `relay serve`, the default, runs them all in one process):")
+	fmt.Fprintf(w, "  %-12s %s\n", "serve", "every service below, in one process")
+	for _, s := range sortedServices() {
+		fmt.Fprintf(w, "  %-12s %s\n", s.name, s.summary)
+	}
+	fmt.Fprintln(w, "\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-12s %s\n", n+" "+commands[n].usage, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nSettings come from environment variables; see the README.")
+}
+
+// serve runs the given services in one process with a shared bus and HTTP server.
+func (a *app) serve(ctx context.Context, svcs []*service) error {
+	builds := make([]buildFunc, len(svcs))
+	for i, s := range svcs {
+		builds[i] = s.configure(a.env)
+	}
+	if err := a.checkEnv(); err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	start := time.Now()
+	b, err := bus.Connect(ctx, a.busConfig(reg))
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	d := &deps{Bus: b, Log: a.log, Registry: reg, DataDir: a.base.DataDir}
+	srv := httpserver.New(a.log, reg)
+	srv.AddCheck("bus", b.Ready)
+	runners := make([]*runner, 0, len(svcs))
+	defer func() {
+		for _, r := range runners {
+			if r.close != nil {
+				r.close()
+			}
+		}
+	}()
+	for i, build := range builds {
+		r, err := build(ctx, d)
+		if err != nil {
+			return fmt.Errorf("%s: %w", svcs[i].name, err)
+		}
+		runners = append(runners, r)
+		if r.routes != nil {
+			r.routes(srv)
+		}
+	}
+	names := make([]string, len(svcs))
+	for i, s := range svcs {
+		names[i] = s.name
+	}
+	a.log.Info("relay started", "services", strings.Join(names, ","), "nats", b.ClientURL(),
+		"embedded_nats", a.base.NATSURL == "", "http", a.base.HTTPAddr, "startup", time.Since(start).Round(time.Millisecond).String())
+
+	g, gctx := errgroup.WithContext(ctx)
+	// The HTTP server stops only after the workers drained, so health stays up
+	// while in-flight messages finish.
+	httpCtx, httpStop := context.WithCancel(context.WithoutCancel(ctx))
+	defer httpStop()
+	httpErr := make(chan error, 1)
+	go func() { httpErr <- srv.Serve(httpCtx, a.base.HTTPAddr) }()
+	for _, r := range runners {
+		if r.run != nil {
+			g.Go(func() error { return r.run(gctx) })
+		}
+	}
+	g.Go(func() error {
+		select {
+		case err := <-httpErr:
+			httpErr <- err
+			if err != nil {
+				return err
+			}
+			return errors.New("http server stopped")
+		case <-gctx.Done():
+			return nil
+		}
+	})
+	err = g.Wait()
+	httpStop()
+	if herr := <-httpErr; herr != nil && err == nil {
+		err = herr
+	}
+	if err == nil || errors.Is(err, context.Canceled) {
+		a.log.Info("relay stopped")
+		return nil
+	}
+	return err
+}
+
+func newLogger(env *config.Env, w io.Writer) (*slog.Logger, error) {
+	level := env.OneOf("RELAY_LOG_LEVEL", "info", "debug", "info", "warn", "error")
+	format := env.OneOf("RELAY_LOG_FORMAT", "auto", "auto", "text", "json")
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("RELAY_LOG_LEVEL: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "auto" {
+		format = "json"
+		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			format = "text"
+		}
+	}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewJSONHandler(w, opts)), nil
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/relaystation/relay/envelope"
+)
+
+func init() {
+	registerCommand(&command{
+		name:    "dlq",
+		usage:   "list|replay",
+		summary: "show dead letters (`dlq list [-n N] [-json]`) or re-publish them (`dlq replay <seq>... | --all`)",
+		run:     runDLQ,
+	})
+}
+
+func runDLQ(ctx context.Context, a *app, args []string) error {
+	if err := a.checkEnv(); err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		return &exitError{code: 2, msg: "usage: relay dlq list [-n N] [-json] | relay dlq replay <seq>... | --all"}
+	}
+	switch args[0] {
+	case "list":
+		return dlqList(ctx, a, args[1:])
+	case "replay":
+		return dlqReplay(ctx, a, args[1:])
+	}
+	return &exitError{code: 2, msg: fmt.Sprintf("dlq: unknown subcommand %q (want list or replay)", args[0])}
+}
+
+func dlqList(ctx context.Context, a *app, args []string) error {
+	fs := flag.NewFlagSet("dlq list", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	limit := fs.Int("n", 0, "show at most N dead letters (0: all)")
+	asJSON := fs.Bool("json", false, "print JSON lines")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	b, err := a.clientBus(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	dls, err := b.DeadLetters(ctx, *limit)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(a.stdout)
+		for _, d := range dls {
+			if err := enc.Encode(struct {
+				Seq uint64 `json:"seq"`
+				any
+			}{d.Seq, d.DeadLetter}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tAGE\tCONSUMER\tSUBJECT\tDELIVERIES\tENVELOPE\tREASON")
+	for _, d := range dls {
+		id := "-"
+		var e struct{ ID string }
+		if json.Unmarshal(d.Envelope, &e) == nil && e.ID != "" {
+			id = e.ID
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", d.Seq, time.Since(d.Time).Round(time.Second), d.Consumer,
+			d.Subject, d.Deliveries, id, oneLine(d.Reason, 120))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "%d dead letter(s)\n", len(dls))
+	return nil
+}
+
+func dlqReplay(ctx context.Context, a *app, args []string) error {
+	if len(args) == 0 {
+		return &exitError{code: 2, msg: "usage: relay dlq replay <seq>... | --all"}
+	}
+	b, err := a.clientBus(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	var seqs []uint64
+	if len(args) == 1 && (args[0] == "--all" || args[0] == "-all") {
+		dls, err := b.DeadLetters(ctx, 0)
+		if err != nil {
+			return err
+		}
+		for _, d := range dls {
+			seqs = append(seqs, d.Seq)
+		}
+	} else {
+		for _, s := range args {
+			n, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				return &exitError{code: 2, msg: fmt.Sprintf("dlq replay: %q is not a dead-letter sequence number (see `relay dlq list`)", s)}
+			}
+			seqs = append(seqs, n)
+		}
+	}
+	failed := 0
+	for _, seq := range seqs {
+		res, err := b.Replay(ctx, seq)
+		if err != nil {
+			failed++
+			fmt.Fprintf(a.stderr, "replay %d: %v\n", seq, err)
+			continue
+		}
+		fmt.Fprintf(a.stdout, "replayed %d -> %s seq %d%s\n", seq, res.Stream, res.Sequence, map[bool]string{true: " (duplicate, already replayed)"}[res.Duplicate])
+	}
+	if failed > 0 {
+		return &exitError{code: 1, msg: fmt.Sprintf("%d of %d replays failed", failed, len(seqs))}
+	}
+	return nil
+}
+
+func oneLine(s string, n int) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			s = s[:i]
+			break
+		}
+	}
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}
+
+var _ = envelope.Version

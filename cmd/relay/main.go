@@ -1,0 +1,18 @@
+// Command relay runs the relay station: every service in one process
+// (`relay serve`, the default) or one service alone (`relay ingest`, ...), and
+// the operator commands (`relay dlq ...`). See the README for settings.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
