@@ -85,7 +85,55 @@ func ValidateJSON(b []byte) error {
 	if err != nil {
 		return &ValidationError{Field: "/", Reason: "not JSON: " + err.Error()}
 	}
-	return FromSchemaError(s.Validate(doc))
+	if err := FromSchemaError(s.Validate(doc)); err != nil {
+		return err
+	}
+	return checkKeyCase(doc)
+}
+
+// knownKeys lists the field names of the objects the Go type decodes. Go's
+// decoder matches keys case-insensitively, so a key like "Channel" beside the
+// schema-checked "channel" (or instead of an optional one) would reach the Go
+// value unchecked; such keys are refused.
+var knownKeys = map[string][]string{
+	"":               {"id", "timestamp", "channel", "role", "context", "content", "tool_call", "memory_update", "retrieval_refs", "meta"},
+	"/context":       {"system", "session", "task"},
+	"/tool_call":     {"id", "name", "args", "result"},
+	"/memory_update": {"kind", "data", "ttl"},
+	"/meta":          {"mcp_version", "thread", "task_id", "source", "budget"},
+	"/meta/source":   {"event", "action", "delivery_id", "url", "actor"},
+	"/meta/budget":   {"tokens", "limit"},
+}
+
+func checkKeyCase(doc any) error {
+	for path, names := range knownKeys {
+		obj, ok := lookup(doc, path).(map[string]any)
+		if !ok {
+			continue
+		}
+		for key := range obj {
+			for _, n := range names {
+				if key != n && strings.EqualFold(key, n) {
+					return &ValidationError{Field: path + "/" + key, Reason: fmt.Sprintf("field names are case-sensitive: want %q", n)}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func lookup(doc any, path string) any {
+	for _, tok := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
+		if tok == "" {
+			continue
+		}
+		m, ok := doc.(map[string]any)
+		if !ok {
+			return nil
+		}
+		doc = m[tok]
+	}
+	return doc
 }
 
 // FromSchemaError turns a jsonschema validation error into a *ValidationError

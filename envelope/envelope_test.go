@@ -1,0 +1,231 @@
+package envelope_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/envelope"
+)
+
+func TestGoldenEnvelopesValidate(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/valid/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden envelopes: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			t.Parallel()
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := envelope.Parse(raw)
+			if err != nil {
+				t.Fatalf("got %v, want a valid envelope", err)
+			}
+			// Round trip: the Go type keeps every field, including unknown meta keys.
+			again, err := e.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want, got any
+			_ = json.Unmarshal(raw, &want)
+			_ = json.Unmarshal(again, &got)
+			normalize(want)
+			normalize(got)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("round trip changed the envelope:\ngot  %s\nwant %s", again, raw)
+			}
+		})
+	}
+}
+
+// normalize drops null tool results and reformats timestamps, which the Go type
+// writes in canonical form.
+func normalize(v any) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return
+	}
+	if ts, ok := m["timestamp"].(string); ok {
+		if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
+			m["timestamp"] = t.UTC().Format(time.RFC3339Nano)
+		}
+	}
+	if tc, ok := m["tool_call"].(map[string]any); ok {
+		if tc["result"] == nil {
+			delete(tc, "result")
+		}
+		if a, ok := tc["args"].(map[string]any); ok && len(a) == 0 {
+			delete(tc, "args")
+		}
+	}
+	if meta, ok := m["meta"].(map[string]any); ok && len(meta) == 0 {
+		delete(m, "meta")
+	}
+}
+
+func TestInvalidEnvelopesNameTheField(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("testdata/invalid/cases.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name  string          `json:"name"`
+		Field string          `json:"field"`
+		Doc   json.RawMessage `json:"doc"`
+	}
+	if err := json.Unmarshal(raw, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			t.Parallel()
+			err := envelope.ValidateJSON(tc.Doc)
+			var ve *envelope.ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("got %v, want *ValidationError", err)
+			}
+			if ve.Field != tc.Field {
+				t.Errorf("got field %q (%v), want %q", ve.Field, err, tc.Field)
+			}
+			if !strings.Contains(err.Error(), tc.Field) {
+				t.Errorf("message %q does not name %s", err, tc.Field)
+			}
+			if _, perr := envelope.Parse(tc.Doc); perr == nil {
+				t.Error("Parse accepted an invalid envelope")
+			}
+		})
+	}
+}
+
+func TestNewIsValid(t *testing.T) {
+	t.Parallel()
+	e := envelope.New(envelope.ChannelSlack, envelope.RoleUser, "hi")
+	e.Meta.Thread = envelope.SlackThread("T1", "C1", "1700000000.000100")
+	e.Meta.Set("slack", map[string]any{"bot": false})
+	if err := envelope.Validate(e); err != nil {
+		t.Fatalf("New produced an invalid envelope: %v", err)
+	}
+	if e.Meta.MCPVersion != envelope.Version {
+		t.Errorf("got version %q, want %q", e.Meta.MCPVersion, envelope.Version)
+	}
+	r := e.Reply(envelope.ChannelInternal, envelope.RoleAssistant, "hello")
+	if r.ID == e.ID || r.Meta.Thread != e.Meta.Thread {
+		t.Errorf("reply got id %s thread %q, want a new id and thread %q", r.ID, r.Meta.Thread, e.Meta.Thread)
+	}
+	if err := envelope.Validate(nil); err == nil {
+		t.Error("Validate(nil) passed")
+	}
+}
+
+func TestMetaExtraRoundTrip(t *testing.T) {
+	t.Parallel()
+	in := []byte(`{"mcp_version":"1.0.0","thread":"x","custom":{"a":1},"task_id":"t"}`)
+	var m envelope.Meta
+	if err := json.Unmarshal(in, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Thread != "x" || m.TaskID != "t" {
+		t.Errorf("got %+v, want thread x task t", m)
+	}
+	if _, ok := m.Get("custom"); !ok {
+		t.Error("extra key lost")
+	}
+	if _, ok := m.Get("thread"); ok {
+		t.Error("known key duplicated into Extra")
+	}
+	out, _ := json.Marshal(m)
+	var back map[string]any
+	_ = json.Unmarshal(out, &back)
+	if back["thread"] != "x" || back["custom"] == nil {
+		t.Errorf("got %s, want thread and custom kept", out)
+	}
+}
+
+func TestThreadKeys(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		got, want string
+		ch        envelope.Channel
+	}{
+		{envelope.GitHubThread("octo", "hello", 7), "github:octo/hello#7", envelope.ChannelGitHub},
+		{envelope.SlackThread("T1", "C2", "1.2"), "slack:T1/C2/1.2", envelope.ChannelSlack},
+		{envelope.SentryThread("acme", "123"), "sentry:acme/123", envelope.ChannelSentry},
+		{envelope.OpenProjectThread("op.example.com", 42), "openproject:op.example.com/work_packages/42", envelope.ChannelOpenProject},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+		if c := envelope.ThreadChannel(tc.got); c != tc.ch {
+			t.Errorf("ThreadChannel(%q) = %q, want %q", tc.got, c, tc.ch)
+		}
+	}
+	if c := envelope.ThreadChannel("nonsense"); c != "" {
+		t.Errorf("got %q for a key without prefix, want empty", c)
+	}
+}
+
+func TestSubjects(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ got, want string }{
+		{envelope.Inbound(envelope.ChannelGitHub, "issues"), "in.github.issues"},
+		{envelope.Inbound(envelope.ChannelSlack, "app_mention"), "in.slack.app_mention"},
+		{envelope.Inbound(envelope.ChannelOpenProject, "work_package:created"), "in.openproject.work_package:created"},
+		{envelope.Inbound(envelope.ChannelSentry, "a.b *>"), "in.sentry.a_b___"},
+		{envelope.Inbound(envelope.ChannelSentry, ""), "in.sentry._"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
+func TestHeaderCodec(t *testing.T) {
+	t.Parallel()
+	e := envelope.New(envelope.ChannelGitHub, envelope.RoleTool, "x")
+	e.Meta.Thread, e.Meta.TaskID = "github:a/b#1", "task-1"
+	h := map[string][]string{}
+	envelope.EncodeHeader(e, h)
+	got := envelope.DecodeHeader(h)
+	want := envelope.HeaderFields{ID: e.ID, Thread: "github:a/b#1", TaskID: "task-1", Version: envelope.Version, Channel: "github", Role: "tool"}
+	if got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob("testdata/valid/*.json")
+	for _, p := range files {
+		b, _ := os.ReadFile(p)
+		f.Add(b)
+	}
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"id": 1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := envelope.Parse(b)
+		if err != nil {
+			var ve *envelope.ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("got %T %v, want *ValidationError", err, err)
+			}
+			return
+		}
+		// Whatever parses must marshal back to something that still validates.
+		out, err := e.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := envelope.ValidateJSON(out); err != nil {
+			t.Fatalf("re-marshalled envelope invalid: %v\n%s", err, out)
+		}
+	})
+}
