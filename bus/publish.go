@@ -54,9 +54,10 @@ var ErrInvalidEnvelope = errors.New("invalid envelope")
 // timeout applies.
 func (b *Bus) Publish(ctx context.Context, subject string, e *envelope.Envelope, opts ...PublishOption) (PublishResult, error) {
 	stream := b.StreamName(subject)
-	data, err := e.Marshal()
+	err := envelope.Check(e)
+	var data []byte
 	if err == nil {
-		err = envelope.ValidateJSON(data)
+		data, err = e.Marshal()
 	}
 	if err != nil {
 		b.countPublish(stream, "invalid")

@@ -142,7 +142,7 @@ func (e *Envelope) Reply(ch Channel, role Role, content string) *Envelope {
 
 // Marshal returns the JSON form of e.
 func (e *Envelope) Marshal() ([]byte, error) {
-	b, err := json.Marshal(e)
+	b, err := e.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("marshal envelope %s: %w", e.ID, err)
 	}

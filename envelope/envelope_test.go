@@ -229,3 +229,70 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCheckMatchesSchema keeps Check (the fast path) and the JSON Schema in
+// step: for every envelope the Go type can hold, both accept or both refuse.
+func FuzzCheckMatchesSchema(f *testing.F) {
+	files, _ := filepath.Glob("testdata/valid/*.json")
+	for _, p := range files {
+		b, _ := os.ReadFile(p)
+		f.Add(b)
+	}
+	raw, _ := os.ReadFile("testdata/invalid/cases.json")
+	var cases []struct {
+		Doc json.RawMessage `json:"doc"`
+	}
+	_ = json.Unmarshal(raw, &cases)
+	for _, c := range cases {
+		f.Add([]byte(c.Doc))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var e envelope.Envelope
+		if json.Unmarshal(b, &e) != nil {
+			return
+		}
+		out, err := e.Marshal()
+		if err != nil {
+			return // not representable as JSON (year > 9999): never published
+		}
+		schemaErr := envelope.ValidateJSON(out)
+		checkErr := envelope.Check(&e)
+		if (schemaErr == nil) != (checkErr == nil) {
+			t.Fatalf("schema says %v, Check says %v for\n%s", schemaErr, checkErr, out)
+		}
+	})
+}
+
+// FuzzMarshalMatchesReflection checks the hand-written encoder against
+// encoding/json's reflection of the same value.
+func FuzzMarshalMatchesReflection(f *testing.F) {
+	files, _ := filepath.Glob("testdata/valid/*.json")
+	for _, p := range files {
+		b, _ := os.ReadFile(p)
+		f.Add(b)
+	}
+	f.Add([]byte(`{"content":"<a href=\"x\">&amp;</a>\u2028\u0001\ud800","meta":{"thread":"\t"}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var e envelope.Envelope
+		if json.Unmarshal(b, &e) != nil {
+			return
+		}
+		fast, ferr := e.Marshal()
+		type plain envelope.Envelope // no MarshalJSON method: reflection
+		slow, serr := json.Marshal((*plain)(&e))
+		if (ferr == nil) != (serr == nil) {
+			t.Fatalf("fast err %v, reflection err %v", ferr, serr)
+		}
+		if ferr != nil {
+			return
+		}
+		var a, c any
+		if err := json.Unmarshal(fast, &a); err != nil {
+			t.Fatalf("fast output is not JSON: %v\n%s", err, fast)
+		}
+		_ = json.Unmarshal(slow, &c)
+		if !reflect.DeepEqual(a, c) {
+			t.Fatalf("fast and reflection differ:\nfast %s\nslow %s", fast, slow)
+		}
+	})
+}

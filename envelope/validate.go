@@ -62,7 +62,8 @@ func CompileSchema(name string) (*jsonschema.Schema, error) {
 	return s, nil
 }
 
-// Validate checks e against the embedded MCP message schema.
+// Validate checks e against the embedded MCP message schema by encoding it.
+// Check is the equivalent fast path.
 func Validate(e *Envelope) error {
 	if e == nil {
 		return &ValidationError{Field: "/", Reason: "nil envelope"}
