@@ -128,8 +128,8 @@ func (a *app) clientBus(ctx context.Context) (*bus.Bus, error) {
 	return b, nil
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	env := config.OS()
+// run runs one relay command and returns the process exit code.
+func run(ctx context.Context, args []string, env *config.Env, stdout, stderr io.Writer) int {
 	log, err := newLogger(env, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "relay:", err)

@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/relaystation/relay/config"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], config.OS(), os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
