@@ -1,0 +1,143 @@
+// Package deploytest checks the deployment files (docker-compose.yml,
+// Dockerfile, .env.example) with the compose-spec loader, since this machine
+// cannot run Docker.
+package deploytest
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+)
+
+func root(t *testing.T) string {
+	t.Helper()
+	r, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func loadCompose(t *testing.T) *types.Project {
+	t.Helper()
+	opts, err := cli.NewProjectOptions([]string{filepath.Join(root(t), "docker-compose.yml")},
+		cli.WithWorkingDirectory(root(t)), cli.WithName("relay"), cli.WithInterpolation(true),
+		cli.WithProfiles([]string{"*"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := opts.LoadProject(t.Context())
+	if err != nil {
+		t.Fatalf("docker-compose.yml does not load: %v", err)
+	}
+	return p
+}
+
+func TestComposeFile(t *testing.T) {
+	t.Parallel()
+	p := loadCompose(t)
+	for _, name := range []string{"nats", "redis", "postgres", "relay"} {
+		if _, err := p.GetService(name); err != nil {
+			t.Errorf("service %s missing: %v", name, err)
+		}
+	}
+	nats, _ := p.GetService("nats")
+	if !slices.Contains(nats.Command, "-js") {
+		t.Errorf("nats command %v lacks -js (JetStream)", nats.Command)
+	}
+	pg, _ := p.GetService("postgres")
+	if !strings.Contains(pg.Image, "pgvector") {
+		t.Errorf("postgres image %q is not a pgvector image", pg.Image)
+	}
+	relayServices := 0
+	for name, s := range p.Services {
+		if s.Build == nil {
+			continue
+		}
+		relayServices++
+		t.Run(name, func(t *testing.T) {
+			if s.Image != "relaystation/relay:dev" {
+				t.Errorf("image %q, want every relay service on the one image relaystation/relay:dev", s.Image)
+			}
+			if s.HealthCheck == nil || len(s.HealthCheck.Test) == 0 || !slices.Contains(s.HealthCheck.Test, "healthcheck") {
+				t.Errorf("health check %+v, want `relay healthcheck`", s.HealthCheck)
+			}
+			for _, dep := range []string{"nats", "redis", "postgres"} {
+				if d, ok := s.DependsOn[dep]; !ok || d.Condition != types.ServiceConditionHealthy {
+					t.Errorf("depends_on %s: %+v, want condition service_healthy", dep, d)
+				}
+			}
+			for k, want := range map[string]string{"NATS_URL": "nats://nats:4222", "REDIS_URL": "redis://redis:6379"} {
+				if v := s.Environment[k]; v == nil || *v != want {
+					t.Errorf("%s = %v, want %s", k, v, want)
+				}
+			}
+			if len(s.Command) == 0 {
+				t.Error("no command: say which relay service runs")
+			}
+		})
+	}
+	if relayServices == 0 {
+		t.Fatal("no service is built from the Dockerfile")
+	}
+}
+
+func TestDockerfile(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(root(t), "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	if strings.Count(df, "\nFROM ") < 1 || strings.Count(df, "FROM ") < 2 {
+		t.Error("Dockerfile is not multi-stage")
+	}
+	for _, want := range []string{"go build", "./cmd/relay", `ENTRYPOINT ["relay"]`, "HEALTHCHECK", "USER "} {
+		if !strings.Contains(df, want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+}
+
+// Every variable in .env.example is documented in the README, and every
+// variable the README's tables name is in .env.example.
+func TestEnvExampleMatchesREADME(t *testing.T) {
+	t.Parallel()
+	f, err := os.Open(filepath.Join(root(t), ".env.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	readme, err := os.ReadFile(filepath.Join(root(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	example := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(sc.Text()), "#"))
+		name, _, ok := strings.Cut(line, "=")
+		if !ok || name == "" || strings.ContainsAny(name, " \t") {
+			continue
+		}
+		example[name] = true
+		if !strings.Contains(string(readme), "`"+name+"`") {
+			t.Errorf(".env.example names %s, which the README does not document", name)
+		}
+	}
+	for _, line := range strings.Split(string(readme), "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		name := strings.Trim(strings.SplitN(line, "|", 3)[1], " `")
+		if strings.ToUpper(name) == name && strings.ContainsRune(name, '_') && !example[name] {
+			t.Errorf("README documents %s, which .env.example lacks", name)
+		}
+	}
+}
