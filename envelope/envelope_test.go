@@ -296,3 +296,30 @@ func FuzzMarshalMatchesReflection(f *testing.F) {
 		}
 	})
 }
+
+func TestTargetRoundTrip(t *testing.T) {
+	t.Parallel()
+	e := envelope.New(envelope.ChannelInternal, envelope.RoleAssistant, "answer")
+	want := &envelope.Target{Channel: "github", Owner: "octo", Repo: "hello", Number: 7}
+	e.Meta.SetTarget(want)
+	b, err := e.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := envelope.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := back.Meta.Target()
+	if err != nil || *got != *want {
+		t.Fatalf("got %+v (%v), want %+v", got, err, want)
+	}
+	if !got.NeedsApproval() || (&envelope.Target{Channel: "slack", SlackCh: "C1"}).NeedsApproval() {
+		t.Error("NeedsApproval: want true for GitHub, false for Slack")
+	}
+	for _, bad := range []envelope.Target{{Channel: "github", Owner: "o"}, {Channel: "slack"}, {Channel: "fax"}, {Channel: "webhook"}} {
+		if bad.Validate() == nil {
+			t.Errorf("%+v validated", bad)
+		}
+	}
+}
