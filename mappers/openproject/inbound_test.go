@@ -1,0 +1,337 @@
+package openproject_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/mappers"
+	"github.com/relaystation/relay/mappers/openproject"
+	"github.com/relaystation/relay/secret"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden envelopes in testdata/golden")
+
+const (
+	testSecret = "op-webhook-secret-0123456789"
+	baseURL    = "https://openproject.example.com"
+	fixedID    = "00000000-0000-4000-8000-000000000000"
+)
+
+var received = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func newProvider(t testing.TB, base string) *openproject.Provider {
+	t.Helper()
+	cfg := openproject.Config{Secret: secret.New(testSecret), BaseURL: base, Now: func() time.Time { return received }}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return openproject.New(cfg)
+}
+
+func signed(body []byte) *mappers.Request {
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set(openproject.HeaderSignature, openproject.SignatureHeader(testSecret, body))
+	return &mappers.Request{Header: h, Body: body, Received: received}
+}
+
+func payload(t testing.TB, file string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "payloads", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type goldenItem struct {
+	Subject  string          `json:"subject"`
+	MsgID    string          `json:"msg_id"`
+	Envelope json.RawMessage `json:"envelope"`
+}
+
+type goldenDoc struct {
+	Items []goldenItem `json:"items"`
+}
+
+func encode(t *testing.T, v any, indent string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", indent)
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// canonical is the envelope's wire JSON (envelope.Marshal) re-encoded with
+// sorted keys and without HTML escaping: the same document, independent of the
+// encoder's field order and escaping, and readable in a diff.
+func canonical(t *testing.T, e *envelope.Envelope) []byte {
+	t.Helper()
+	wire, err := e.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(wire))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("envelope wire form: %v", err)
+	}
+	return encode(t, v, "")
+}
+
+func render(t *testing.T, res mappers.Result) []byte {
+	t.Helper()
+	doc := goldenDoc{Items: []goldenItem{}}
+	for _, it := range res.Items {
+		id, err := uuid.Parse(it.Envelope.ID)
+		if err != nil || id.Version() != 4 {
+			t.Fatalf("envelope id %q is not a UUID v4", it.Envelope.ID)
+		}
+		it.Envelope.ID = fixedID
+		doc.Items = append(doc.Items, goldenItem{Subject: it.Subject, MsgID: it.MsgID, Envelope: canonical(t, it.Envelope)})
+	}
+	return encode(t, doc, "  ")
+}
+
+func TestGolden(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join("testdata", "payloads", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no payloads: %v", err)
+	}
+	p := newProvider(t, baseURL)
+	for _, f := range files {
+		file := filepath.Base(f)
+		t.Run(file, func(t *testing.T) {
+			t.Parallel()
+			r := signed(payload(t, file))
+			if err := p.Verify(r); err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+			res, err := p.Map(r)
+			if err != nil {
+				t.Fatalf("Map: %v", err)
+			}
+			got := render(t, res)
+			golden := filepath.Join("testdata", "golden", file)
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("read golden (run with -update to create): %v", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("envelopes differ from %s (rerun with -update if intended)\ngot:\n%s\nwant:\n%s", golden, got, want)
+			}
+			var doc goldenDoc
+			if err := json.Unmarshal(want, &doc); err != nil {
+				t.Fatalf("golden %s: %v", golden, err)
+			}
+			if len(doc.Items) != 1 {
+				t.Fatalf("golden %s has %d items, want 1", golden, len(doc.Items))
+			}
+			event, _, _ := strings.Cut(file, ".")
+			for i, it := range doc.Items {
+				if err := envelope.ValidateJSON(it.Envelope); err != nil {
+					t.Errorf("golden %s item %d: %v", golden, i, err)
+				}
+				if it.Subject != "in.openproject."+event || !strings.HasPrefix(it.MsgID, "openproject:"+event+":") {
+					t.Errorf("golden %s item %d: subject %q, msg id %q", golden, i, it.Subject, it.MsgID)
+				}
+			}
+		})
+	}
+}
+
+func TestMapping(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		file, base             string
+		thread, content, msgID string
+		url, actor             string
+	}{
+		{file: "work_package.created.json", base: baseURL,
+			thread:  "openproject:openproject.example.com/work_packages/1528",
+			content: "OpenProject Admin created work package #1528 'Develop API' (Task, New, assignee Emmie Okuneva) in project A Test Project: Develop super cool OpenProject API.",
+			msgID:   "openproject:work_package:created:work_package:1528:v0",
+			url:     baseURL + "/work_packages/1528", actor: "OpenProject Admin"},
+		{file: "work_package.updated.json", base: baseURL,
+			thread:  "openproject:openproject.example.com/work_packages/1528",
+			content: "work package #1528 'Develop API' was updated (Task, In progress",
+			msgID:   "openproject:work_package:updated:work_package:1528:v3"},
+		{file: "work_package_comment.comment.json", base: baseURL,
+			thread:  "openproject:openproject.example.com/work_packages/207",
+			content: "Han Solo commented on work package #207 'Recover Death Star blueprints': I can give you a CR70 corvette",
+			msgID:   "openproject:work_package_comment:comment:activity:1478",
+			url:     baseURL + "/work_packages/207/activity", actor: "Han Solo"},
+		{file: "time_entry.created.json", base: baseURL,
+			thread:  "openproject:openproject.example.com/work_packages/207",
+			content: "Han Solo logged PT2H30M on work package #207 'Recover Death Star blueprints' for 2025-04-17 (Development): Reviewed",
+			msgID:   "openproject:time_entry:created:time_entry:42:2025-04-17T15:02:11.121Z"},
+		{file: "attachment.created.json", base: baseURL,
+			thread:  "openproject:openproject.example.com/work_packages/207",
+			content: "Han Solo attached death-star-plans.pdf (application/pdf, 2097152 bytes) to work package #207 'Recover Death Star blueprints'",
+			msgID:   "openproject:attachment:created:attachment:5001"},
+		{file: "project.created.json", base: baseURL,
+			content: "project 'Project example' (project_example) was created: Lorem **ipsum** dolor sit amet",
+			url:     baseURL + "/projects/project_example"},
+		{file: "work_package.created.json", thread: "openproject:openproject/work_packages/1528", content: "created work package #1528"},
+		{file: "work_package_comment.comment.json", thread: "openproject:openproject/work_packages/207", content: "commented"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file+"/base="+tt.base, func(t *testing.T) {
+			t.Parallel()
+			res, err := newProvider(t, tt.base).Map(signed(payload(t, tt.file)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Items) != 1 {
+				t.Fatalf("got %d items, want 1", len(res.Items))
+			}
+			it := res.Items[0]
+			e := it.Envelope
+			if err := envelope.Validate(e); err != nil {
+				t.Fatal(err)
+			}
+			if e.Meta.Thread != tt.thread {
+				t.Errorf("got thread %q, want %q", e.Meta.Thread, tt.thread)
+			}
+			if !strings.Contains(e.Content, tt.content) {
+				t.Errorf("got content %q, want it to contain %q", e.Content, tt.content)
+			}
+			if e.Role != envelope.RoleUser || e.Channel != envelope.ChannelOpenProject {
+				t.Errorf("got role %q channel %q", e.Role, e.Channel)
+			}
+			if tt.msgID != "" && it.MsgID != tt.msgID {
+				t.Errorf("got msg id %q, want %q", it.MsgID, tt.msgID)
+			}
+			src := e.Meta.Source
+			if src == nil || src.DeliveryID != it.MsgID {
+				t.Fatalf("got source %+v, want delivery id %q", src, it.MsgID)
+			}
+			if tt.url != "" && src.URL != tt.url {
+				t.Errorf("got url %q, want %q", src.URL, tt.url)
+			}
+			if tt.base == "" && src.URL != "" {
+				t.Errorf("got url %q without a base URL, want none", src.URL)
+			}
+			if tt.actor != "" && src.Actor != tt.actor {
+				t.Errorf("got actor %q, want %q", src.Actor, tt.actor)
+			}
+		})
+	}
+}
+
+func TestHostFromAbsoluteLinks(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"action":"work_package:updated","work_package":{"_type":"WorkPackage","id":42,"lockVersion":7,"subject":"Fix login",` +
+		`"_links":{"self":{"href":"https://op.internal:8443/api/v3/work_packages/42","title":"Fix login"}}}}`)
+	res, err := newProvider(t, "").Map(signed(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := res.Items[0].Envelope.Meta.Thread, "openproject:op.internal:8443/work_packages/42"; got != want {
+		t.Errorf("got thread %q, want %q", got, want)
+	}
+	// A configured base URL wins over the links.
+	res, err = newProvider(t, baseURL).Map(signed(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := res.Items[0].Envelope.Meta.Thread, "openproject:openproject.example.com/work_packages/42"; got != want {
+		t.Errorf("got thread %q, want %q", got, want)
+	}
+}
+
+func TestDeliveryIdentity(t *testing.T) {
+	t.Parallel()
+	p := newProvider(t, baseURL)
+	mapID := func(b []byte) string {
+		t.Helper()
+		res, err := p.Map(signed(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Items[0].MsgID
+	}
+	created := payload(t, "work_package.created.json")
+	// A retried job renders the resource again: other bytes, same version.
+	var v map[string]any
+	if err := json.Unmarshal(created, &v); err != nil {
+		t.Fatal(err)
+	}
+	rerendered, _ := json.Marshal(v)
+	if a, b := mapID(created), mapID(rerendered); a != b {
+		t.Errorf("got %q and %q for one work package version, want one identity", a, b)
+	}
+	if a, b := mapID(created), mapID(payload(t, "work_package.updated.json")); a == b {
+		t.Errorf("created and updated share identity %q", a)
+	}
+	noID := []byte(`{"action":"wiki_page:updated","wiki_page":{"title":"Home"}}`)
+	if got := mapID(noID); !strings.HasPrefix(got, "openproject:wiki_page:updated:sha256:") {
+		t.Errorf("got %q, want a body hash identity", got)
+	}
+}
+
+func TestValidateRejectsBadBaseURL(t *testing.T) {
+	t.Parallel()
+	for _, base := range []string{"openproject.example.com", "ftp://x", "https://", "::"} {
+		cfg := openproject.Config{Secret: secret.New(testSecret), BaseURL: base}
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("Validate accepted base URL %q", base)
+		}
+		// New ignores it: threads fall back to DefaultHost.
+		res, err := openproject.New(cfg).Map(signed(payload(t, "work_package.created.json")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := res.Items[0].Envelope.Meta.Thread, "openproject:openproject/work_packages/1528"; got != want {
+			t.Errorf("base %q: got thread %q, want %q", base, got, want)
+		}
+	}
+}
+
+func TestMapRejectsBadBodies(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ name, body string }{
+		{"not json", "{"},
+		{"array", "[]"},
+		{"no action", `{"work_package":{"id":1}}`},
+		{"action not a string", `{"action":5,"work_package":{"id":1}}`},
+		{"no resource", `{"action":"work_package:created"}`},
+		{"resource not an object", `{"action":"work_package:created","work_package":[1]}`},
+		{"unknown action without resource", `{"action":"x:y","n":1}`},
+		{"id of wrong type", `{"action":"work_package:created","work_package":{"id":{}}}`},
+		{"links of wrong type", `{"action":"work_package:created","work_package":{"id":1,"_links":[]}}`},
+	}
+	p := newProvider(t, baseURL)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := p.Map(signed([]byte(tt.body)))
+			var pe *mappers.ParseError
+			if !errors.As(err, &pe) || pe.Provider != "openproject" {
+				t.Errorf("got %v, want an openproject *mappers.ParseError", err)
+			}
+		})
+	}
+}

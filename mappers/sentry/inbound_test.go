@@ -1,0 +1,301 @@
+package sentry_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/mappers"
+	"github.com/relaystation/relay/mappers/sentry"
+	"github.com/relaystation/relay/secret"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden envelopes in testdata/golden")
+
+const testSecret = "b6c2a1e0f9d84c7ab2f3e4d5c6b7a8f9"
+
+var received = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+const fixedID = "00000000-0000-4000-8000-000000000000"
+
+func newProvider(org string) *sentry.Provider {
+	return sentry.New(sentry.Config{Secret: secret.New(testSecret), Org: org, Now: func() time.Time { return received }})
+}
+
+func signed(resource string, body []byte) *mappers.Request {
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set(sentry.HeaderResource, resource)
+	h.Set(sentry.HeaderSignature, sentry.SignatureHeader(testSecret, body))
+	return &mappers.Request{Header: h, Body: body, Received: received}
+}
+
+// payload reads testdata/payloads/{resource}.{name}.json; the resource is the
+// file name up to the first dot.
+func payload(t testing.TB, file string) (resource string, body []byte) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "payloads", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resource, _, _ = strings.Cut(file, ".")
+	return resource, b
+}
+
+type goldenItem struct {
+	Subject  string          `json:"subject"`
+	MsgID    string          `json:"msg_id"`
+	Envelope json.RawMessage `json:"envelope"`
+}
+
+type goldenDoc struct {
+	Items []goldenItem `json:"items"`
+}
+
+func encode(t *testing.T, v any, indent string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", indent)
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// canonical is the envelope's wire JSON (envelope.Marshal) re-encoded with
+// sorted keys and without HTML escaping: the same document, independent of the
+// encoder's field order and escaping, and readable in a diff.
+func canonical(t *testing.T, e *envelope.Envelope) []byte {
+	t.Helper()
+	wire, err := e.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(wire))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("envelope wire form: %v", err)
+	}
+	return encode(t, v, "")
+}
+
+func render(t *testing.T, res mappers.Result) []byte {
+	t.Helper()
+	doc := goldenDoc{Items: []goldenItem{}}
+	for _, it := range res.Items {
+		id, err := uuid.Parse(it.Envelope.ID)
+		if err != nil || id.Version() != 4 {
+			t.Fatalf("envelope id %q is not a UUID v4", it.Envelope.ID)
+		}
+		it.Envelope.ID = fixedID
+		doc.Items = append(doc.Items, goldenItem{Subject: it.Subject, MsgID: it.MsgID, Envelope: canonical(t, it.Envelope)})
+	}
+	return encode(t, doc, "  ")
+}
+
+func TestGolden(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join("testdata", "payloads", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no payloads: %v", err)
+	}
+	p := newProvider("test-org")
+	for _, f := range files {
+		file := filepath.Base(f)
+		t.Run(file, func(t *testing.T) {
+			t.Parallel()
+			resource, body := payload(t, file)
+			r := signed(resource, body)
+			if err := p.Verify(r); err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+			res, err := p.Map(r)
+			if err != nil {
+				t.Fatalf("Map: %v", err)
+			}
+			got := render(t, res)
+			golden := filepath.Join("testdata", "golden", file)
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("read golden (run with -update to create): %v", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("envelopes differ from %s (rerun with -update if intended)\ngot:\n%s\nwant:\n%s", golden, got, want)
+			}
+			var doc goldenDoc
+			if err := json.Unmarshal(want, &doc); err != nil {
+				t.Fatalf("golden %s: %v", golden, err)
+			}
+			if len(doc.Items) != 1 {
+				t.Fatalf("golden %s has %d items, want 1", golden, len(doc.Items))
+			}
+			for i, it := range doc.Items {
+				if err := envelope.ValidateJSON(it.Envelope); err != nil {
+					t.Errorf("golden %s item %d: %v", golden, i, err)
+				}
+				if it.Subject != "in.sentry."+resource || !strings.HasPrefix(it.MsgID, "sentry:"+resource+":") {
+					t.Errorf("golden %s item %d: subject %q, msg id %q", golden, i, it.Subject, it.MsgID)
+				}
+			}
+		})
+	}
+}
+
+func TestMapping(t *testing.T) {
+	t.Parallel()
+	const install = "a8e5d37a-696c-4c54-adb5-b3f28d64c7de"
+	tests := []struct {
+		file, org        string
+		thread, content  string
+		role             envelope.Role
+		url, actor, stem string
+	}{
+		{file: "issue.created.json", org: "test-org", thread: "sentry:test-org/1170820242",
+			content: "Sentry issue FRONT-END-9 'ReferenceError: blooopy is not defined' was created in project front-end",
+			role:    envelope.RoleUser, url: "https://sentry.io/organizations/test-org/issues/1170820242/", actor: "Sentry",
+			stem: "sentry:issue:created:1170820242:"},
+		{file: "issue.resolved.json", org: "test-org", thread: "sentry:test-org/1170820242",
+			content: "was resolved by Colleen O'Reilly", role: envelope.RoleUser, actor: "Colleen O'Reilly"},
+		{file: "issue.assigned.json", org: "test-org", thread: "sentry:test-org/1170820242",
+			content: "was assigned to Meredith Heller by colleen", role: envelope.RoleUser},
+		{file: "error.created.json", org: "test-org", thread: "sentry:test-org/1170820242",
+			content: "Sentry error in issue 1170820242 created: ReferenceError: blooopy is not defined", role: envelope.RoleUser,
+			stem: "sentry:error:created:bb78c1407cea4519aa397afc059c793d:"},
+		{file: "comment.on_issue_1170820242.json", org: "test-org", thread: "sentry:test-org/1170820242",
+			content: "colleen commented on Sentry issue 1170820242 in project front-end: Looks like", role: envelope.RoleUser,
+			stem: "sentry:comment:created:4567:"},
+		{file: "event_alert.triggered.json", org: "test-org", thread: "sentry:test-org/1117540176",
+			content: "Sentry alert rule 'Very Important Alert Rule!' triggered for issue 1117540176: ReferenceError: heck is not defined",
+			role:    envelope.RoleUser},
+		{file: "metric_alert.critical.json", org: "test-org", thread: "sentry:test-org/incident-4",
+			content: "Sentry metric alert 'Too many errors' is critical", role: envelope.RoleUser},
+		{file: "metric_alert.resolved.json", org: "test-org", thread: "sentry:test-org/incident-4",
+			content: "is resolved: Resolved: Too many errors", role: envelope.RoleUser, url: "https://sentry.io/organizations/baz/alerts/1/"},
+		{file: "installation.created.json", org: "test-org",
+			content: "Meredith Heller installed the Sentry integration webhooks-galore in organization test-org", role: envelope.RoleSystem},
+		{file: "seer.root_cause_started.json", org: "test-org", thread: "sentry:test-org/1170820242",
+			content: "Sentry seer created by Sentry for issue 1170820242", role: envelope.RoleUser},
+		{file: "issue.created.json", thread: "sentry:" + install + "/1170820242", content: "FRONT-END-9", role: envelope.RoleUser},
+		{file: "comment.on_issue_1170820242.json", thread: "sentry:" + install + "/1170820242", content: "commented", role: envelope.RoleUser},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file+"/org="+tt.org, func(t *testing.T) {
+			t.Parallel()
+			resource, body := payload(t, tt.file)
+			res, err := newProvider(tt.org).Map(signed(resource, body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Items) != 1 {
+				t.Fatalf("got %d items, want 1", len(res.Items))
+			}
+			it := res.Items[0]
+			e := it.Envelope
+			if err := envelope.Validate(e); err != nil {
+				t.Fatal(err)
+			}
+			if e.Meta.Thread != tt.thread {
+				t.Errorf("got thread %q, want %q", e.Meta.Thread, tt.thread)
+			}
+			if !strings.Contains(e.Content, tt.content) {
+				t.Errorf("got content %q, want it to contain %q", e.Content, tt.content)
+			}
+			if e.Role != tt.role || e.Channel != envelope.ChannelSentry {
+				t.Errorf("got role %q channel %q, want %q sentry", e.Role, e.Channel, tt.role)
+			}
+			src := e.Meta.Source
+			if src == nil || src.Event != resource || src.DeliveryID != it.MsgID {
+				t.Fatalf("got source %+v, want event %q and delivery id %q", src, resource, it.MsgID)
+			}
+			if tt.url != "" && src.URL != tt.url {
+				t.Errorf("got url %q, want %q", src.URL, tt.url)
+			}
+			if tt.actor != "" && src.Actor != tt.actor {
+				t.Errorf("got actor %q, want %q", src.Actor, tt.actor)
+			}
+			if tt.stem != "" && !strings.HasPrefix(it.MsgID, tt.stem) {
+				t.Errorf("got msg id %q, want prefix %q", it.MsgID, tt.stem)
+			}
+		})
+	}
+}
+
+func TestDeliveryIdentity(t *testing.T) {
+	t.Parallel()
+	p := newProvider("test-org")
+	_, created := payload(t, "issue.created.json")
+	_, resolved := payload(t, "issue.resolved.json")
+	first, err := p.Map(signed("issue", created))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A redelivery: same bytes, a new Request-ID.
+	again := signed("issue", created)
+	again.Header.Set(sentry.HeaderRequestID, "4b8f1b1e-1a7e-4a39-9d8e-000000000002")
+	second, err := p.Map(again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := p.Map(signed("issue", resolved))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Items[0].MsgID != second.Items[0].MsgID {
+		t.Errorf("got %q and %q for one webhook, want the same identity", first.Items[0].MsgID, second.Items[0].MsgID)
+	}
+	if first.Items[0].MsgID == other.Items[0].MsgID {
+		t.Errorf("created and resolved share identity %q", first.Items[0].MsgID)
+	}
+	if first.Items[0].Envelope.Meta.Thread != other.Items[0].Envelope.Meta.Thread {
+		t.Error("created and resolved are in different threads")
+	}
+}
+
+func TestMapRejectsBadBodies(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, resource, body string
+	}{
+		{"no resource header", "", `{"action":"created","data":{}}`},
+		{"not json", "issue", "{"},
+		{"json array", "issue", "[]"},
+		{"data not an object", "issue", `{"action":"created","data":[1]}`},
+		{"issue without data", "issue", `{"action":"created"}`},
+		{"issue without id", "issue", `{"action":"created","data":{"issue":{"title":"x"}}}`},
+		{"issue id of wrong type", "issue", `{"action":"created","data":{"issue":{"id":{}}}}`},
+		{"event alert without event", "event_alert", `{"action":"triggered","data":{}}`},
+		{"error without error", "error", `{"action":"created","data":{"x":1}}`},
+		{"metric alert without id", "metric_alert", `{"action":"critical","data":{"metric_alert":{}}}`},
+		{"comment without issue", "comment", `{"action":"created","data":{"comment":"hi"}}`},
+		{"installation without installation", "installation", `{"action":"created","data":{}}`},
+	}
+	p := newProvider("test-org")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := p.Map(signed(tt.resource, []byte(tt.body)))
+			var pe *mappers.ParseError
+			if !errors.As(err, &pe) || pe.Provider != "sentry" {
+				t.Errorf("got %v, want a sentry *mappers.ParseError", err)
+			}
+		})
+	}
+}

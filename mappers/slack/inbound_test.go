@@ -1,0 +1,403 @@
+package slack_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/mappers"
+	"github.com/relaystation/relay/mappers/slack"
+	"github.com/relaystation/relay/secret"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden envelopes in testdata/golden")
+
+const testSecret = "8f742231b10e8888abcd99yyyzzz85a5"
+
+// received is the fixed receive time of every golden request.
+var received = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// fixedID replaces the random envelope id in goldens; it is a valid UUID v4.
+const fixedID = "00000000-0000-4000-8000-000000000000"
+
+func newProvider() *slack.Provider {
+	return slack.New(slack.Config{Secret: secret.New(testSecret), Now: func() time.Time { return received }})
+}
+
+// signed builds a request for route with body, signed at received.
+func signed(route string, body []byte) *mappers.Request {
+	ts := strconv.FormatInt(received.Unix(), 10)
+	h := http.Header{}
+	h.Set(slack.HeaderTimestamp, ts)
+	h.Set(slack.HeaderSignature, slack.SignatureHeader(testSecret, ts, body))
+	return &mappers.Request{Route: route, Header: h, Body: body, Received: received}
+}
+
+// body reads a payload file and shapes it as Slack sends it on route.
+func body(t testing.TB, route, path string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if route == slack.RouteInteractions {
+		var c bytes.Buffer
+		if err := json.Compact(&c, raw); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return []byte("payload=" + url.QueryEscape(c.String()))
+	}
+	return raw
+}
+
+type goldenReply struct {
+	Status      int    `json:"status"`
+	ContentType string `json:"content_type"`
+	Body        string `json:"body"`
+}
+
+type goldenItem struct {
+	Subject  string          `json:"subject"`
+	MsgID    string          `json:"msg_id"`
+	Envelope json.RawMessage `json:"envelope"`
+}
+
+type goldenDoc struct {
+	Reply *goldenReply `json:"reply,omitempty"`
+	Items []goldenItem `json:"items"`
+}
+
+// canonical is the envelope's wire JSON (envelope.Marshal) re-encoded with
+// sorted keys and without HTML escaping: the same document, independent of the
+// encoder's field order and escaping, and readable in a diff.
+func canonical(t *testing.T, e *envelope.Envelope) []byte {
+	t.Helper()
+	wire, err := e.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(wire))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("envelope wire form: %v", err)
+	}
+	return encode(t, v, "")
+}
+
+func render(t *testing.T, res mappers.Result) []byte {
+	t.Helper()
+	doc := goldenDoc{Items: []goldenItem{}}
+	if res.Reply != nil {
+		doc.Reply = &goldenReply{Status: res.Reply.Status, ContentType: res.Reply.ContentType, Body: string(res.Reply.Body)}
+	}
+	for _, it := range res.Items {
+		id, err := uuid.Parse(it.Envelope.ID)
+		if err != nil || id.Version() != 4 {
+			t.Fatalf("envelope id %q is not a UUID v4", it.Envelope.ID)
+		}
+		it.Envelope.ID = fixedID
+		doc.Items = append(doc.Items, goldenItem{Subject: it.Subject, MsgID: it.MsgID, Envelope: canonical(t, it.Envelope)})
+	}
+	return encode(t, doc, "  ")
+}
+
+// encode writes v as JSON without HTML escaping, so goldens read like Slack's
+// own markup ("<@U123>").
+func encode(t *testing.T, v any, indent string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", indent)
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func TestGolden(t *testing.T) {
+	t.Parallel()
+	p := newProvider()
+	for _, route := range []string{slack.RouteEvents, slack.RouteCommands, slack.RouteInteractions} {
+		files, err := filepath.Glob(filepath.Join("testdata", route, "*"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no payloads for %s: %v", route, err)
+		}
+		for _, f := range files {
+			name := strings.TrimSuffix(filepath.Base(f), filepath.Ext(f))
+			t.Run(route+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				r := signed(route, body(t, route, f))
+				if err := p.Verify(r); err != nil {
+					t.Fatalf("Verify: %v", err)
+				}
+				res, err := p.Map(r)
+				if err != nil {
+					t.Fatalf("Map: %v", err)
+				}
+				got := render(t, res)
+				golden := filepath.Join("testdata", "golden", route, name+".json")
+				if *update {
+					if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(golden, got, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, err := os.ReadFile(golden)
+				if err != nil {
+					t.Fatalf("read golden (run with -update to create): %v", err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Errorf("envelopes differ from %s (rerun with -update if intended)\ngot:\n%s\nwant:\n%s", golden, got, want)
+				}
+				var doc goldenDoc
+				if err := json.Unmarshal(want, &doc); err != nil {
+					t.Fatalf("golden %s: %v", golden, err)
+				}
+				if len(doc.Items) == 0 && doc.Reply == nil {
+					t.Errorf("golden %s has neither items nor a reply", golden)
+				}
+				for i, it := range doc.Items {
+					if err := envelope.ValidateJSON(it.Envelope); err != nil {
+						t.Errorf("golden %s item %d: %v", golden, i, err)
+					}
+					if !strings.HasPrefix(it.Subject, "in.slack.") || it.MsgID == "" {
+						t.Errorf("golden %s item %d: subject %q, msg id %q", golden, i, it.Subject, it.MsgID)
+					}
+				}
+			})
+		}
+	}
+}
+
+// mapOne maps one payload file and returns its only item.
+func mapOne(t *testing.T, route, file string, mutate func(*mappers.Request)) mappers.Item {
+	t.Helper()
+	r := signed(route, body(t, route, filepath.Join("testdata", route, file)))
+	if mutate != nil {
+		mutate(r)
+	}
+	res, err := newProvider().Map(r)
+	if err != nil {
+		t.Fatalf("Map %s: %v", file, err)
+	}
+	if len(res.Items) != 1 {
+		t.Fatalf("Map %s: got %d items, want 1", file, len(res.Items))
+	}
+	if err := envelope.Validate(res.Items[0].Envelope); err != nil {
+		t.Fatalf("Map %s: %v", file, err)
+	}
+	return res.Items[0]
+}
+
+func slackMeta(t *testing.T, e *envelope.Envelope) map[string]any {
+	t.Helper()
+	v, ok := e.Meta.Get(slack.MetaKey)
+	if !ok {
+		t.Fatal("no meta.slack")
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		t.Fatalf("meta.slack is %T", v)
+	}
+	return m
+}
+
+func TestMapping(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		route, file        string
+		subject, thread    string
+		msgID, content     string
+		bot, edit          bool
+		role               envelope.Role
+		task, sourceAction string
+	}{
+		{route: "events", file: "app_mention.json", subject: "in.slack.app_mention",
+			thread: "slack:T123ABC456/C123ABC456/1515449522.000016", msgID: "slack:T123ABC456:Ev123ABC456",
+			content: "<@U123ABC456> mentioned the app in <#C123ABC456>: What is the hour of the pearl", role: envelope.RoleUser},
+		{route: "events", file: "app_mention_in_thread.json", subject: "in.slack.app_mention",
+			thread: "slack:T123ABC456/C0LAN2Q65/1700000000.000100", msgID: "slack:T123ABC456:Ev06ABCDE12", role: envelope.RoleUser},
+		{route: "events", file: "message.json", subject: "in.slack.message",
+			thread: "slack:T061EG9R6/C024BE91L/1355517523.000005", msgID: "slack:T061EG9R6:Ev0PV52K21",
+			content: "<@U2147483697> wrote in <#C024BE91L>: Live long and prospect.", role: envelope.RoleUser},
+		{route: "events", file: "message_changed.json", subject: "in.slack.message", edit: true,
+			thread: "slack:T061EG9R6/G024BE91L/1355517523.000005", msgID: "slack:T061EG9R6:Ev0PV52K22",
+			content: "edited a message", role: envelope.RoleUser, sourceAction: "message_changed"},
+		{route: "events", file: "bot_message.json", subject: "in.slack.message", bot: true,
+			thread: "slack:T061EG9R6/C024BE91L/1358877455.000010", content: "bot github wrote", role: envelope.RoleUser},
+		{route: "events", file: "message_from_app.json", subject: "in.slack.message", bot: true,
+			thread: "slack:T123ABC456/C0LAN2Q65/1700000000.000100", content: "bot relay wrote", role: envelope.RoleUser},
+		{route: "events", file: "app_rate_limited.json", subject: "in.slack.app_rate_limited", role: envelope.RoleSystem},
+		{route: "events", file: "unknown_future_event.json", subject: "in.slack.relay_future_event", role: envelope.RoleUser,
+			msgID: "slack:T061EG9R6:Ev0PV52K27"},
+		{route: "commands", file: "weather.form", subject: "in.slack.command",
+			thread:  "slack:T0001/C2147483705/cmd-13345224609.738474920.8088930838d88f008e0",
+			msgID:   "slack:T0001:command:13345224609.738474920.8088930838d88f008e0",
+			content: "<@U2147483697> ran /weather 94070 in <#C2147483705>", role: envelope.RoleUser, sourceAction: "/weather"},
+		{route: "interactions", file: "block_actions_approve_in_thread.json", subject: "in.slack.block_actions",
+			thread:  "slack:T123ABC456/C0LAN2Q65/1700000000.000100",
+			msgID:   "slack:T123ABC456:block_actions:1700000250.123456789.0f0e0d0c0b0a09080706050403020100",
+			content: "<@U061F7AUR> chose Approve (approve) = sugg-7f3c in <#C0LAN2Q65>", role: envelope.RoleUser, sourceAction: "approve"},
+		{route: "interactions", file: "view_submission_edit_suggestion.json", subject: "in.slack.view_submission",
+			thread: "slack:T123ABC456/C0LAN2Q65/1700000000.000100", task: "task-7f3c",
+			content: "reply.text = The login fails", role: envelope.RoleUser, sourceAction: "edit_suggestion"},
+		{route: "interactions", file: "shortcut.json", subject: "in.slack.shortcut",
+			msgID: "slack:TXXXXXXXX:shortcut:944799105734.773906753841.38b5894552bdd4a780554ee59d1f3638", role: envelope.RoleUser},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			t.Parallel()
+			it := mapOne(t, tt.route, tt.file, nil)
+			e := it.Envelope
+			if it.Subject != tt.subject {
+				t.Errorf("got subject %q, want %q", it.Subject, tt.subject)
+			}
+			if e.Meta.Thread != tt.thread {
+				t.Errorf("got thread %q, want %q", e.Meta.Thread, tt.thread)
+			}
+			if tt.msgID != "" && it.MsgID != tt.msgID {
+				t.Errorf("got msg id %q, want %q", it.MsgID, tt.msgID)
+			}
+			if !strings.Contains(e.Content, tt.content) {
+				t.Errorf("got content %q, want it to contain %q", e.Content, tt.content)
+			}
+			if e.Role != tt.role || e.Channel != envelope.ChannelSlack {
+				t.Errorf("got role %q channel %q, want %q slack", e.Role, e.Channel, tt.role)
+			}
+			if e.Meta.TaskID != tt.task {
+				t.Errorf("got task %q, want %q", e.Meta.TaskID, tt.task)
+			}
+			if e.Meta.MCPVersion != envelope.Version || e.Meta.Source == nil {
+				t.Fatalf("got mcp_version %q source %v", e.Meta.MCPVersion, e.Meta.Source)
+			}
+			if tt.sourceAction != "" && e.Meta.Source.Action != tt.sourceAction {
+				t.Errorf("got source action %q, want %q", e.Meta.Source.Action, tt.sourceAction)
+			}
+			m := slackMeta(t, e)
+			if m["bot"] != tt.bot || m["edit"] != tt.edit {
+				t.Errorf("got bot=%v edit=%v, want %v %v", m["bot"], m["edit"], tt.bot, tt.edit)
+			}
+		})
+	}
+}
+
+func TestInteractionMetaForApprovals(t *testing.T) {
+	t.Parallel()
+	m := slackMeta(t, mapOne(t, "interactions", "block_actions_approve_in_thread.json", nil).Envelope)
+	for k, want := range map[string]string{
+		"user":         "U061F7AUR",
+		"channel":      "C0LAN2Q65",
+		"message_ts":   "1700000200.000300",
+		"thread_ts":    "1700000000.000100",
+		"response_url": "https://hooks.slack.com/actions/T123ABC456/6123456789012/abcdEFGHijklMNOPqrstUVWX",
+		"trigger_id":   "1700000250.123456789.0f0e0d0c0b0a09080706050403020100",
+	} {
+		if got, _ := m[k].(string); got != want {
+			t.Errorf("got meta.slack.%s %q, want %q", k, got, want)
+		}
+	}
+	acts, ok := m["actions"].([]any)
+	if !ok || len(acts) != 1 {
+		t.Fatalf("got actions %#v, want one", m["actions"])
+	}
+	a := acts[0].(map[string]any)
+	if a["action_id"] != "approve" || a["value"] != "sugg-7f3c" || a["block_id"] != "approval" {
+		t.Errorf("got action %v", a)
+	}
+
+	v := slackMeta(t, mapOne(t, "interactions", "view_submission_edit_suggestion.json", nil).Envelope)
+	view, ok := v["view"].(map[string]any)
+	if !ok {
+		t.Fatalf("no view in %v", v)
+	}
+	if view["callback_id"] != "edit_suggestion" || !strings.Contains(view["private_metadata"].(string), "sugg-7f3c") {
+		t.Errorf("got view %v", view)
+	}
+	state := view["state"].(map[string]any)["reply"].(map[string]any)["text"]
+	if !strings.HasPrefix(state.(string), "The login fails") {
+		t.Errorf("got state value %v", state)
+	}
+}
+
+func TestURLVerificationRepliesAndPublishesNothing(t *testing.T) {
+	t.Parallel()
+	r := signed("events", body(t, "events", "testdata/events/url_verification.json"))
+	res, err := newProvider().Map(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Items) != 0 {
+		t.Errorf("got %d items, want none", len(res.Items))
+	}
+	if res.Reply == nil || res.Reply.Status != http.StatusOK ||
+		string(res.Reply.Body) != "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P" {
+		t.Errorf("got reply %+v, want the challenge", res.Reply)
+	}
+}
+
+func TestRetryKeepsDeliveryIdentity(t *testing.T) {
+	t.Parallel()
+	first := mapOne(t, "events", "message.json", nil)
+	retry := mapOne(t, "events", "message.json", func(r *mappers.Request) {
+		r.Header.Set("X-Slack-Retry-Num", "1")
+		r.Header.Set("X-Slack-Retry-Reason", "http_timeout")
+	})
+	if first.MsgID != retry.MsgID {
+		t.Errorf("got msg ids %q and %q, want one identity across retries", first.MsgID, retry.MsgID)
+	}
+	if first.Envelope.ID == retry.Envelope.ID {
+		t.Error("two mappings share an envelope id")
+	}
+	if got := slackMeta(t, retry.Envelope)["retry_num"]; got != "1" {
+		t.Errorf("got retry_num %v, want 1", got)
+	}
+}
+
+func TestMapRejectsBadBodies(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, route, body string
+	}{
+		{"not json", "events", "{"},
+		{"no type", "events", `{"team_id":"T1"}`},
+		{"unknown outer type", "events", `{"type":"nope"}`},
+		{"challenge missing", "events", `{"type":"url_verification"}`},
+		{"callback without event", "events", `{"type":"event_callback","team_id":"T1","event_id":"E1"}`},
+		{"callback with null event", "events", `{"type":"event_callback","event":null}`},
+		{"event without type", "events", `{"type":"event_callback","event":{"user":"U1"}}`},
+		{"event field of wrong type", "events", `{"type":"event_callback","event":{"type":"message","text":5}}`},
+		{"command form broken", "commands", "command=%zz"},
+		{"command missing", "commands", "team_id=T1&user_id=U1"},
+		{"no payload field", "interactions", "foo=bar"},
+		{"payload not json", "interactions", "payload=%7Bnope"},
+		{"payload without type", "interactions", "payload=%7B%7D"},
+		{"unknown route", "webhooks", "{}"},
+	}
+	p := newProvider()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := p.Map(signed(tt.route, []byte(tt.body)))
+			var pe *mappers.ParseError
+			if !errors.As(err, &pe) || pe.Provider != "slack" {
+				t.Errorf("got %v, want a slack *mappers.ParseError", err)
+			}
+		})
+	}
+}
