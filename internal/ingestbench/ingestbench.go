@@ -1,0 +1,363 @@
+// Package ingestbench is the load generator behind `relay bench ingest`: it
+// starts an embedded JetStream and the webhook gateway on loopback, posts
+// signed GitHub `issues` webhooks to it and measures, in one run:
+//
+//   - saturation: requests/s with a fixed number of concurrent clients, and
+//     the p50/p99 latency there;
+//   - a fixed rate (1,000 requests/s by default): p50/p99 latency measured from
+//     each request's scheduled send time, so a stall is not hidden;
+//   - the ceilings: the same HTTP server with a handler that only reads the
+//     body and answers 202, and raw JetStream publishing of the same bytes.
+//
+// Everything is bounded in count and time and targets only the loopback
+// server the run starts itself.
+package ingestbench
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/internal/httpserver"
+	"github.com/relaystation/relay/mappers/github"
+	"github.com/relaystation/relay/secret"
+	"github.com/relaystation/relay/services/ingest"
+)
+
+// payload is a real `issues` `opened` webhook body (@octokit/webhooks-examples).
+//
+//go:embed issues.opened.json
+var payload []byte
+
+// Config bounds a run.
+type Config struct {
+	// Concurrency is the number of clients at saturation. Default 32, at most 1024.
+	Concurrency int
+	// Duration of each phase. Default 5s, at most 60s.
+	Duration time.Duration
+	// MaxRequests caps the requests of each phase. Default 200,000, at most 1,000,000.
+	MaxRequests int
+	// Rate is the fixed rate of the latency phase, requests/s. Default 1,000, at most 20,000.
+	Rate int
+	// DataDir holds the embedded JetStream files; default a temporary
+	// directory removed afterwards.
+	DataDir string
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Concurrency <= 0 {
+		c.Concurrency = 32
+	}
+	if c.Duration <= 0 {
+		c.Duration = 5 * time.Second
+	}
+	if c.MaxRequests <= 0 {
+		c.MaxRequests = 200_000
+	}
+	if c.Rate <= 0 {
+		c.Rate = 1000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports settings outside the generator's bounds.
+func (c *Config) Validate() error {
+	switch {
+	case c.Concurrency > 1024:
+		return fmt.Errorf("concurrency %d: at most 1024", c.Concurrency)
+	case c.Duration > time.Minute:
+		return fmt.Errorf("duration %s: at most 1m per phase", c.Duration)
+	case c.MaxRequests > 1_000_000:
+		return fmt.Errorf("max requests %d: at most 1,000,000 per phase", c.MaxRequests)
+	case c.Rate > 20_000:
+		return fmt.Errorf("rate %d/s: at most 20,000", c.Rate)
+	}
+	return nil
+}
+
+// Phase is the result of one phase.
+type Phase struct {
+	Name     string
+	Requests int
+	Errors   int // non-2xx answers or transport errors
+	Elapsed  time.Duration
+	P50, P99 time.Duration
+	Max      time.Duration
+}
+
+// PerSecond is the phase's throughput.
+func (p Phase) PerSecond() float64 {
+	if p.Elapsed <= 0 {
+		return 0
+	}
+	return float64(p.Requests) / p.Elapsed.Seconds()
+}
+
+// Report is the result of a run.
+type Report struct {
+	BodyBytes   int
+	Concurrency int
+	Saturation  Phase // gateway, closed loop
+	FixedRate   Phase // gateway at Config.Rate, open loop
+	HTTPCeiling Phase // same server, handler reads the body and answers 202
+	NATSCeiling Phase // raw JetStream publishes of the same bytes
+	Rate        int
+}
+
+// Write prints the report as a table.
+func (r *Report) Write(w io.Writer) {
+	fmt.Fprintf(w, "signed GitHub issues webhooks, %d-byte body, %d concurrent clients, embedded JetStream (file store), loopback HTTP\n\n",
+		r.BodyBytes, r.Concurrency)
+	fmt.Fprintf(w, "%-34s %10s %8s %10s %10s %10s %8s\n", "phase", "requests", "errors", "req/s", "p50", "p99", "max")
+	for _, p := range []Phase{r.Saturation, r.FixedRate, r.HTTPCeiling, r.NATSCeiling} {
+		fmt.Fprintf(w, "%-34s %10d %8d %10.0f %10s %10s %8s\n", p.Name, p.Requests, p.Errors, p.PerSecond(),
+			round(p.P50), round(p.P99), round(p.Max))
+	}
+	ceiling := min(r.HTTPCeiling.PerSecond(), r.NATSCeiling.PerSecond())
+	if ceiling > 0 {
+		fmt.Fprintf(w, "\ngateway saturation = %.0f%% of the lower ceiling (%.0f/s)\n", 100*r.Saturation.PerSecond()/ceiling, ceiling)
+	}
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d > time.Second:
+		return d.Round(time.Millisecond)
+	case d > time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}
+
+// Run starts the embedded bus and the gateway, runs the four phases and
+// returns the report. ctx cancels the run.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	dir := cfg.DataDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "relay-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	b, err := bus.Connect(ctx, bus.Config{DataDir: dir, Listen: "127.0.0.1:0", Prefix: "bench", Name: "relay-bench", Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+
+	key := uuid.NewString()
+	gw, err := ingest.New(ingest.Config{Logger: cfg.Logger}, b, github.New(github.Config{Secret: secret.New(key)}))
+	if err != nil {
+		return nil, err
+	}
+	srv := httpserver.New(cfg.Logger, prometheus.NewRegistry())
+	gw.Mount(srv.Echo)
+	srv.Echo.POST("/bench/null", func(c echo.Context) error {
+		if _, err := io.Copy(io.Discard, c.Request().Body); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusAccepted)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeListener(sctx, ln) }()
+	defer func() { stop(); <-served }()
+	base := "http://" + ln.Addr().String()
+
+	client := &http.Client{Transport: &http.Transport{
+		MaxIdleConns: cfg.Concurrency * 2, MaxIdleConnsPerHost: cfg.Concurrency * 2, IdleConnTimeout: time.Minute,
+		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+	}, Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+
+	sig := github.Sign([]byte(key), payload)
+	webhook := func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhooks/github", bytes.NewReader(payload))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(github.HeaderEvent, "issues")
+		req.Header.Set(github.HeaderDelivery, uuid.NewString())
+		req.Header.Set(github.HeaderHookID, "1")
+		req.Header.Set(github.HeaderSignature256, sig)
+		return send(client, req, http.StatusOK)
+	}
+	null := func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/bench/null", bytes.NewReader(payload))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		return send(client, req, http.StatusAccepted)
+	}
+	js := b.JetStream()
+	subject := b.Subject("in.bench.raw")
+	raw := func(ctx context.Context) error {
+		msg := &nats.Msg{Subject: subject, Data: payload, Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, uuid.NewString())
+		_, err := js.PublishMsg(ctx, msg)
+		return err
+	}
+
+	rep := &Report{BodyBytes: len(payload), Concurrency: cfg.Concurrency, Rate: cfg.Rate}
+	// Warm up connections, the stream files and the schema compiler.
+	if _, err := closedLoop(ctx, "warm-up", cfg.Concurrency, time.Second, 2000, webhook); err != nil {
+		return nil, err
+	}
+	if rep.Saturation, err = closedLoop(ctx, "gateway at saturation", cfg.Concurrency, cfg.Duration, cfg.MaxRequests, webhook); err != nil {
+		return nil, err
+	}
+	if rep.FixedRate, err = openLoop(ctx, fmt.Sprintf("gateway at %d/s", cfg.Rate), cfg.Rate, cfg.Duration, cfg.MaxRequests, webhook); err != nil {
+		return nil, err
+	}
+	if rep.HTTPCeiling, err = closedLoop(ctx, "ceiling: HTTP read body + 202", cfg.Concurrency, cfg.Duration, cfg.MaxRequests, null); err != nil {
+		return nil, err
+	}
+	if rep.NATSCeiling, err = closedLoop(ctx, "ceiling: raw JetStream publish", cfg.Concurrency, cfg.Duration, cfg.MaxRequests, raw); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+func send(client *http.Client, req *http.Request, want int) error {
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		return fmt.Errorf("status %d, want %d", resp.StatusCode, want)
+	}
+	return nil
+}
+
+// closedLoop runs op from n workers back to back until d passed or max ops ran.
+func closedLoop(ctx context.Context, name string, n int, d time.Duration, max int, op func(context.Context) error) (Phase, error) {
+	var (
+		issued atomic.Int64
+		errs   atomic.Int64
+		mu     sync.Mutex
+		lat    = make([]time.Duration, 0, min(max, 1<<20))
+		wg     sync.WaitGroup
+	)
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second) // bounds a stuck request
+	defer cancel()
+	start := time.Now()
+	end := start.Add(d)
+	for range n {
+		wg.Go(func() {
+			local := make([]time.Duration, 0, 1024)
+			for time.Now().Before(end) && issued.Add(1) <= int64(max) && ctx.Err() == nil {
+				t0 := time.Now()
+				if err := op(ctx); err != nil {
+					errs.Add(1)
+					continue
+				}
+				local = append(local, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, local...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := context.Cause(ctx); err != nil && errors.Is(err, context.Canceled) {
+		return Phase{}, err
+	}
+	return summarize(name, lat, int(errs.Load()), elapsed), nil
+}
+
+// openLoop sends op at a fixed rate for d (at most max ops); each latency is
+// measured from the op's scheduled time.
+func openLoop(ctx context.Context, name string, rate int, d time.Duration, max int, op func(context.Context) error) (Phase, error) {
+	total := min(int(d.Seconds()*float64(rate)), max)
+	interval := time.Second / time.Duration(rate)
+	lat := make([]time.Duration, total)
+	ok := make([]bool, total)
+	var errs atomic.Int64
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 1024) // bounds outstanding requests
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	start := time.Now()
+	for i := range total {
+		at := start.Add(time.Duration(i) * interval)
+		if w := time.Until(at); w > 0 {
+			t := time.NewTimer(w)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return Phase{}, ctx.Err()
+			}
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return Phase{}, ctx.Err()
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := op(ctx); err != nil {
+				errs.Add(1)
+				return
+			}
+			lat[i], ok[i] = time.Since(at), true
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	kept := lat[:0]
+	for i, l := range lat {
+		if ok[i] {
+			kept = append(kept, l)
+		}
+	}
+	return summarize(name, kept, int(errs.Load()), elapsed), nil
+}
+
+func summarize(name string, lat []time.Duration, errs int, elapsed time.Duration) Phase {
+	slices.Sort(lat)
+	p := Phase{Name: name, Requests: len(lat), Errors: errs, Elapsed: elapsed}
+	if len(lat) > 0 {
+		p.P50 = lat[len(lat)*50/100]
+		p.P99 = lat[min(len(lat)-1, len(lat)*99/100)]
+		p.Max = lat[len(lat)-1]
+	}
+	return p
+}

@@ -1,0 +1,406 @@
+package github_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	gh "github.com/google/go-github/v60/github"
+
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/mappers"
+	"github.com/relaystation/relay/mappers/github"
+	"github.com/relaystation/relay/secret"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden envelopes in testdata/golden")
+
+const testSecret = "It's a Secret to Everybody"
+
+// received is the fixed receive time of golden requests; envelopes take their
+// timestamp from it.
+var received = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// fixedID replaces the random envelope id in golden files.
+const fixedID = "00000000-0000-4000-8000-000000000000"
+
+func newProvider() *github.Provider {
+	return github.New(github.Config{Secret: secret.New(testSecret)})
+}
+
+func request(event, delivery string, body []byte) *mappers.Request {
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set(github.HeaderEvent, event)
+	h.Set(github.HeaderDelivery, delivery)
+	h.Set(github.HeaderHookID, "123456")
+	h.Set(github.HeaderSignature256, github.Sign([]byte(testSecret), body))
+	return &mappers.Request{Header: h, Body: body, Received: received}
+}
+
+// golden is what a golden file holds: where the envelope goes and the envelope.
+type golden struct {
+	Subject  string          `json:"subject"`
+	MsgID    string          `json:"msg_id"`
+	Envelope json.RawMessage `json:"envelope"`
+}
+
+// TestGolden maps every payload in testdata/payloads and compares the result
+// with testdata/golden (go test -update rewrites them). Every golden envelope
+// must validate against the schema.
+func TestGolden(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/payloads/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no payloads in testdata/payloads: %v", err)
+	}
+	p := newProvider()
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".json")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			body, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			event, _, _ := strings.Cut(name, ".")
+			r := request(event, "delivery-"+name, body)
+			if err := p.Verify(r); err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+			res, err := p.Map(r)
+			if err != nil {
+				t.Fatalf("Map: %v", err)
+			}
+			if len(res.Items) != 1 {
+				t.Fatalf("got %d items, want 1", len(res.Items))
+			}
+			it := res.Items[0]
+			it.Envelope.ID = fixedID
+			env, err := json.MarshalIndent(it.Envelope, "  ", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := json.MarshalIndent(golden{Subject: it.Subject, MsgID: it.MsgID, Envelope: env}, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, '\n')
+			path := filepath.Join("testdata", "golden", name+".json")
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("read golden (run go test -update): %v", err)
+			}
+			var g golden
+			if err := json.Unmarshal(want, &g); err != nil {
+				t.Fatalf("golden %s: %v", path, err)
+			}
+			if err := envelope.ValidateJSON(g.Envelope); err != nil {
+				t.Errorf("golden %s is not a valid envelope: %v", path, err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("envelope of %s differs from %s (run go test -update to accept):\ngot:\n%s\nwant:\n%s", file, path, got, want)
+			}
+		})
+	}
+}
+
+// example is one payload of @octokit/webhooks-examples.
+type example struct {
+	Event   string
+	Payload json.RawMessage
+}
+
+// octokitExamples reads every example of the npm package
+// @octokit/webhooks-examples (api.github.com), installed by scripts/setup.sh.
+func octokitExamples(t testing.TB) []example {
+	t.Helper()
+	path := filepath.Join("..", "..", "testdata", "npm", "node_modules", "@octokit", "webhooks-examples", "api.github.com", "index.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		testenv.Missing(t, "npm fixtures: run scripts/setup.sh (npm ci in testdata/npm): %v", err)
+	}
+	var index []struct {
+		Name     string            `json:"name"`
+		Examples []json.RawMessage `json:"examples"`
+	}
+	if err := json.Unmarshal(raw, &index); err != nil {
+		t.Fatalf("parse %s: %v", path, err)
+	}
+	var out []example
+	for _, ev := range index {
+		for _, p := range ev.Examples {
+			out = append(out, example{Event: ev.Name, Payload: p})
+		}
+	}
+	return out
+}
+
+// expectedThread derives the thread key from the raw JSON independently of the
+// mapper: the issue, pull request or discussion number when the payload has one.
+func expectedThread(t *testing.T, event string, payload []byte) (thread string, action string) {
+	t.Helper()
+	var p struct {
+		Action     string `json:"action"`
+		Repository *struct {
+			FullName string `json:"full_name"`
+		} `json:"repository"`
+		Organization *struct{ Login string } `json:"organization"`
+		Installation *struct {
+			Account *struct{ Login string } `json:"account"`
+		} `json:"installation"`
+		Number      int                   `json:"number"`
+		Issue       *struct{ Number int } `json:"issue"`
+		PullRequest *struct{ Number int } `json:"pull_request"`
+		Discussion  *struct{ Number int } `json:"discussion"`
+		CheckRun    *struct {
+			PullRequests []struct{ Number int } `json:"pull_requests"`
+		} `json:"check_run"`
+		CheckSuite *struct {
+			PullRequests []struct{ Number int } `json:"pull_requests"`
+		} `json:"check_suite"`
+		WorkflowRun *struct {
+			PullRequests []struct{ Number int } `json:"pull_requests"`
+		} `json:"workflow_run"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil {
+		t.Fatalf("decode example: %v", err)
+	}
+	n := 0
+	switch {
+	case p.Issue != nil:
+		n = p.Issue.Number
+	case p.PullRequest != nil:
+		n = p.PullRequest.Number
+	case p.Discussion != nil:
+		n = p.Discussion.Number
+	case p.CheckRun != nil && len(p.CheckRun.PullRequests) > 0:
+		n = p.CheckRun.PullRequests[0].Number
+	case p.CheckSuite != nil && len(p.CheckSuite.PullRequests) > 0:
+		n = p.CheckSuite.PullRequests[0].Number
+	case p.WorkflowRun != nil && len(p.WorkflowRun.PullRequests) > 0:
+		n = p.WorkflowRun.PullRequests[0].Number
+	}
+	if n == 0 && strings.HasPrefix(event, "pull_request") {
+		n = p.Number
+	}
+	switch {
+	case p.Repository != nil && n > 0:
+		owner, repo, _ := strings.Cut(p.Repository.FullName, "/")
+		return envelope.GitHubThread(owner, repo, n), p.Action
+	case p.Repository != nil:
+		return "github:" + p.Repository.FullName, p.Action
+	case p.Organization != nil:
+		return "github:" + p.Organization.Login, p.Action
+	case p.Installation != nil && p.Installation.Account != nil:
+		return "github:" + p.Installation.Account.Login, p.Action
+	}
+	return "", p.Action
+}
+
+// TestOctokitExamples maps every example of @octokit/webhooks-examples: each
+// gives one schema-valid envelope on in.github.{event} with the thread of its
+// issue, pull request or discussion and the payload's action.
+func TestOctokitExamples(t *testing.T) {
+	t.Parallel()
+	p := newProvider()
+	exs := octokitExamples(t)
+	if len(exs) < 300 {
+		t.Fatalf("got %d examples, want the whole api.github.com set (300+)", len(exs))
+	}
+	for i, ex := range exs {
+		r := request(ex.Event, "d", ex.Payload)
+		res, err := p.Map(r)
+		if err != nil {
+			t.Errorf("example %d (%s): Map: %v", i, ex.Event, err)
+			continue
+		}
+		if len(res.Items) != 1 {
+			t.Errorf("example %d (%s): got %d items, want 1", i, ex.Event, len(res.Items))
+			continue
+		}
+		it := res.Items[0]
+		if want := "in.github." + ex.Event; it.Subject != want {
+			t.Errorf("example %d: subject %q, want %q", i, it.Subject, want)
+		}
+		if err := envelope.Validate(it.Envelope); err != nil {
+			t.Errorf("example %d (%s): %v", i, ex.Event, err)
+		}
+		thread, action := expectedThread(t, ex.Event, ex.Payload)
+		if it.Envelope.Meta.Thread != thread {
+			t.Errorf("example %d (%s): thread %q, want %q", i, ex.Event, it.Envelope.Meta.Thread, thread)
+		}
+		if got := it.Envelope.Meta.Source.Action; got != action {
+			t.Errorf("example %d (%s): action %q, want %q", i, ex.Event, got, action)
+		}
+		if it.Envelope.Content == "" || strings.Contains(it.Envelope.Content, "%!") {
+			t.Errorf("example %d (%s): content %q", i, ex.Event, it.Envelope.Content)
+		}
+		wantRole := envelope.RoleUser
+		if ex.Event == "ping" {
+			wantRole = envelope.RoleSystem
+		}
+		if it.Envelope.Role != wantRole {
+			t.Errorf("example %d (%s): role %q, want %q", i, ex.Event, it.Envelope.Role, wantRole)
+		}
+	}
+}
+
+// TestSameThread checks that every event about one issue or pull request,
+// whatever its type, lands in that conversation's thread.
+func TestSameThread(t *testing.T) {
+	t.Parallel()
+	p := newProvider()
+	cases := []struct {
+		name, event, body string
+	}{
+		{"issue opened", "issues", `{"action":"opened","issue":{"number":7,"title":"t"},"repository":{"full_name":"o/r"}}`},
+		{"issue comment", "issue_comment", `{"action":"created","issue":{"number":7},"comment":{"body":"hi"},"repository":{"full_name":"o/r"}}`},
+		{"pr comment as issue comment", "issue_comment", `{"action":"created","issue":{"number":7,"pull_request":{}},"comment":{"body":"x"},"repository":{"full_name":"o/r"}}`},
+		{"pull request", "pull_request", `{"action":"opened","number":7,"pull_request":{"number":7},"repository":{"full_name":"o/r"}}`},
+		{"review", "pull_request_review", `{"action":"submitted","review":{"state":"approved"},"pull_request":{"number":7},"repository":{"full_name":"o/r"}}`},
+		{"review comment", "pull_request_review_comment", `{"action":"created","comment":{"path":"a.go"},"pull_request":{"number":7},"repository":{"full_name":"o/r"}}`},
+		{"check run on the PR", "check_run", `{"action":"completed","check_run":{"name":"ci","pull_requests":[{"number":7}]},"repository":{"full_name":"o/r"}}`},
+		{"workflow run on the PR", "workflow_run", `{"action":"completed","workflow_run":{"pull_requests":[{"number":7}]},"repository":{"full_name":"o/r"}}`},
+		{"unknown event type", "future_event", `{"action":"x","pull_request":{"number":7},"repository":{"full_name":"o/r"}}`},
+	}
+	want := envelope.GitHubThread("o", "r", 7)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res, err := p.Map(request(tc.event, "d", []byte(tc.body)))
+			if err != nil {
+				t.Fatalf("Map: %v", err)
+			}
+			if got := res.Items[0].Envelope.Meta.Thread; got != want {
+				t.Errorf("got thread %q, want %q", got, want)
+			}
+			if err := envelope.Validate(res.Items[0].Envelope); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestMapDetails(t *testing.T) {
+	t.Parallel()
+	p := github.New(github.Config{Secret: secret.New(testSecret), MaxContent: 50})
+	long := strings.Repeat("é", 200)
+	body := []byte(`{"action":"opened","issue":{"number":3,"title":"Crash","body":"` + long + `","html_url":"https://github.com/o/r/issues/3"},` +
+		`"repository":{"full_name":"o/r","html_url":"https://github.com/o/r"},"sender":{"login":"dependabot[bot]","type":"Bot"}}`)
+	r := request("issues", "guid-1", body)
+	res, err := p.Map(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	it := res.Items[0]
+	e := it.Envelope
+	if it.MsgID != "github:123456:guid-1" {
+		t.Errorf("got msg id %q, want github:123456:guid-1", it.MsgID)
+	}
+	wantSrc := envelope.Source{Event: "issues", Action: "opened", DeliveryID: "guid-1", URL: "https://github.com/o/r/issues/3", Actor: "dependabot[bot]"}
+	if *e.Meta.Source != wantSrc {
+		t.Errorf("got source %+v, want %+v", *e.Meta.Source, wantSrc)
+	}
+	if bot, _ := e.Meta.Get("bot"); bot != true {
+		t.Errorf("got meta.bot %v, want true for a Bot sender", bot)
+	}
+	if !e.Timestamp.Equal(received) {
+		t.Errorf("got timestamp %s, want the receive time %s", e.Timestamp, received)
+	}
+	if !strings.HasPrefix(e.Content, "dependabot[bot] opened issue #3 in o/r: Crash\n\n") || !strings.HasSuffix(e.Content, "…") {
+		t.Errorf("got content %q", e.Content)
+	}
+	if n := len(e.Content) - len("dependabot[bot] opened issue #3 in o/r: Crash\n\n"); n > 50+len("…") {
+		t.Errorf("body of %d bytes in content, want at most 50 + marker", n)
+	}
+	if e.Meta.Budget == nil || e.Meta.Budget.Tokens == 0 {
+		t.Errorf("got budget %+v, want a token estimate", e.Meta.Budget)
+	}
+
+	// The same payload as a form body (payload=...) maps the same way.
+	form := []byte("payload=" + url.QueryEscape(string(body)))
+	fr := request("issues", "guid-1", form)
+	fr.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if err := p.Verify(fr); err != nil {
+		t.Fatalf("Verify form body: %v", err)
+	}
+	fres, err := p.Map(fr)
+	if err != nil {
+		t.Fatalf("Map form body: %v", err)
+	}
+	if fres.Items[0].Envelope.Content != e.Content {
+		t.Errorf("form body content %q, want %q", fres.Items[0].Envelope.Content, e.Content)
+	}
+
+	// Without a delivery id the identity is the body's hash: stable across retries.
+	nr := request("issues", "", body)
+	a, _ := p.Map(nr)
+	b, _ := p.Map(nr)
+	if a.Items[0].MsgID != b.Items[0].MsgID || !strings.HasPrefix(a.Items[0].MsgID, "github:123456:sha256:") {
+		t.Errorf("got msg ids %q and %q, want equal body-hash ids", a.Items[0].MsgID, b.Items[0].MsgID)
+	}
+}
+
+func TestMapParseErrors(t *testing.T) {
+	t.Parallel()
+	p := newProvider()
+	cases := []struct {
+		name, event, body string
+	}{
+		{"not JSON", "issues", `{"action":`},
+		{"JSON array", "issues", `[1,2]`},
+		{"JSON null", "issues", `null`},
+		{"empty", "issues", ``},
+		{"unknown event, not JSON", "brand_new", `{nope`},
+		{"no event header", "", `{}`},
+		{"event header too long", strings.Repeat("x", 200), `{}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := p.Map(request(tc.event, "d", []byte(tc.body)))
+			var pe *mappers.ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("got %v, want a *mappers.ParseError", err)
+			}
+			if pe.Provider != "github" {
+				t.Errorf("got provider %q, want github", pe.Provider)
+			}
+		})
+	}
+}
+
+// TestTypedFallback: a payload go-github cannot decode into its typed event
+// (a field of another JSON type) is still mapped, generically.
+func TestTypedFallback(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"action":"opened","issue":{"number":9,"title":["not","a","string"]},"repository":{"full_name":"o/r"},"sender":{"login":"a"}}`)
+	if _, err := gh.ParseWebHook("issues", body); err == nil {
+		t.Fatal("go-github decoded the mismatched payload; the test needs one it cannot decode")
+	}
+	res, err := newProvider().Map(request("issues", "d", body))
+	if err != nil {
+		t.Fatalf("Map: %v", err)
+	}
+	if got, want := res.Items[0].Envelope.Meta.Thread, "github:o/r#9"; got != want {
+		t.Errorf("got thread %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,175 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/mappers"
+)
+
+// publishShare is the part of a provider's deadline the gateway spends
+// waiting for acknowledgements; the rest covers reading, mapping and
+// answering, so a 503 reaches the provider before it gives up.
+const publishShare = 0.85
+
+// outcome is how one request ended: its status, the body to write and, for
+// failures, why (logged by the handler, never sent to the client).
+type outcome struct {
+	status int
+	reply  *mappers.Reply
+	msg    string
+	err    error
+	level  slog.Level
+	stored int
+	dups   int
+}
+
+func (s *Service) handler(rt *route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		o := s.serve(w, r, rt, start)
+		if o.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", http.MethodPost)
+		}
+		if o.status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
+		if o.reply != nil {
+			if o.reply.ContentType != "" {
+				w.Header().Set("Content-Type", o.reply.ContentType)
+			}
+			w.WriteHeader(o.status)
+			_, _ = w.Write(o.reply.Body)
+		} else {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(o.status)
+			_, _ = io.WriteString(w, o.msg+"\n")
+		}
+		s.metrics.observe(rt, o, time.Since(start))
+		if o.err != nil || s.log.Enabled(r.Context(), slog.LevelDebug) {
+			s.log.Log(r.Context(), o.level, "webhook", "provider", rt.name, "route", rt.suffix, "status", o.status,
+				"envelopes", o.stored, "duplicates", o.dups, "remote", r.RemoteAddr, "err", o.err, "duration", time.Since(start))
+		}
+	})
+}
+
+// serve runs one request through read, verify, map and publish.
+func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start time.Time) (o outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			o = outcome{status: http.StatusInternalServerError, msg: "internal error",
+				err: fmt.Errorf("%s mapper panic: %v", rt.name, v), level: slog.LevelError}
+		}
+	}()
+	if r.Method != http.MethodPost {
+		return outcome{status: http.StatusMethodNotAllowed, msg: "method not allowed: use POST", level: slog.LevelDebug}
+	}
+	limit := rt.limits.MaxBody
+	if r.ContentLength > limit {
+		return tooLarge(rt, r.ContentLength)
+	}
+	// Reserve the body's memory before reading it; unknown lengths reserve the limit.
+	reserve := limit
+	if r.ContentLength >= 0 {
+		reserve = max(r.ContentLength, 1)
+	}
+	if !s.inflight.TryAcquire(reserve) {
+		return outcome{status: http.StatusServiceUnavailable, msg: "busy, retry later",
+			err: fmt.Errorf("in-flight body budget of %d bytes spent", s.cfg.MaxInflightBytes), level: slog.LevelWarn}
+	}
+	defer s.inflight.Release(reserve)
+
+	body, err := readBody(r, limit)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) || errors.Is(err, errTooLarge) {
+			return tooLarge(rt, -1)
+		}
+		return outcome{status: http.StatusBadRequest, msg: "cannot read body", err: fmt.Errorf("read body: %w", err), level: slog.LevelInfo}
+	}
+	req := &mappers.Request{Route: rt.suffix, Header: r.Header, Body: body, Received: start}
+	if err := rt.provider.Verify(req); err != nil {
+		if errors.Is(err, mappers.ErrNoSecret) {
+			return outcome{status: http.StatusUnauthorized, msg: "webhook refused: no secret configured for " + rt.name,
+				err: fmt.Errorf("%s: %w", rt.name, err), level: slog.LevelWarn}
+		}
+		return outcome{status: http.StatusUnauthorized, msg: "signature verification failed", err: err, level: slog.LevelWarn}
+	}
+	res, err := rt.provider.Map(req)
+	if err != nil {
+		var pe *mappers.ParseError
+		if errors.As(err, &pe) {
+			return outcome{status: http.StatusBadRequest, msg: "cannot parse payload", err: err, level: slog.LevelInfo}
+		}
+		return outcome{status: http.StatusInternalServerError, msg: "internal error", err: err, level: slog.LevelError}
+	}
+	// The provider's hang-up must not stop a publish half way: publish every
+	// item under the provider's deadline, not the request's context.
+	deadline := start.Add(time.Duration(float64(rt.limits.Deadline) * publishShare))
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
+	defer cancel()
+	for _, it := range res.Items {
+		pr, err := s.pub.Publish(ctx, it.Subject, it.Envelope, bus.WithMsgID(it.MsgID))
+		if err != nil {
+			o.err = fmt.Errorf("%s delivery %s: %w", rt.name, it.MsgID, err)
+			if errors.Is(err, bus.ErrInvalidEnvelope) {
+				o.status, o.msg, o.level = http.StatusInternalServerError, "internal error", slog.LevelError
+				return o
+			}
+			o.status, o.msg, o.level = http.StatusServiceUnavailable, "bus unavailable, retry later", slog.LevelWarn
+			return o
+		}
+		if pr.Duplicate {
+			o.dups++
+		} else {
+			o.stored++
+		}
+	}
+	o.status, o.msg, o.level = http.StatusOK, "ok", slog.LevelDebug
+	if res.Reply != nil {
+		o.reply = res.Reply
+		if o.reply.Status != 0 {
+			o.status = o.reply.Status
+		}
+	}
+	return o
+}
+
+func tooLarge(rt *route, n int64) outcome {
+	size := "the body"
+	if n >= 0 {
+		size = strconv.FormatInt(n, 10) + " bytes"
+	}
+	return outcome{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("body over the %d-byte limit", rt.limits.MaxBody),
+		err: fmt.Errorf("%s: %s over the limit of %d", rt.name, size, rt.limits.MaxBody), level: slog.LevelWarn}
+}
+
+var errTooLarge = errors.New("body over the limit")
+
+// readBody reads the whole body, at most limit bytes; a declared length is
+// read into one exact allocation.
+func readBody(r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength >= 0 {
+		buf := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, errTooLarge
+	}
+	return b, nil
+}
