@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/relaystation/relay/services/toolrunner"
+	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+func init() {
+	registerCommand(&command{
+		name:    "mcp",
+		usage:   "list|test|call|enable|disable|stop|resume",
+		summary: "MCP servers of mcp.json: `list [-json]`, `test <server>`, `call <server> <tool> --args '{...}'`, `enable|disable <server>`, `stop|resume` (stop switch)",
+		run:     runMCP,
+	})
+}
+
+const mcpUsage = `usage:
+  relay mcp list [-json]                              servers, status and tools (from the running relay, else probed)
+  relay mcp test <server> [-json]                     health report; exit 1 when unhealthy
+  relay mcp call <server> <tool> [--args '{...}'] [--role R] [-json]
+  relay mcp enable <server>                           re-enable (resets the health failure count)
+  relay mcp disable <server> [--reason TEXT]
+  relay mcp stop | resume                             the stop switch: block / allow every new execution`
+
+func runMCP(ctx context.Context, a *app, args []string) error {
+	ts := readToolSettings(a.env)
+	if err := a.checkEnv(); err != nil {
+		return err
+	}
+	if len(args) == 0 {
+		return &exitError{code: 2, msg: mcpUsage}
+	}
+	sub, rest := args[0], args[1:]
+	switch sub {
+	case "list":
+		return mcpList(ctx, a, ts, rest)
+	case "test":
+		return mcpTest(ctx, a, ts, rest)
+	case "call":
+		return mcpCall(ctx, a, ts, rest)
+	case "enable", "disable":
+		return mcpEnable(ctx, a, ts, sub == "enable", rest)
+	case "stop", "resume":
+		return mcpStop(ctx, a, sub == "stop")
+	}
+	return &exitError{code: 2, msg: fmt.Sprintf("mcp: unknown subcommand %q\n%s", sub, mcpUsage)}
+}
+
+func findServer(ts *toolSettings, name string) (mcpconfig.Server, error) {
+	for _, s := range ts.Servers {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	names := make([]string, len(ts.Servers))
+	for i, s := range ts.Servers {
+		names[i] = s.Name
+	}
+	return mcpconfig.Server{}, &exitError{code: 2, msg: fmt.Sprintf("no server %q in %s (servers: %s)", name, ts.ConfigPath, strings.Join(names, ", "))}
+}
+
+func mcpList(ctx context.Context, a *app, ts *toolSettings, args []string) error {
+	fs := flag.NewFlagSet("mcp list", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var statuses []tools.ServerStatus
+	source := "running relay"
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	b, err := a.clientBus(cctx)
+	cancel()
+	if err == nil {
+		defer b.Close()
+		if st, err := tools.StatusRemote(ctx, b.Conn(), b.Prefix()); err == nil {
+			statuses = st.Servers
+			if st.Stopped {
+				fmt.Fprintln(a.stderr, "stop switch is ON: no new tool executions")
+			}
+		}
+	}
+	if statuses == nil {
+		source = "probed now (no running tool runner answered)"
+		persisted := map[string]tools.ServerState{}
+		if b != nil {
+			if kv, err := toolrunner.OpenState(ctx, b); err == nil {
+				if st, err := kv.Load(ctx); err == nil {
+					persisted = st.Servers
+				}
+			}
+		}
+		statuses = probeAll(ctx, ts, persisted)
+	}
+	if *asJSON {
+		return json.NewEncoder(a.stdout).Encode(map[string]any{"source": source, "servers": statuses})
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVER\tTYPE\tSTATUS\tBREAKER\tPROTOCOL\tTOOLS\tNOTE")
+	for _, s := range statuses {
+		note := s.LastError
+		if s.State == tools.StateDisabled {
+			note = s.DisabledReason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Type, s.State, orDash(s.Breaker), orDash(s.ProtocolVersion),
+			toolList(s), oneLine(note, 80))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "%d server(s) in %s; status from %s\n", len(statuses), ts.ConfigPath, source)
+	return nil
+}
+
+func toolList(s tools.ServerStatus) string {
+	if len(s.ToolNames) == 0 {
+		if s.Tools == 0 {
+			return "-"
+		}
+		return fmt.Sprint(s.Tools)
+	}
+	return fmt.Sprintf("%d: %s", len(s.ToolNames), oneLine(strings.Join(s.ToolNames, ","), 60))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// probeAll checks every enabled server with a fresh session, in parallel.
+func probeAll(ctx context.Context, ts *toolSettings, persisted map[string]tools.ServerState) []tools.ServerStatus {
+	out := make([]tools.ServerStatus, len(ts.Servers))
+	var wg sync.WaitGroup
+	for i, s := range ts.Servers {
+		st := tools.ServerStatus{Name: s.Name, Type: string(s.Type), Description: s.Description}
+		disabled, why := s.Disabled, s.Description
+		if p, ok := persisted[s.Name]; ok {
+			disabled, why = p.Disabled, p.Reason
+		}
+		if disabled {
+			st.State, st.DisabledReason = tools.StateDisabled, why
+			out[i] = st
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := ts.Runner
+			cfg.ConnectTimeout = 20 * time.Second
+			p := tools.ProbeServer(ctx, cfg, s)
+			st.State, st.LastError = tools.StateReady, p.Error
+			if !p.OK {
+				st.State = tools.StateOffline
+			}
+			st.ProtocolVersion, st.Handshake, st.ToolNames, st.Tools = p.ProtocolVersion, p.Handshake, p.Tools, len(p.Tools)
+			st.ServerName, st.ServerVersion = p.ServerName, p.ServerVersion
+			out[i] = st
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func mcpTest(ctx context.Context, a *app, ts *toolSettings, args []string) error {
+	if len(args) == 0 {
+		return &exitError{code: 2, msg: "usage: relay mcp test <server> [-json]"}
+	}
+	s, err := findServer(ts, args[0])
+	if err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("mcp test", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	p := tools.ProbeServer(ctx, ts.Runner, s)
+	if *asJSON {
+		if err := json.NewEncoder(a.stdout).Encode(p); err != nil {
+			return err
+		}
+	} else {
+		status := "healthy"
+		if !p.OK {
+			status = "UNHEALTHY: " + p.Error
+		}
+		fmt.Fprintf(a.stdout, "server:       %s (%s)\n", s.Name, s.Type)
+		fmt.Fprintf(a.stdout, "status:       %s\n", status)
+		fmt.Fprintf(a.stdout, "handshake:    %s\n", p.Handshake.Round(time.Microsecond))
+		fmt.Fprintf(a.stdout, "ping:         %s\n", p.Ping.Round(time.Microsecond))
+		fmt.Fprintf(a.stdout, "protocol:     %s (requested %s)\n", orDash(p.ProtocolVersion), s.ProtocolVersion)
+		fmt.Fprintf(a.stdout, "server info:  %s %s\n", orDash(p.ServerName), p.ServerVersion)
+		fmt.Fprintf(a.stdout, "capabilities: %s\n", orDash(string(p.Capabilities)))
+		fmt.Fprintf(a.stdout, "tools (%d):    %s\n", len(p.Tools), strings.Join(p.Tools, ", "))
+	}
+	if !p.OK {
+		return &exitError{code: 1}
+	}
+	return nil
+}
+
+func mcpCall(ctx context.Context, a *app, ts *toolSettings, args []string) error {
+	if len(args) < 2 {
+		return &exitError{code: 2, msg: "usage: relay mcp call <server> <tool> [--args '{...}'] [--role R] [-json]"}
+	}
+	s, err := findServer(ts, args[0])
+	if err != nil {
+		return err
+	}
+	tool := args[1]
+	fs := flag.NewFlagSet("mcp call", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	rawArgs := fs.String("args", "{}", "tool arguments as a JSON object")
+	role := fs.String("role", "", "check the call against this role's capabilities (default: operator, no capability check)")
+	asJSON := fs.Bool("json", false, "print the whole result as JSON")
+	if err := fs.Parse(args[2:]); err != nil {
+		return err
+	}
+	var targs map[string]any
+	if err := json.Unmarshal([]byte(*rawArgs), &targs); err != nil {
+		return &exitError{code: 2, msg: fmt.Sprintf("--args: not a JSON object: %v", err)}
+	}
+	cfg := ts.Runner
+	s.Disabled = false // an operator may call a disabled server directly
+	cfg.Servers = []mcpconfig.Server{s}
+	cfg.Logger = a.log
+	r, err := tools.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	pending := r.WaitReady(wctx)
+	cancel()
+	if len(pending) > 0 {
+		st := r.Servers()[0]
+		return &exitError{code: 1, msg: fmt.Sprintf("server %s is %s: %s", s.Name, st.State, st.LastError)}
+	}
+	res := r.Call(ctx, tools.Request{Tool: s.Name + "." + tool, Args: targs, Caller: tools.Caller{Role: *role}, Operator: *role == "",
+		Progress: func(p tools.ProgressEvent) {
+			fmt.Fprintf(a.stderr, "progress %g/%g %s\n", p.Progress, p.Total, p.Message)
+		}})
+	if *asJSON {
+		if err := json.NewEncoder(a.stdout).Encode(res.Map()); err != nil {
+			return err
+		}
+	} else if res.Err == nil {
+		if res.Text != "" {
+			fmt.Fprintln(a.stdout, res.Text)
+		}
+		if res.Structured != nil {
+			b, _ := json.MarshalIndent(res.Structured, "", "  ")
+			fmt.Fprintln(a.stdout, string(b))
+		}
+	}
+	if res.Err != nil {
+		return &exitError{code: 1, msg: fmt.Sprintf("%s (status %s)", res.Err, res.Status)}
+	}
+	return nil
+}
+
+func mcpEnable(ctx context.Context, a *app, ts *toolSettings, enable bool, args []string) error {
+	verb := map[bool]string{true: "enable", false: "disable"}[enable]
+	if len(args) == 0 {
+		return &exitError{code: 2, msg: "usage: relay mcp " + verb + " <server>"}
+	}
+	name := args[0]
+	if _, err := findServer(ts, name); err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("mcp "+verb, flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	reason := fs.String("reason", "disabled by an operator", "why (disable)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	b, err := a.clientBus(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	st, err := toolrunner.OpenState(ctx, b)
+	if err != nil {
+		return err
+	}
+	ss := tools.ServerState{Disabled: !enable, By: "operator", At: time.Now().UTC()}
+	if !enable {
+		ss.Reason = *reason
+	}
+	if err := st.SetServer(ctx, name, ss); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "%sd %s (running tool runners pick it up at once)\n", verb, name)
+	return nil
+}
+
+func mcpStop(ctx context.Context, a *app, stop bool) error {
+	b, err := a.clientBus(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	st, err := toolrunner.OpenState(ctx, b)
+	if err != nil {
+		return err
+	}
+	if err := st.SetStop(ctx, stop); err != nil {
+		return err
+	}
+	if stop {
+		fmt.Fprintln(a.stdout, "stop switch ON: tool runners refuse new executions (`relay mcp resume` to undo)")
+	} else {
+		fmt.Fprintln(a.stdout, "stop switch OFF: tool executions allowed")
+	}
+	return nil
+}

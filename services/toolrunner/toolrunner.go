@@ -1,0 +1,395 @@
+// Package toolrunner is the tool runner worker: it consumes tool-call
+// envelopes from the bus (subject tool.call, durable consumer "toolrunner"),
+// runs them on MCP servers through a tools.Runner, and answers each with a
+// `tool` envelope carrying tool_call.result: on tool.result when the run
+// succeeded, on tool.failed (result.error set) otherwise.
+//
+// It also publishes every audit record as a system envelope on audit.tool,
+// announces auto-disabled servers with a system envelope on
+// system.toolrunner, keeps enable/disable state in a JetStream key-value
+// bucket (KVState) that `relay mcp enable|disable` writes, and answers
+// rpc.tool.list / rpc.tool.status requests (tools.ListRemote).
+//
+// Redelivered calls do not run a tool twice: a call's id is claimed in the
+// key-value bucket "<PREFIX>_TOOLCALLS" before the run, and the reply
+// envelope is stored there before it is published (with Nats-Msg-Id
+// "tool-result-<call id>"), so a redelivery republishes the stored reply.
+package toolrunner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/tools"
+)
+
+// Subjects this service publishes, relative to the bus prefix (see also
+// envelope.SubjectToolResult and envelope.SubjectToolFailed).
+const (
+	// SubjectAudit carries one system envelope per invocation, meta.audit
+	// holding the tools.Record.
+	SubjectAudit = envelope.SubjectAudit + ".tool"
+	// SubjectNotice carries system notices (a server was auto-disabled).
+	SubjectNotice = envelope.SubjectSystem + ".toolrunner"
+)
+
+// Config configures the service.
+type Config struct {
+	// Tools configures the runner. The service sets its State, Audit and
+	// Notify.
+	Tools tools.Config
+	// Consumer is the durable consumer name. Default "toolrunner".
+	Consumer string
+	// Concurrency is how many calls this process runs at once. Default 25
+	// (the policy's global limit still applies).
+	Concurrency int
+	// CallRecordTTL is how long completed calls are remembered for
+	// de-duplication. Default 24h.
+	CallRecordTTL time.Duration
+	// AuditBuffer is how many audit records may wait for the bus. Default 1024.
+	AuditBuffer int
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Consumer == "" {
+		c.Consumer = "toolrunner"
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 25
+	}
+	if c.CallRecordTTL <= 0 {
+		c.CallRecordTTL = 24 * time.Hour
+	}
+	if c.AuditBuffer <= 0 {
+		c.AuditBuffer = 1024
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports a configuration the service cannot run with.
+func (c *Config) Validate() error {
+	if c.CallRecordTTL < time.Minute {
+		return fmt.Errorf("toolrunner: call record TTL %s must be at least 1m", c.CallRecordTTL)
+	}
+	return nil
+}
+
+// Service is the running tool runner worker. Run it once.
+type Service struct {
+	cfg    Config
+	log    *slog.Logger
+	bus    *bus.Bus
+	runner *tools.Runner
+	state  *KVState
+	calls  jetstream.KeyValue
+	audits chan tools.Record
+}
+
+// New opens the state and call buckets and builds the runner (not started).
+func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger, bus: b, audits: make(chan tools.Record, cfg.AuditBuffer)}
+	st, err := OpenState(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	s.state = st
+	s.calls, err = b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      CallBucket(b.Prefix()),
+		Description: "relay tool runner: tool calls claimed and completed, for de-duplication",
+		TTL:         cfg.CallRecordTTL,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open call bucket %s: %w", CallBucket(b.Prefix()), err)
+	}
+	tc := cfg.Tools
+	tc.State = st
+	tc.Audit = s
+	tc.Notify = s.notify
+	if tc.Logger == nil {
+		tc.Logger = cfg.Logger
+	}
+	s.runner, err = tools.New(tc)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// CallBucket returns the call-record bucket name for a bus prefix.
+func CallBucket(prefix string) string { return bucketName(prefix, "TOOLCALLS") }
+
+// Runner is the service's runner (for in-process use such as the agent in
+// `relay serve`): Tools, Call, Servers.
+func (s *Service) Runner() *tools.Runner { return s.runner }
+
+// Run starts the runner, answers tool list requests and consumes tool calls
+// until ctx is cancelled; then it drains in-flight calls and stops the
+// servers.
+func (s *Service) Run(ctx context.Context) error {
+	defer s.runner.Close()
+	if err := s.runner.Start(ctx); err != nil {
+		return err
+	}
+	stop, err := tools.Serve(s.bus.Conn(), s.bus.Prefix(), s.runner)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	var wg sync.WaitGroup
+	auditCtx, auditStop := context.WithCancel(context.WithoutCancel(ctx))
+	wg.Add(1)
+	go func() { defer wg.Done(); s.publishAudits(auditCtx) }()
+	err = s.bus.Consume(ctx, bus.ConsumerConfig{
+		Name:        s.cfg.Consumer,
+		Subject:     envelope.SubjectToolCall,
+		Concurrency: s.cfg.Concurrency,
+		// A call may run for the 5-minute budget maximum; heartbeats keep it.
+		AckWait: time.Minute,
+	}, bus.HandlerFunc(s.Handle))
+	auditStop()
+	wg.Wait()
+	return err
+}
+
+// callRecord is what the call bucket holds per call envelope id.
+type callRecord struct {
+	State string `json:"state"` // "running" or "done"
+	// Seq is the stream sequence of the message that claimed the call.
+	Seq   uint64          `json:"seq"`
+	Reply json.RawMessage `json:"reply,omitempty"`
+	At    time.Time       `json:"at"`
+}
+
+// ErrNoToolCall marks an envelope on tool.call without a tool_call.
+var ErrNoToolCall = errors.New("envelope has no tool_call to run")
+
+// Handle runs one tool-call envelope. Tool failures are answered on
+// tool.failed and acked; only bus or bucket failures return a transient
+// error (redelivery), and malformed calls a permanent one (dead letter).
+func (s *Service) Handle(ctx context.Context, m *bus.Message) error {
+	call := m.Envelope
+	if call.ToolCall == nil || call.ToolCall.Name == "" {
+		return bus.Permanent(fmt.Errorf("%s: %w", call.ID, ErrNoToolCall))
+	}
+	if call.ToolCall.Result != nil {
+		return bus.Permanent(fmt.Errorf("%s: tool_call already has a result", call.ID))
+	}
+	log := s.log.With("envelope_id", call.ID, "tool", call.ToolCall.Name, "thread", call.Meta.Thread)
+	key := call.ID
+	rec, err := s.claim(ctx, key, m.StreamSeq)
+	if err != nil {
+		return err
+	}
+	var reply *envelope.Envelope
+	switch rec.State {
+	case "done":
+		reply, err = envelope.Parse(rec.Reply)
+		if err != nil {
+			return bus.Permanent(fmt.Errorf("stored reply of %s: %w", key, err))
+		}
+		log.Info("redelivered call already ran; republishing its result")
+	case "running":
+		if rec.Seq != m.StreamSeq {
+			// The same envelope published twice: the delivery that claimed it
+			// owns it and publishes the one result (the same Nats-Msg-Id).
+			log.Info("duplicate of a call in progress; leaving it to its owner", "owner_seq", rec.Seq)
+			return nil
+		}
+		// JetStream redelivered the message whose earlier delivery claimed
+		// the call and never finished: it may or may not have reached the server.
+		if !s.runner.Safe(ctx, call.ToolCall.Name) {
+			reply = s.unknownOutcome(call)
+			log.Warn("earlier attempt was interrupted; not repeating a tool with side effects")
+			break
+		}
+		fallthrough
+	default:
+		res := s.runner.Call(ctx, request(call))
+		reply = s.reply(call, res)
+	}
+	if err := s.complete(ctx, key, reply); err != nil {
+		return err
+	}
+	subject := envelope.SubjectToolResult
+	if st, _ := reply.ToolCall.Result["status"].(string); st != string(tools.StatusSuccess) {
+		subject = envelope.SubjectToolFailed
+	}
+	if _, err := s.bus.Publish(ctx, subject, reply, bus.WithMsgID("tool-result-"+call.ID)); err != nil {
+		return fmt.Errorf("publish result of %s: %w", call.ID, err)
+	}
+	return nil
+}
+
+// claim returns the call's record, creating a "running" one owned by the
+// stream message seq when there is none.
+func (s *Service) claim(ctx context.Context, key string, seq uint64) (callRecord, error) {
+	b, _ := json.Marshal(callRecord{State: "running", Seq: seq, At: time.Now().UTC()})
+	if _, err := s.calls.Create(ctx, key, b); err == nil {
+		return callRecord{State: "new"}, nil
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		return callRecord{}, fmt.Errorf("claim call %s: %w", key, err)
+	}
+	e, err := s.calls.Get(ctx, key)
+	if err != nil {
+		return callRecord{}, fmt.Errorf("read call %s: %w", key, err)
+	}
+	var rec callRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return callRecord{State: "running", Seq: seq}, nil
+	}
+	return rec, nil
+}
+
+func (s *Service) complete(ctx context.Context, key string, reply *envelope.Envelope) error {
+	raw, err := reply.Marshal()
+	if err != nil {
+		return bus.Permanent(err)
+	}
+	b, _ := json.Marshal(callRecord{State: "done", Reply: raw, At: time.Now().UTC()})
+	if _, err := s.calls.Put(ctx, key, b); err != nil {
+		return fmt.Errorf("record call %s: %w", key, err)
+	}
+	return nil
+}
+
+// request builds the runner's request from a call envelope. The caller is
+// meta "agent": {"id": ..., "role": ...}.
+func request(call *envelope.Envelope) tools.Request {
+	return tools.Request{
+		CallID: call.ID,
+		Tool:   call.ToolCall.Name,
+		Args:   call.ToolCall.Args,
+		Caller: CallerOf(call),
+		TaskID: call.Meta.TaskID,
+		Thread: call.Meta.Thread,
+	}
+}
+
+// CallerOf reads meta "agent": {"id", "role"} of an envelope.
+func CallerOf(e *envelope.Envelope) tools.Caller {
+	v, _ := e.Meta.Get("agent")
+	m, _ := v.(map[string]any)
+	id, _ := m["id"].(string)
+	role, _ := m["role"].(string)
+	return tools.Caller{AgentID: id, Role: role}
+}
+
+// reply builds the tool envelope answering call.
+func (s *Service) reply(call *envelope.Envelope, res *tools.Result) *envelope.Envelope {
+	content := res.Text
+	if res.Err != nil {
+		content = "tool " + call.ToolCall.Name + " failed: " + res.Err.Error()
+	}
+	return s.envelopeFor(call, content, res.Map(), res.AuditID)
+}
+
+func (s *Service) unknownOutcome(call *envelope.Envelope) *envelope.Envelope {
+	msg := "an earlier attempt of this call was interrupted; it may or may not have run, and the tool is not read-only or idempotent, so it was not repeated"
+	return s.envelopeFor(call, "tool "+call.ToolCall.Name+" failed: "+msg,
+		map[string]any{"status": string(tools.StatusError), "error": msg, "redacted": false}, "")
+}
+
+func (s *Service) envelopeFor(call *envelope.Envelope, content string, result map[string]any, auditID string) *envelope.Envelope {
+	out := call.Reply(call.Channel, envelope.RoleTool, content)
+	out.ToolCall = &envelope.ToolCall{ID: call.ToolCall.ID, Name: call.ToolCall.Name, Args: call.ToolCall.Args, Result: result}
+	out.Meta.Set("in_reply_to", call.ID)
+	if a, ok := call.Meta.Get("agent"); ok {
+		out.Meta.Set("agent", a)
+	}
+	if auditID != "" {
+		out.Meta.Set("audit_id", auditID)
+	}
+	return out
+}
+
+// Audit implements tools.AuditSink: records wait in a buffer for the bus;
+// when it is full they are dropped (the JSONL file still has them).
+func (s *Service) Audit(_ context.Context, r tools.Record) {
+	select {
+	case s.audits <- r:
+	default:
+		s.log.Warn("audit buffer full; record kept only in the audit log", "audit_id", r.ID)
+	}
+}
+
+func (s *Service) publishAudits(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			// Flush what is buffered, briefly.
+			fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			for {
+				select {
+				case r := <-s.audits:
+					s.publishAudit(fctx, r)
+				default:
+					return
+				}
+			}
+		case r := <-s.audits:
+			s.publishAudit(ctx, r)
+		}
+	}
+}
+
+func (s *Service) publishAudit(ctx context.Context, r tools.Record) {
+	e := AuditEnvelope(r)
+	if _, err := s.bus.Publish(ctx, SubjectAudit, e, bus.WithMsgID("audit-"+r.ID)); err != nil {
+		s.log.Warn("audit record not published; kept in the audit log", "audit_id", r.ID, "err", err)
+	}
+}
+
+// AuditEnvelope wraps an audit record in a system envelope (channel
+// internal, meta.audit holding the record).
+func AuditEnvelope(r tools.Record) *envelope.Envelope {
+	e := envelope.New(envelope.ChannelInternal, envelope.RoleSystem,
+		fmt.Sprintf("tool audit: %s.%s %s", r.Server, r.Tool, r.Status))
+	e.Meta.TaskID = r.TaskID
+	e.Meta.Thread = r.Thread
+	var m map[string]any
+	b, _ := json.Marshal(r)
+	_ = json.Unmarshal(b, &m)
+	e.Meta.Set("audit", m)
+	return e
+}
+
+// notify announces an auto-disabled server.
+func (s *Service) notify(ctx context.Context, n tools.Notice) {
+	e := envelope.New(envelope.ChannelInternal, envelope.RoleSystem,
+		fmt.Sprintf("MCP server %q was auto-disabled after %d failed health checks (last error: %s). Re-enable it with `relay mcp enable %s`.",
+			n.Server, n.Failures, oneLine(n.LastError), n.Server))
+	e.Meta.Set("notice", map[string]any{"kind": "server_auto_disabled", "server": n.Server, "failures": n.Failures, "reason": n.Reason})
+	if _, err := s.bus.Publish(ctx, SubjectNotice, e); err != nil {
+		s.log.Error("auto-disable notice not published", "server", n.Server, "err", err)
+	}
+}
+
+func oneLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}

@@ -1,0 +1,360 @@
+package toolrunner
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+type msgIn struct {
+	Message string `json:"message"`
+}
+
+// mcpServer is an in-process SDK server over streamable HTTP with a
+// read-only echo and a side-effecting write that counts its runs.
+func mcpServer(t *testing.T) (url string, writes *atomic.Int32) {
+	t.Helper()
+	writes = new(atomic.Int32)
+	s := mcp.NewServer(&mcp.Implementation{Name: "svc-test", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "echo", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *mcp.CallToolRequest, in msgIn) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "Echo: " + in.Message}}}, nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "write"},
+		func(_ context.Context, _ *mcp.CallToolRequest, in msgIn) (*mcp.CallToolResult, any, error) {
+			writes.Add(1)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "wrote " + in.Message}}}, nil, nil
+		})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL, writes
+}
+
+type fixture struct {
+	b      *bus.Bus
+	svc    *Service
+	writes *atomic.Int32
+	audit  string
+}
+
+func start(t *testing.T, extra ...mcpconfig.Server) *fixture {
+	t.Helper()
+	url, writes := mcpServer(t)
+	b := bustest.Embedded(t)
+	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['svc.*', 'dead.*']\n  - role: reader\n    capabilities: ['svc.echo']\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditPath := filepath.Join(t.TempDir(), "tools.jsonl")
+	servers := append([]mcpconfig.Server{{Name: "svc", Type: mcpconfig.HTTP, URL: url, ProtocolVersion: mcpconfig.DefaultProtocolVersion}}, extra...)
+	svc, err := New(t.Context(), Config{Logger: testLogger(t), Tools: tools.Config{
+		Servers: servers, Policy: pol, AuditPath: auditPath,
+		HealthInterval: 200 * time.Millisecond,
+		HealthBackoff:  []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond},
+	}}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	f := &fixture{b: b, svc: svc, writes: writes, audit: auditPath}
+	waitFor(t, 20*time.Second, "svc ready", func() bool { return svc.Runner().Servers()[0].State == tools.StateReady })
+	return f
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// observe collects the envelopes published on a relative subject.
+func observe(t *testing.T, b *bus.Bus, name, subject string) <-chan *envelope.Envelope {
+	t.Helper()
+	ch := make(chan *envelope.Envelope, 64)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = b.Consume(ctx, bus.ConsumerConfig{Name: name, Subject: subject, ShutdownGrace: time.Second}, bus.HandlerFunc(func(_ context.Context, m *bus.Message) error {
+			ch <- m.Envelope
+			return nil
+		}))
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return ch
+}
+
+func next(t *testing.T, ch <-chan *envelope.Envelope) *envelope.Envelope {
+	t.Helper()
+	select {
+	case e := <-ch:
+		return e
+	case <-time.After(20 * time.Second):
+		t.Fatal("no envelope arrived")
+		return nil
+	}
+}
+
+func toolCall(name, role string, args map[string]any) *envelope.Envelope {
+	e := envelope.New(envelope.ChannelSlack, envelope.RoleAssistant, "calling "+name)
+	e.Meta.Thread = "slack:T1/C1/1700000000.000100"
+	e.Meta.TaskID = "task-42"
+	e.Meta.Set("agent", map[string]any{"id": "agent-1", "role": role})
+	e.ToolCall = &envelope.ToolCall{ID: "call_1", Name: name, Args: args}
+	return e
+}
+
+func TestResultsAndFailuresAreRouted(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	results := observe(t, f.b, "obs-result", envelope.SubjectToolResult)
+	failed := observe(t, f.b, "obs-failed", envelope.SubjectToolFailed)
+	audits := observe(t, f.b, "obs-audit", SubjectAudit)
+
+	call := toolCall("svc.echo", "agent", map[string]any{"message": "hi"})
+	if _, err := f.b.Publish(t.Context(), envelope.SubjectToolCall, call); err != nil {
+		t.Fatal(err)
+	}
+	got := next(t, results)
+	if got.Role != envelope.RoleTool || got.Meta.Thread != call.Meta.Thread || got.Meta.TaskID != "task-42" ||
+		got.ToolCall == nil || got.ToolCall.ID != "call_1" || got.ToolCall.Result["text"] != "Echo: hi" ||
+		got.ToolCall.Result["status"] != "success" || got.Content != "Echo: hi" || got.Meta.GetString("in_reply_to") != call.ID {
+		b, _ := json.Marshal(got)
+		t.Fatalf("result envelope: %s", b)
+	}
+	if err := envelope.Validate(got); err != nil {
+		t.Errorf("result envelope invalid: %v", err)
+	}
+
+	tests := []struct {
+		name, tool, role, status string
+	}{
+		{"capability denied", "svc.write", "reader", "permission_denied"},
+		{"unknown tool", "svc.nope", "agent", "error"},
+		{"invalid arguments", "svc.echo", "agent", "error"},
+	}
+	for _, tt := range tests {
+		args := map[string]any{"message": "x"}
+		if tt.name == "invalid arguments" {
+			args = map[string]any{"message": 3}
+		}
+		c := toolCall(tt.tool, tt.role, args)
+		if _, err := f.b.Publish(t.Context(), envelope.SubjectToolCall, c); err != nil {
+			t.Fatal(err)
+		}
+		got := next(t, failed)
+		res := got.ToolCall.Result
+		if res["status"] != tt.status || res["error"] == nil || got.Meta.GetString("in_reply_to") != c.ID {
+			t.Errorf("%s: got result %v, want status %s with error", tt.name, res, tt.status)
+		}
+	}
+	if f.writes.Load() != 0 {
+		t.Errorf("denied write ran %d times", f.writes.Load())
+	}
+	a := next(t, audits)
+	rec, _ := a.Meta.Get("audit")
+	m, _ := rec.(map[string]any)
+	if a.Role != envelope.RoleSystem || m["server"] != "svc" || m["tool"] != "echo" || m["agent_id"] != "agent-1" || m["role"] != "agent" || m["args_sha256"] == nil {
+		t.Errorf("audit envelope meta.audit = %v", rec)
+	}
+	if _, has := m["args"]; has {
+		t.Error("audit envelope holds raw arguments")
+	}
+}
+
+func TestRedeliveryDoesNotRepeatSideEffects(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	results := observe(t, f.b, "obs", envelope.SubjectToolResult)
+	call := toolCall("svc.write", "agent", map[string]any{"message": "once"})
+	// The same envelope twice, as a redelivery would bring it (a distinct
+	// Nats-Msg-Id keeps JetStream from dropping the second).
+	for i, id := range []string{call.ID, call.ID + "-again"} {
+		if _, err := f.b.Publish(t.Context(), envelope.SubjectToolCall, call, bus.WithMsgID(id)); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	got := next(t, results)
+	if got.ToolCall.Result["text"] != "wrote once" {
+		t.Fatalf("got %v", got.ToolCall.Result)
+	}
+	waitDrained(t, f.b, "toolrunner")
+	if n := f.writes.Load(); n != 1 {
+		t.Errorf("write ran %d times, want 1", n)
+	}
+	if n := countSubject(t, f.b, envelope.SubjectToolResult); n != 1 {
+		t.Errorf("%d results stored, want 1 (the second publish de-duplicated)", n)
+	}
+
+	// JetStream redelivers a call whose earlier delivery claimed it and
+	// never finished: a side-effecting tool is not repeated...
+	failed := observe(t, f.b, "obs-failed", envelope.SubjectToolFailed)
+	interrupted := func(tool string) *envelope.Envelope {
+		c := toolCall(tool, "agent", map[string]any{"message": "again"})
+		b, _ := json.Marshal(callRecord{State: "running", Seq: 9999, At: time.Now()})
+		if _, err := f.svc.calls.Put(t.Context(), c.ID, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.svc.Handle(t.Context(), &bus.Message{Envelope: c, Subject: envelope.SubjectToolCall, StreamSeq: 9999, Delivered: 2}); err != nil {
+			t.Fatalf("Handle: %v", err)
+		}
+		return c
+	}
+	interrupted("svc.write")
+	got = next(t, failed)
+	if got.ToolCall.Result["status"] != "error" || f.writes.Load() != 1 {
+		t.Errorf("interrupted write: got %v with %d writes, want a failure and no second write", got.ToolCall.Result, f.writes.Load())
+	}
+	// ... a read-only one is.
+	interrupted("svc.echo")
+	if got := next(t, results); got.ToolCall.Result["text"] != "Echo: again" {
+		t.Errorf("interrupted read-only call: got %v", got.ToolCall.Result)
+	}
+}
+
+func TestMalformedCallIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	e := envelope.New(envelope.ChannelInternal, envelope.RoleAssistant, "no tool call")
+	if _, err := f.b.Publish(t.Context(), envelope.SubjectToolCall, e); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "dead letter", func() bool {
+		dls, err := f.b.DeadLetters(t.Context(), 0)
+		return err == nil && len(dls) == 1 && dls[0].Consumer == "toolrunner"
+	})
+}
+
+func TestToolListOverBus(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	other := bustest.Connect(t, f.b)
+	list, err := tools.ListRemote(t.Context(), other.Conn(), other.Prefix(), "reader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Name != "svc.echo" || list[0].InputSchema == nil {
+		t.Fatalf("reader tools: got %+v, want svc.echo", list)
+	}
+	if list, _ := tools.ListRemote(t.Context(), other.Conn(), other.Prefix(), "agent"); len(list) != 2 {
+		t.Errorf("agent tools: got %d, want 2", len(list))
+	}
+	st, err := tools.StatusRemote(t.Context(), other.Conn(), other.Prefix())
+	if err != nil || len(st.Servers) != 1 || st.Servers[0].State != tools.StateReady {
+		t.Errorf("status: got %+v, %v", st, err)
+	}
+}
+
+func TestAutoDisableNoticeAndRemoteEnable(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadURL := "http://" + l.Addr().String() + "/mcp"
+	_ = l.Close()
+	f := start(t, mcpconfig.Server{Name: "dead", Type: mcpconfig.HTTP, URL: deadURL, ProtocolVersion: mcpconfig.DefaultProtocolVersion})
+	notices := observe(t, f.b, "obs", SubjectNotice)
+	n := next(t, notices)
+	if n.Role != envelope.RoleSystem || n.Channel != envelope.ChannelInternal {
+		t.Errorf("notice: got %s/%s", n.Role, n.Channel)
+	}
+	meta, _ := n.Meta.Get("notice")
+	if m, _ := meta.(map[string]any); m["server"] != "dead" {
+		t.Errorf("notice meta: got %v", meta)
+	}
+	// Another process (the CLI) sees it disabled and enables it.
+	other := bustest.Connect(t, f.b)
+	st, err := OpenState(t.Context(), other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "persisted auto-disable", func() bool {
+		s, err := st.Load(t.Context())
+		return err == nil && s.Servers["dead"].Disabled && s.Servers["dead"].By == "health"
+	})
+	if err := st.SetServer(t.Context(), "dead", tools.ServerState{Disabled: false, By: "operator", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "runner to see the enable", func() bool {
+		s := f.svc.Runner().Servers()[1]
+		return s.State != tools.StateDisabled || s.Failures > 0
+	})
+	// The stop switch set from the other process stops execution.
+	if err := st.SetStop(t.Context(), true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "stop switch", f.svc.Runner().Stopped)
+	res := f.svc.Runner().Call(t.Context(), tools.Request{Tool: "svc.echo", Args: map[string]any{"message": "x"}, Caller: tools.Caller{Role: "agent"}})
+	if res.Status != tools.StatusDisabled {
+		t.Errorf("call with stop switch on: got %s", res.Status)
+	}
+}
+
+// waitDrained waits until the consumer has nothing pending or unacknowledged.
+func waitDrained(t *testing.T, b *bus.Bus, consumer string) {
+	t.Helper()
+	waitFor(t, 20*time.Second, consumer+" drained", func() bool {
+		c, err := b.JetStream().Consumer(t.Context(), b.StreamName(envelope.SubjectToolCall), consumer)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(t.Context())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
+}
+
+func countSubject(t *testing.T, b *bus.Bus, rel string) uint64 {
+	t.Helper()
+	s, err := b.JetStream().Stream(t.Context(), b.StreamName(rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context(), jetstream.WithSubjectFilter(b.Subject(rel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects[b.Subject(rel)]
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -1,0 +1,263 @@
+package tools
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+// The test binary doubles as an in-process SDK MCP server over stdio: with
+// RELAY_TEST_MCP_SERVER set, TestMain serves instead of testing. The server
+// has tools for crashes, slowness, flakiness and bad output; marker files in
+// RELAY_TEST_DIR let tests see what happened inside it.
+const helperEnv = "RELAY_TEST_MCP_SERVER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		os.Exit(serveHelper())
+	}
+	os.Exit(m.Run())
+}
+
+type msgIn struct {
+	Message string `json:"message"`
+}
+
+type slowIn struct {
+	MS int `json:"ms"`
+}
+
+type weather struct {
+	Temperature float64 `json:"temperature"`
+}
+
+func serveHelper() int {
+	dir := os.Getenv("RELAY_TEST_DIR")
+	mark := func(name string) { _ = os.WriteFile(filepath.Join(dir, name), []byte("1"), 0o600) }
+	exists := func(name string) bool { _, err := os.Stat(filepath.Join(dir, name)); return err == nil }
+	if exists("refuse-start") {
+		fmt.Fprintln(os.Stderr, "helper: refusing to start")
+		return 3
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "relay-test-helper", Version: "1.0.0"}, nil)
+	ro := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true}
+	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "echoes", Annotations: ro},
+		func(_ context.Context, _ *mcp.CallToolRequest, in msgIn) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "Echo: " + in.Message}}}, nil, nil
+		})
+	// slow has side effects (no annotations): it must never be retried.
+	mcp.AddTool(s, &mcp.Tool{Name: "slow", Description: "waits ms milliseconds"},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in slowIn) (*mcp.CallToolResult, any, error) {
+			mark("slow-started")
+			select {
+			case <-time.After(time.Duration(in.MS) * time.Millisecond):
+				mark("slow-done")
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
+			case <-ctx.Done():
+				mark("slow-cancelled")
+				return nil, nil, ctx.Err()
+			}
+		})
+	// crash-once kills the server on its first call ever, then works; it is
+	// idempotent, so the runner may retry it.
+	mcp.AddTool(s, &mcp.Tool{Name: "crash-once", Annotations: ro},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			if !exists("crashed") {
+				mark("crashed")
+				os.Exit(7)
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "survived"}}}, nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "fail", Description: "always reports an error"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "it broke, token ghp_abcdefghijklmnopqrstuvwxyz0123456789"}}}, nil, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "bad-output", InputSchema: json.RawMessage(`{"type":"object"}`),
+		OutputSchema: json.RawMessage(`{"type":"object","properties":{"temperature":{"type":"number"}},"required":["temperature"]}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{StructuredContent: map[string]any{"temperature": "hot"}, Content: []mcp.Content{&mcp.TextContent{Text: "{}"}}}, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "add-tool", Description: "adds tool 'added'"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			mcp.AddTool(s, &mcp.Tool{Name: "added", Annotations: ro}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, weather, error) {
+				return nil, weather{Temperature: 21}, nil
+			})
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "added"}}}, nil, nil
+		})
+	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil && !errors.Is(err, context.Canceled) {
+		return 1
+	}
+	return 0
+}
+
+// helperServer is an mcp.json entry that runs this test binary as a server.
+func helperServer(t *testing.T, name, dir string) mcpconfig.Server {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mcpconfig.Server{
+		Name: name, Type: mcpconfig.Stdio, Command: exe, Args: []string{"-test.run=^$"},
+		Env:             map[string]string{helperEnv: "1", "RELAY_TEST_DIR": dir},
+		ProtocolVersion: mcpconfig.DefaultProtocolVersion,
+	}
+}
+
+// npmBin returns an npm fixture's executable or stops the test.
+func npmBin(t testing.TB, name string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	p := filepath.Join(filepath.Dir(file), "..", "testdata", "npm", "node_modules", ".bin", name)
+	if _, err := os.Stat(p); err != nil {
+		testenv.Missing(t, "%s not installed; run scripts/setup.sh (npm ci in testdata/npm)", name)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		testenv.Missing(t, "node is not installed")
+	}
+	return p
+}
+
+func everythingStdio(t testing.TB, name string) mcpconfig.Server {
+	return mcpconfig.Server{Name: name, Type: mcpconfig.Stdio, Command: npmBin(t, "mcp-server-everything"), Args: []string{"stdio"},
+		ProtocolVersion: mcpconfig.DefaultProtocolVersion}
+}
+
+// startEverythingHTTP starts `mcp-server-everything streamableHttp` on a free
+// port (it reads PORT) and returns its /mcp URL.
+func startEverythingHTTP(t *testing.T) string {
+	t.Helper()
+	bin := npmBin(t, "mcp-server-everything")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	cmd := exec.Command(bin, "streamableHttp")
+	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var lines []string
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			mu.Lock()
+			lines = append(lines, sc.Text())
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	waitFor(t, 20*time.Second, "everything server listening on "+addr, func() bool {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+			return true
+		}
+		return false
+	})
+	return "http://" + addr + "/mcp"
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func fileExists(dir, name string) bool {
+	_, err := os.Stat(filepath.Join(dir, name))
+	return err == nil
+}
+
+// fastConfig is a runner configuration whose health checks and retries run
+// in milliseconds.
+func fastConfig(t *testing.T, servers ...mcpconfig.Server) Config {
+	return Config{
+		Servers:        servers,
+		AuditPath:      filepath.Join(t.TempDir(), "audit", "tools.jsonl"),
+		BaseEnv:        BaseEnvFrom(os.Environ()),
+		HealthInterval: 200 * time.Millisecond,
+		HealthBackoff:  []time.Duration{50 * time.Millisecond, 50 * time.Millisecond, 50 * time.Millisecond},
+		PingTimeout:    2 * time.Second,
+		ConnectTimeout: 20 * time.Second,
+		BreakerOpen:    time.Minute,
+		RetryBackoff:   50 * time.Millisecond,
+	}
+}
+
+// startRunner builds and starts a runner and waits for its servers.
+func startRunner(t *testing.T, cfg Config) *Runner {
+	t.Helper()
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if pending := r.WaitReady(ctx); len(pending) > 0 {
+		t.Fatalf("servers not ready: %v (%+v)", pending, r.Servers())
+	}
+	return r
+}
+
+// readAudit returns the audit log's records.
+func readAudit(t *testing.T, path string) []Record {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read audit log: %v", err)
+	}
+	var out []Record
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line == "" {
+			continue
+		}
+		var r Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func policy(t testing.TB, yml string) *mcpconfig.Policy {
+	t.Helper()
+	p, err := mcpconfig.ParsePolicy([]byte(yml))
+	if err != nil {
+		t.Fatalf("policy: %v", err)
+	}
+	return p
+}

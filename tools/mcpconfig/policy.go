@@ -1,0 +1,274 @@
+package mcpconfig
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Budget defaults and bounds.
+const (
+	DefaultTimeout     = 30 * time.Second
+	MinTimeout         = time.Second
+	MaxTimeout         = 5 * time.Minute
+	DefaultConcurrency = 25
+)
+
+// Policy is the parsed policy file: who may call what, and how much.
+// A Policy is immutable once built and safe for concurrent use.
+type Policy struct {
+	// Roles maps a role to its capabilities.
+	Roles map[string][]Capability
+	// Budgets are keyed by server ("github") or tool ("github.create_issue").
+	Budgets map[string]Budget
+	// Limits are global.
+	Limits Limits
+}
+
+// Budget limits one server or tool. Zero fields mean "no limit" (Timeout:
+// the default).
+type Budget struct {
+	// RPS and Burst form a token bucket.
+	RPS   float64
+	Burst int
+	// Concurrency bounds simultaneous executions.
+	Concurrency int
+	// Timeout bounds one call, 1s to 5m.
+	Timeout time.Duration
+	// DailyQuota bounds executions per UTC day.
+	DailyQuota int
+}
+
+// Limits are the global limits.
+type Limits struct {
+	// Concurrency bounds executions across all servers; default 25.
+	Concurrency int
+	// Stop blocks every new execution.
+	Stop bool
+}
+
+// Capability is one granted pattern: "<server>.<tool>", "<server>.*" or "*.*".
+type Capability struct {
+	Server string // "*" only in "*.*"
+	Tool   string // "*" for every tool of Server
+}
+
+// String returns the capability as written.
+func (c Capability) String() string { return c.Server + "." + c.Tool }
+
+// Matches reports whether the capability grants server.tool.
+func (c Capability) Matches(server, tool string) bool {
+	return (c.Server == "*" || c.Server == server) && (c.Tool == "*" || c.Tool == tool)
+}
+
+// capabilityRE widens the issue's ^[a-z0-9-]+\.(([a-z0-9-]+\.)*[a-z0-9-]+|\*)$
+// to the names servers and tools really have (upper case and '_', as in
+// read_text_file) and adds the "*.*" grant.
+var capabilityRE = regexp.MustCompile(`^(\*\.\*|[A-Za-z0-9_-]+\.(([A-Za-z0-9_-]+\.)*[A-Za-z0-9_-]+|\*))$`)
+
+// ParseCapability parses "<server>.<tool>", "<server>.*" or "*.*".
+func ParseCapability(s string) (Capability, error) {
+	if !capabilityRE.MatchString(s) {
+		return Capability{}, fmt.Errorf("capability %q: want <server>.<tool>, <server>.* or *.*", s)
+	}
+	server, tool, _ := strings.Cut(s, ".")
+	return Capability{Server: server, Tool: tool}, nil
+}
+
+// SplitTool splits "<server>.<tool>" at its first dot.
+func SplitTool(name string) (server, tool string, ok bool) {
+	server, tool, ok = strings.Cut(name, ".")
+	return server, tool, ok && server != "" && tool != ""
+}
+
+// DefaultPolicy grants nothing: without a policy file every call is denied.
+func DefaultPolicy() *Policy {
+	return &Policy{Roles: map[string][]Capability{}, Budgets: map[string]Budget{}, Limits: Limits{Concurrency: DefaultConcurrency}}
+}
+
+// Allowed reports whether role may call server.tool. An empty role is never allowed.
+func (p *Policy) Allowed(role, server, tool string) bool {
+	if role == "" {
+		return false
+	}
+	for _, c := range p.Roles[role] {
+		if c.Matches(server, tool) {
+			return true
+		}
+	}
+	return false
+}
+
+// Budget returns the budget of a server or of "server.tool" (zero when none).
+func (p *Policy) Budget(key string) Budget { return p.Budgets[key] }
+
+// Timeout is the call timeout of server.tool: the tool's budget, else the
+// server's, else DefaultTimeout.
+func (p *Policy) Timeout(server, tool string) time.Duration {
+	if t := p.Budgets[server+"."+tool].Timeout; t > 0 {
+		return t
+	}
+	if t := p.Budgets[server].Timeout; t > 0 {
+		return t
+	}
+	return DefaultTimeout
+}
+
+type rawPolicy struct {
+	Roles []struct {
+		Role         string   `json:"role"`
+		Description  string   `json:"description"`
+		Capabilities []string `json:"capabilities"`
+	} `json:"roles"`
+	Budgets map[string]struct {
+		RPS         float64 `json:"rps"`
+		Burst       int     `json:"burst"`
+		Concurrency int     `json:"concurrency"`
+		Timeout     string  `json:"timeout"`
+		DailyQuota  int     `json:"daily_quota"`
+	} `json:"budgets"`
+	Limits struct {
+		Concurrency int  `json:"concurrency"`
+		Stop        bool `json:"stop"`
+	} `json:"limits"`
+}
+
+// LoadPolicy reads and validates the policy file at path (YAML or JSON).
+func LoadPolicy(path string) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	p, err := ParsePolicy(data)
+	if err != nil {
+		return nil, withPath(err, path)
+	}
+	return p, nil
+}
+
+// ParsePolicy validates a policy document (YAML or JSON, JSON being YAML)
+// against schemas/policy.schema.json and the Go checks.
+func ParsePolicy(data []byte) (*Policy, error) {
+	var doc any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, &ValidationError{Reason: "not YAML or JSON: " + err.Error()}
+	}
+	if doc == nil {
+		doc = map[string]any{}
+	}
+	doc, err := jsonCompatible(doc)
+	if err != nil {
+		return nil, &ValidationError{Reason: err.Error()}
+	}
+	js, err := json.Marshal(doc)
+	if err != nil {
+		return nil, &ValidationError{Reason: err.Error()}
+	}
+	if err := validateSchema(PolicySchema, js); err != nil {
+		return nil, err
+	}
+	var r rawPolicy
+	if err := json.Unmarshal(js, &r); err != nil {
+		return nil, &ValidationError{Reason: err.Error()}
+	}
+	p := DefaultPolicy()
+	var errs []error
+	fail := func(field, format string, args ...any) {
+		errs = append(errs, &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)})
+	}
+	for i, role := range r.Roles {
+		if _, dup := p.Roles[role.Role]; dup {
+			fail(fmt.Sprintf("roles[%d].role", i), "role %q defined twice", role.Role)
+			continue
+		}
+		caps := make([]Capability, 0, len(role.Capabilities))
+		for j, s := range role.Capabilities {
+			c, err := ParseCapability(s)
+			if err != nil {
+				fail(fmt.Sprintf("roles[%d].capabilities[%d]", i, j), "%v", err)
+				continue
+			}
+			caps = append(caps, c)
+		}
+		p.Roles[role.Role] = caps
+	}
+	for key, b := range r.Budgets {
+		field := "budgets." + key
+		bud := Budget{RPS: b.RPS, Burst: b.Burst, Concurrency: b.Concurrency, DailyQuota: b.DailyQuota}
+		if b.Timeout != "" {
+			d, err := time.ParseDuration(b.Timeout)
+			if err != nil || d < MinTimeout || d > MaxTimeout {
+				fail(field+".timeout", "%q is not a duration from %s to %s", b.Timeout, MinTimeout, MaxTimeout)
+			}
+			bud.Timeout = d
+		}
+		if bud.RPS > 0 && bud.Burst == 0 {
+			bud.Burst = int(math.Max(1, math.Ceil(bud.RPS)))
+		}
+		if bud.Burst > 0 && bud.RPS == 0 {
+			fail(field+".burst", "needs rps")
+		}
+		p.Budgets[key] = bud
+	}
+	if r.Limits.Concurrency > 0 {
+		p.Limits.Concurrency = r.Limits.Concurrency
+	}
+	p.Limits.Stop = r.Limits.Stop
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return p, nil
+}
+
+// jsonCompatible turns YAML's decoded values into what encoding/json accepts.
+func jsonCompatible(v any) (any, error) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			c, err := jsonCompatible(e)
+			if err != nil {
+				return nil, err
+			}
+			x[k] = c
+		}
+		return x, nil
+	case map[any]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			ks, ok := k.(string)
+			if !ok {
+				return nil, fmt.Errorf("key %v is not a string", k)
+			}
+			c, err := jsonCompatible(e)
+			if err != nil {
+				return nil, err
+			}
+			m[ks] = c
+		}
+		return m, nil
+	case []any:
+		for i, e := range x {
+			c, err := jsonCompatible(e)
+			if err != nil {
+				return nil, err
+			}
+			x[i] = c
+		}
+		return x, nil
+	case float64:
+		if math.IsInf(x, 0) || math.IsNaN(x) {
+			return nil, fmt.Errorf("number %v is not allowed", x)
+		}
+		return x, nil
+	case time.Time:
+		return x.Format(time.RFC3339), nil
+	}
+	return v, nil
+}

@@ -1,0 +1,129 @@
+package tools
+
+import (
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/relaystation/relay/secret"
+)
+
+// Redacted replaces every secret the Redactor removes.
+const Redacted = "[REDACTED]"
+
+// minSecretLen keeps short values ("1", "yes") from being treated as secrets.
+const minSecretLen = 6
+
+// tokenRE matches common token shapes: GitHub tokens, Slack tokens, AWS
+// access key ids and secret keys, PEM private keys.
+var tokenRE = regexp.MustCompile(`gh[pousr]_[A-Za-z0-9]{30,}` +
+	`|github_pat_[A-Za-z0-9_]{22,}` +
+	`|xox[abeoprs]-[A-Za-z0-9-]{10,}` +
+	`|xapp-[0-9]+-[A-Za-z0-9-]{10,}` +
+	`|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b` +
+	`|(?i:aws_secret_access_key)["']?\s*[:=]\s*["']?[A-Za-z0-9/+=]{40}` +
+	`|-----BEGIN[A-Z ]*PRIVATE KEY-----[\s\S]*?-----END[A-Z ]*PRIVATE KEY-----`)
+
+// bearerRE keeps the scheme word and removes the credential.
+var bearerRE = regexp.MustCompile(`(?i)\b(bearer|token)(\s+)[A-Za-z0-9\-._~+/]{8,}=*`)
+
+// Redactor removes configured secret values and common token shapes from
+// text. It is immutable and safe for concurrent use.
+type Redactor struct {
+	values *strings.Replacer
+	any    []string
+}
+
+// NewRedactor returns a Redactor for the given secrets (unset and very short
+// values are ignored) plus the built-in token shapes.
+func NewRedactor(secrets ...secret.Value) *Redactor {
+	var vals []string
+	seen := map[string]bool{}
+	for _, s := range secrets {
+		v := s.Reveal()
+		if len(v) < minSecretLen || seen[v] {
+			continue
+		}
+		seen[v] = true
+		vals = append(vals, v)
+	}
+	// Longest first, so a secret containing another is removed whole.
+	sort.Slice(vals, func(i, j int) bool { return len(vals[i]) > len(vals[j]) })
+	r := &Redactor{any: vals}
+	if len(vals) > 0 {
+		pairs := make([]string, 0, 2*len(vals))
+		for _, v := range vals {
+			pairs = append(pairs, v, Redacted)
+		}
+		r.values = strings.NewReplacer(pairs...)
+	}
+	return r
+}
+
+// String returns s without secrets and whether anything was removed.
+func (r *Redactor) String(s string) (string, bool) {
+	changed := false
+	if r != nil && r.values != nil {
+		for _, v := range r.any {
+			if strings.Contains(s, v) {
+				s = r.values.Replace(s)
+				changed = true
+				break
+			}
+		}
+	}
+	if !mayHoldToken(s) {
+		return s, changed
+	}
+	if tokenRE.MatchString(s) {
+		s = tokenRE.ReplaceAllString(s, Redacted)
+		changed = true
+	}
+	if bearerRE.MatchString(s) {
+		s = bearerRE.ReplaceAllString(s, "${1}${2}"+Redacted)
+		changed = true
+	}
+	return s, changed
+}
+
+// Value redacts every string inside a decoded JSON value (maps and slices
+// are rewritten in place) and reports whether anything was removed.
+func (r *Redactor) Value(v any) (any, bool) {
+	switch x := v.(type) {
+	case string:
+		return r.String(x)
+	case map[string]any:
+		changed := false
+		for k, e := range x {
+			if n, ok := r.Value(e); ok {
+				x[k] = n
+				changed = true
+			}
+		}
+		return x, changed
+	case []any:
+		changed := false
+		for i, e := range x {
+			if n, ok := r.Value(e); ok {
+				x[i] = n
+				changed = true
+			}
+		}
+		return x, changed
+	}
+	return v, false
+}
+
+// tokenHints are substrings every token shape above contains; text without
+// any of them skips the regular expressions.
+var tokenHints = []string{"gh", "github_pat_", "xox", "xapp-", "AKIA", "ASIA", "ws_secret_access_key", "WS_SECRET_ACCESS_KEY",
+	"PRIVATE KEY", "earer", "EARER", "oken", "OKEN"}
+
+func mayHoldToken(s string) bool {
+	for _, h := range tokenHints {
+		if strings.Contains(s, h) {
+			return true
+		}
+	}
+	return false
+}

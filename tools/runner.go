@@ -1,0 +1,876 @@
+// Package tools is the relay's MCP client side: it runs the servers of
+// mcp.json (stdio processes and remote streamable-HTTP or SSE servers), one
+// long-lived session each, and executes tool calls on them under the policy's
+// role capabilities, budgets and global limits, behind a circuit breaker per
+// server, with health checks, result redaction and an append-only audit log.
+//
+// A Runner is the whole of it:
+//
+//	r, err := tools.New(tools.Config{Servers: servers, Policy: policy, AuditPath: "data/audit/tools.jsonl"})
+//	r.Start(ctx)
+//	defer r.Close()
+//	res := r.Call(ctx, tools.Request{Tool: "github.get_issue", Args: args, Caller: tools.Caller{Role: "triage"}})
+//
+// Package mcpconfig parses the files; services/toolrunner connects a Runner
+// to the bus.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+// Config configures a Runner. Zero fields take the documented defaults.
+type Config struct {
+	// Servers are the mcp.json entries.
+	Servers []mcpconfig.Server
+	// Policy holds roles, budgets and limits; nil is mcpconfig.DefaultPolicy
+	// (nothing allowed).
+	Policy *mcpconfig.Policy
+	// AuditPath is the JSONL audit log; empty writes no file (Audit may still be set).
+	AuditPath string
+	// Audit receives every record too (the bus); optional.
+	Audit AuditSink
+	// Notify is told when a server is auto-disabled; optional.
+	Notify func(ctx context.Context, n Notice)
+	// State persists enable/disable and the stop switch across processes; optional.
+	State StateStore
+	// Redactor removes secrets from results; nil removes token shapes only.
+	Redactor *Redactor
+	// BaseEnv is the environment every stdio server starts with (plus its own
+	// env). Default: BaseEnvFrom(os.Environ()).
+	BaseEnv []string
+	// HTTPClient reaches remote servers; default http.DefaultClient.
+	HTTPClient *http.Client
+
+	// HealthInterval is the ping interval. Default 30s.
+	HealthInterval time.Duration
+	// HealthBackoff are the delays of the retries after a failed check; when
+	// every retry failed too the server is auto-disabled. Default 1s, 5s, 15s.
+	HealthBackoff []time.Duration
+	// PingTimeout bounds one ping. Default 10s (at most HealthInterval).
+	PingTimeout time.Duration
+	// ConnectTimeout bounds a handshake and a tool listing. Default 30s.
+	ConnectTimeout time.Duration
+	// TerminateDuration is how long a stdio server gets to exit after its
+	// stdin closes before SIGTERM. Default 2s.
+	TerminateDuration time.Duration
+	// BreakerFailures consecutive failures open a server's breaker (a broken
+	// session opens it at once). Default 3.
+	BreakerFailures int
+	// BreakerOpen is how long a breaker stays open before a trial call. Default 30s.
+	BreakerOpen time.Duration
+	// ToolsTTL is how long a tool list is cached unless the server sends
+	// ttlMs. Default 5m.
+	ToolsTTL time.Duration
+	// CallRetries is how many times a call is repeated where that is safe.
+	// Default 2; negative disables retries.
+	CallRetries int
+	// RetryBackoff is the delay before the first retry, doubled after. Default 250ms.
+	RetryBackoff time.Duration
+
+	// ClientName and ClientVersion are sent in the handshake. Default "relay", "dev".
+	ClientName, ClientVersion string
+	// Logger; nil discards. SDKLogger, when set, logs the MCP SDK's internals.
+	Logger    *slog.Logger
+	SDKLogger *slog.Logger
+	// Registerer receives the metrics; nil keeps them unregistered.
+	Registerer prometheus.Registerer
+	// Now is the clock of daily quotas; default time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Policy == nil {
+		c.Policy = mcpconfig.DefaultPolicy()
+	}
+	if c.Redactor == nil {
+		c.Redactor = NewRedactor()
+	}
+	if c.BaseEnv == nil {
+		c.BaseEnv = BaseEnvFrom(os.Environ())
+	}
+	if c.HealthInterval <= 0 {
+		c.HealthInterval = 30 * time.Second
+	}
+	if c.HealthBackoff == nil {
+		c.HealthBackoff = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second}
+	}
+	if c.PingTimeout <= 0 {
+		c.PingTimeout = min(10*time.Second, c.HealthInterval)
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = 30 * time.Second
+	}
+	if c.TerminateDuration <= 0 {
+		c.TerminateDuration = 2 * time.Second
+	}
+	if c.BreakerFailures <= 0 {
+		c.BreakerFailures = 3
+	}
+	if c.BreakerOpen <= 0 {
+		c.BreakerOpen = 30 * time.Second
+	}
+	if c.ToolsTTL <= 0 {
+		c.ToolsTTL = 5 * time.Minute
+	}
+	if c.CallRetries == 0 {
+		c.CallRetries = 2
+	}
+	if c.RetryBackoff <= 0 {
+		c.RetryBackoff = 250 * time.Millisecond
+	}
+	if c.ClientName == "" {
+		c.ClientName = "relay"
+	}
+	if c.ClientVersion == "" {
+		c.ClientVersion = "dev"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate reports a configuration the runner cannot run with.
+func (c *Config) Validate() error {
+	seen := map[string]bool{}
+	for _, s := range c.Servers {
+		if seen[s.Name] {
+			return fmt.Errorf("server %q listed twice", s.Name)
+		}
+		seen[s.Name] = true
+	}
+	for _, d := range c.HealthBackoff {
+		if d <= 0 {
+			return fmt.Errorf("health backoff %s: must be positive", d)
+		}
+	}
+	if c.Policy.Limits.Concurrency < 1 {
+		return fmt.Errorf("policy limits.concurrency %d: must be at least 1", c.Policy.Limits.Concurrency)
+	}
+	return nil
+}
+
+// Notice tells a human something happened to a server (auto-disable).
+type Notice struct {
+	Server string
+	Reason string
+	// Failures is how many consecutive checks failed.
+	Failures int
+	// LastError is the last check's error.
+	LastError string
+}
+
+// Runner runs the configured servers and executes calls on them. It is safe
+// for concurrent use. Start it once; Close stops every server.
+type Runner struct {
+	cfg      Config
+	log      *slog.Logger
+	metrics  *metrics
+	budgets  *budgets
+	redactor *Redactor
+	progress *progressRouter
+	audit    *AuditLog
+
+	conns map[string]*conn
+	order []string
+
+	stopPolicy bool
+	stopState  atomic.Bool
+	stopManual atomic.Bool
+	closing    atomic.Bool
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// New builds a Runner (opening the audit log) without connecting anything.
+func New(cfg Config) (*Runner, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Runner{
+		cfg:        cfg,
+		log:        cfg.Logger,
+		metrics:    newMetrics(cfg.Registerer),
+		budgets:    newBudgets(cfg.Policy, cfg.Now),
+		redactor:   cfg.Redactor,
+		progress:   &progressRouter{fns: map[string]func(ProgressEvent){}},
+		conns:      map[string]*conn{},
+		stopPolicy: cfg.Policy.Limits.Stop,
+	}
+	for _, s := range cfg.Servers {
+		r.conns[s.Name] = newConn(r, s)
+		r.order = append(r.order, s.Name)
+	}
+	if cfg.AuditPath != "" {
+		a, err := OpenAuditLog(cfg.AuditPath)
+		if err != nil {
+			return nil, err
+		}
+		r.audit = a
+	}
+	return r, nil
+}
+
+// Start applies the persisted state, starts every enabled server's health
+// loop (its first check connects) and watches the state store. It does not
+// wait for the servers; use WaitReady for that. ctx bounds the runner's life
+// (Close stops it too).
+func (r *Runner) Start(ctx context.Context) error {
+	ctx, r.cancel = context.WithCancel(ctx)
+	if r.cfg.State != nil {
+		st, err := r.cfg.State.Load(ctx)
+		if err != nil {
+			r.cancel()
+			return fmt.Errorf("load tool runner state: %w", err)
+		}
+		r.applyState(st)
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			if err := r.cfg.State.Watch(ctx, r.applyState); err != nil && ctx.Err() == nil {
+				r.log.Error("state watch ended; enable/disable from other processes is not seen", "err", err)
+			}
+		}()
+	}
+	for _, name := range r.order {
+		c := r.conns[name]
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			c.run(ctx)
+		}()
+	}
+	return nil
+}
+
+// applyState takes a persisted state: servers with an entry follow it, the
+// stop switch follows it.
+func (r *Runner) applyState(st State) {
+	r.stopState.Store(st.Stop)
+	for name, s := range st.Servers {
+		c := r.conns[name]
+		if c == nil {
+			continue
+		}
+		if s.Disabled {
+			c.disable(s.Reason, s.By)
+		} else {
+			c.enable()
+		}
+	}
+}
+
+// WaitReady blocks until every enabled server is ready or ctx ends, and
+// returns the servers that are not ready.
+func (r *Runner) WaitReady(ctx context.Context) []string {
+	for {
+		var pending []string
+		for _, s := range r.Servers() {
+			if s.State != StateReady && s.State != StateDisabled {
+				pending = append(pending, s.Name)
+			}
+		}
+		if len(pending) == 0 {
+			return nil
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return pending
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops the health loops and every session (stdio servers exit) and
+// closes the audit log. In-flight calls fail with a connection error.
+func (r *Runner) Close() error {
+	if !r.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	if r.cancel != nil {
+		r.cancel()
+	}
+	var wg sync.WaitGroup
+	for _, c := range r.conns {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.close() }()
+	}
+	wg.Wait()
+	r.wg.Wait()
+	if r.audit != nil {
+		return r.audit.Close()
+	}
+	return nil
+}
+
+// ServerStatus is one server's health, as `relay mcp list` shows it.
+type ServerStatus struct {
+	Name        string `json:"name"`
+	Type        string `json:"type"`
+	Description string `json:"description,omitempty"`
+	// State is ready, degraded, offline or disabled.
+	State          string `json:"state"`
+	DisabledReason string `json:"disabled_reason,omitempty"`
+	DisabledBy     string `json:"disabled_by,omitempty"`
+	// Breaker is closed, half-open or open; BreakerOpened counts openings.
+	Breaker       string `json:"breaker"`
+	BreakerOpened int    `json:"breaker_opened,omitempty"`
+	// Failures counts consecutive failed health checks.
+	Failures        int           `json:"failures,omitempty"`
+	LastError       string        `json:"last_error,omitempty"`
+	LastCheck       time.Time     `json:"last_check,omitzero"`
+	Handshake       time.Duration `json:"handshake_ns,omitempty"`
+	ProtocolVersion string        `json:"protocol_version,omitempty"`
+	ServerName      string        `json:"server_name,omitempty"`
+	ServerVersion   string        `json:"server_version,omitempty"`
+	// Tools is the size of the cached tool list, ToolNames its names.
+	Tools     int      `json:"tools"`
+	ToolNames []string `json:"tool_names,omitempty"`
+}
+
+// Servers reports every server, in mcp.json order.
+func (r *Runner) Servers() []ServerStatus {
+	out := make([]ServerStatus, 0, len(r.order))
+	for _, n := range r.order {
+		out = append(out, r.conns[n].status())
+	}
+	return out
+}
+
+// Enable re-enables a server (resetting its failure count) and persists it.
+func (r *Runner) Enable(ctx context.Context, name string) error {
+	c := r.conns[name]
+	if c == nil {
+		return fmt.Errorf("enable %s: %w", name, ErrUnknownServer)
+	}
+	c.enable()
+	if r.cfg.State != nil {
+		return r.cfg.State.SetServer(ctx, name, ServerState{Disabled: false, By: "operator", At: time.Now().UTC()})
+	}
+	return nil
+}
+
+// Disable stops a server and persists it.
+func (r *Runner) Disable(ctx context.Context, name, reason string) error {
+	c := r.conns[name]
+	if c == nil {
+		return fmt.Errorf("disable %s: %w", name, ErrUnknownServer)
+	}
+	c.disable(reason, "operator")
+	if r.cfg.State != nil {
+		return r.cfg.State.SetServer(ctx, name, ServerState{Disabled: true, Reason: reason, By: "operator", At: time.Now().UTC()})
+	}
+	return nil
+}
+
+// SetStop sets this process's stop switch (the policy's and the state
+// store's switches also stop execution).
+func (r *Runner) SetStop(stop bool) { r.stopManual.Store(stop) }
+
+// Stopped reports whether any stop switch is on.
+func (r *Runner) Stopped() bool {
+	return r.stopPolicy || r.stopState.Load() || r.stopManual.Load()
+}
+
+func (r *Runner) autoDisable(ctx context.Context, c *conn, failures int, err error) {
+	reason := fmt.Sprintf("auto-disabled after %d failed health checks: %v", failures, err)
+	c.disable(reason, "health")
+	if r.cfg.State != nil {
+		if serr := r.cfg.State.SetServer(ctx, c.cfg.Name, ServerState{Disabled: true, Reason: reason, By: "health", At: time.Now().UTC()}); serr != nil {
+			r.log.Error("persist auto-disable", "server", c.cfg.Name, "err", serr)
+		}
+	}
+	if r.cfg.Notify != nil {
+		r.cfg.Notify(ctx, Notice{Server: c.cfg.Name, Reason: reason, Failures: failures, LastError: err.Error()})
+	}
+}
+
+// Tools lists the tools role may call, from every ready server, in server
+// then tool order. Servers that cannot list are left out.
+func (r *Runner) Tools(ctx context.Context, role string) []ToolInfo {
+	var out []ToolInfo
+	for _, name := range r.order {
+		c := r.conns[name]
+		if c.isDisabled() {
+			continue
+		}
+		list, err := c.cachedTools(ctx)
+		if err != nil {
+			continue
+		}
+		for _, e := range list {
+			if r.cfg.Policy.Allowed(role, name, e.info.Tool) {
+				out = append(out, e.info)
+			}
+		}
+	}
+	return out
+}
+
+// AllTools lists every tool of every ready server, unfiltered (operators).
+func (r *Runner) AllTools(ctx context.Context, server string) ([]ToolInfo, error) {
+	c := r.conns[server]
+	if c == nil {
+		return nil, fmt.Errorf("tools of %s: %w", server, ErrUnknownServer)
+	}
+	list, err := c.cachedTools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ToolInfo, len(list))
+	for i, e := range list {
+		out[i] = e.info
+	}
+	return out, nil
+}
+
+// Caller is who asks for a call: the agent's id and role (from the
+// envelope's meta "agent": {"id", "role"}).
+type Caller struct {
+	AgentID string `json:"id,omitempty"`
+	Role    string `json:"role,omitempty"`
+}
+
+// ProgressEvent is a notifications/progress the server sent during a call.
+type ProgressEvent struct {
+	Progress, Total float64
+	Message         string
+}
+
+// Request is one tool call.
+type Request struct {
+	// CallID identifies the call (the tool-call envelope's id); it is
+	// recorded in the audit log.
+	CallID string
+	// Tool is "<server>.<tool>".
+	Tool string
+	// Args are the tool's arguments.
+	Args   map[string]any
+	Caller Caller
+	// TaskID and Thread are recorded in the audit log.
+	TaskID, Thread string
+	// Operator skips the capability check (relay mcp call); budgets, the
+	// stop switch and the audit log still apply.
+	Operator bool
+	// Progress, when set, receives the server's progress notifications.
+	Progress func(ProgressEvent)
+}
+
+// Result is the outcome of a call: on success the content, otherwise Err
+// (a *CallError) too. Content and Structured are redacted.
+type Result struct {
+	Status Status
+	// Content is the MCP content blocks as JSON objects.
+	Content []any
+	// Text joins the text blocks with newlines.
+	Text string
+	// Structured is the structuredContent, validated against the outputSchema.
+	Structured any
+	// Err is nil on success.
+	Err error
+	// Duration is the whole call, checks included.
+	Duration time.Duration
+	// Redacted says secrets were removed.
+	Redacted bool
+	// Attempts counts the sends tried (0 when refused before sending).
+	Attempts int
+	// AuditID is the id of the call's audit record.
+	AuditID string
+}
+
+// Map is the result as tool_call.result: content, text, structured,
+// status, redacted, duration_ms and, on failure, error.
+func (res *Result) Map() map[string]any {
+	m := map[string]any{
+		"status":      string(res.Status),
+		"duration_ms": float64(res.Duration.Microseconds()) / 1000,
+		"redacted":    res.Redacted,
+	}
+	if res.Content != nil {
+		m["content"] = res.Content
+	}
+	if res.Text != "" {
+		m["text"] = res.Text
+	}
+	if res.Structured != nil {
+		m["structured"] = res.Structured
+	}
+	if res.Err != nil {
+		m["error"] = res.Err.Error()
+	}
+	return m
+}
+
+// Call runs one tool call and writes its audit record. It never panics on
+// server behaviour; every failure is in Result.Err with its Status.
+func (r *Runner) Call(ctx context.Context, req Request) *Result {
+	start := time.Now()
+	server, tool, _ := mcpconfig.SplitTool(req.Tool)
+	res := r.call(ctx, &req, server, tool)
+	res.Duration = time.Since(start)
+	res.Status = StatusOf(res.Err)
+	if res.Err != nil {
+		res.Err = &CallError{Server: server, Tool: tool, Status: res.Status, Err: res.Err}
+	}
+	if _, known := r.conns[server]; known {
+		r.metrics.invocations.WithLabelValues(server, tool, string(res.Status)).Inc()
+		r.metrics.latency.WithLabelValues(server, tool).Observe(res.Duration.Seconds())
+	}
+	r.record(ctx, &req, server, tool, res)
+	return res
+}
+
+func (r *Runner) record(ctx context.Context, req *Request, server, tool string, res *Result) {
+	rec := Record{
+		ID:         uuid.NewString(),
+		Time:       time.Now().UTC(),
+		CallID:     req.CallID,
+		TaskID:     req.TaskID,
+		Thread:     req.Thread,
+		AgentID:    req.Caller.AgentID,
+		Role:       req.Caller.Role,
+		Server:     server,
+		Tool:       tool,
+		ArgsSHA256: ArgsHash(req.Args),
+		Redacted:   res.Redacted,
+		DurationMS: float64(res.Duration.Microseconds()) / 1000,
+		Status:     res.Status,
+		Attempts:   res.Attempts,
+	}
+	if req.Operator && rec.Role == "" {
+		rec.Role = "operator"
+	}
+	if res.Err != nil {
+		rec.Error, _ = r.redactor.String(res.Err.Error())
+	}
+	res.AuditID = rec.ID
+	if r.audit != nil {
+		if err := r.audit.Write(&rec); err != nil {
+			r.log.Error("audit log write failed", "audit_id", rec.ID, "err", err)
+		}
+	}
+	if r.cfg.Audit != nil {
+		r.cfg.Audit.Audit(ctx, rec)
+	}
+}
+
+func (r *Runner) call(ctx context.Context, req *Request, server, tool string) *Result {
+	res := &Result{}
+	if server == "" {
+		res.Err = fmt.Errorf("%w: %q is not <server>.<tool>", ErrUnknownTool, req.Tool)
+		return res
+	}
+	c := r.conns[server]
+	if c == nil {
+		res.Err = fmt.Errorf("%w: %s", ErrUnknownServer, server)
+		return res
+	}
+	if !req.Operator && !r.cfg.Policy.Allowed(req.Caller.Role, server, tool) {
+		role := req.Caller.Role
+		if role == "" {
+			role = "(none)"
+		}
+		res.Err = fmt.Errorf("%w: role %s lacks capability %s.%s", ErrPermissionDenied, role, server, tool)
+		return res
+	}
+	if r.closing.Load() {
+		res.Err = ErrClosed
+		return res
+	}
+	if r.Stopped() {
+		res.Err = ErrStopped
+		return res
+	}
+	if c.isDisabled() {
+		res.Err = fmt.Errorf("%w: %s", ErrDisabled, server)
+		return res
+	}
+	timeout := r.cfg.Policy.Timeout(server, tool)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	entry, err := c.tool(ctx, tool)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctxErr(ctx)
+		}
+		res.Err = err
+		return res
+	}
+	in, out := entry.schemas()
+	if entry.schemaErr != nil {
+		r.log.Warn("tool schema does not compile; not validating", "tool", entry.info.Name, "err", entry.schemaErr)
+	}
+	args := req.Args
+	if args == nil {
+		args = map[string]any{}
+	}
+	if err := validate(in, args); err != nil {
+		res.Err = fmt.Errorf("%w: %v", ErrInvalidArguments, err)
+		return res
+	}
+	release, err := r.budgets.admit(ctx, server, tool)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	defer release()
+
+	var token string
+	if req.Progress != nil {
+		token = r.progress.add(req.Progress)
+		defer r.progress.remove(token)
+	}
+	delay := r.cfg.RetryBackoff
+	for attempt := 0; ; attempt++ {
+		cr, sent, err := r.invoke(ctx, c, tool, args, token)
+		if sent {
+			res.Attempts++
+		}
+		if err == nil {
+			res.Err = nil
+			r.fill(res, cr, out)
+			return res
+		}
+		res.Err = err
+		retry := attempt < r.cfg.CallRetries && ctx.Err() == nil &&
+			(!sent || entry.safe() && errors.Is(err, ErrConnection))
+		if !retry {
+			return res
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return res
+		}
+		delay *= 2
+	}
+}
+
+// invoke sends one tools/call. sent reports whether it left the runner.
+func (r *Runner) invoke(ctx context.Context, c *conn, tool string, args map[string]any, token string) (*mcp.CallToolResult, bool, error) {
+	s, done, err := c.acquire()
+	if err != nil {
+		return nil, false, err
+	}
+	params := &mcp.CallToolParams{Name: tool, Arguments: args}
+	if token != "" {
+		params.SetProgressToken(token)
+	}
+	res, err := s.CallTool(ctx, params)
+	if err != nil {
+		return nil, true, c.classify(ctx, err, done)
+	}
+	done(true)
+	return res, true, nil
+}
+
+// fill turns the SDK result into the call's Result: redacted content, the
+// isError message, validated structured content.
+func (r *Runner) fill(res *Result, cr *mcp.CallToolResult, out *jsonschema.Schema) {
+	var texts []string
+	res.Content = make([]any, 0, len(cr.Content))
+	for _, blk := range cr.Content {
+		if tc, ok := blk.(*mcp.TextContent); ok && tc.Meta == nil && tc.Annotations == nil {
+			texts = append(texts, tc.Text)
+			t, red := r.redactor.String(tc.Text)
+			res.Redacted = res.Redacted || red
+			res.Content = append(res.Content, map[string]any{"type": "text", "text": t})
+			continue
+		}
+		v, err := plainJSON(blk)
+		if err != nil {
+			res.Err = fmt.Errorf("%w: decode content: %v", ErrToolFailed, err)
+			return
+		}
+		if m, ok := v.(map[string]any); ok && m["type"] == "text" {
+			if s, ok := m["text"].(string); ok {
+				texts = append(texts, s)
+			}
+		}
+		v, red := r.redactor.Value(v)
+		res.Redacted = res.Redacted || red
+		res.Content = append(res.Content, v)
+	}
+	text := strings.Join(texts, "\n")
+	text, red := r.redactor.String(text)
+	res.Text = text
+	res.Redacted = res.Redacted || red
+	if cr.StructuredContent != nil {
+		// Validate before redaction: the schema describes what the server sent.
+		if !cr.IsError {
+			if err := validate(out, cr.StructuredContent); err != nil {
+				res.Err = fmt.Errorf("%w: %v", ErrInvalidOutput, err)
+			}
+		}
+		sc, err := plainJSON(cr.StructuredContent)
+		if err == nil {
+			sc, red = r.redactor.Value(sc)
+			res.Structured = sc
+			res.Redacted = res.Redacted || red
+		}
+	} else if out != nil && !cr.IsError {
+		res.Err = fmt.Errorf("%w: the tool declares an output schema but sent no structuredContent", ErrInvalidOutput)
+	}
+	if cr.IsError {
+		msg := text
+		if msg == "" {
+			msg = "the tool reported an error without text"
+		}
+		res.Err = &ToolError{Message: msg}
+	}
+}
+
+func plainJSON(v any) (any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var out any
+	return out, json.Unmarshal(b, &out)
+}
+
+// progressRouter hands progress notifications to the call that asked.
+type progressRouter struct {
+	mu  sync.Mutex
+	seq uint64
+	fns map[string]func(ProgressEvent)
+}
+
+func (p *progressRouter) add(fn func(ProgressEvent)) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seq++
+	t := "relay-" + strconv.FormatUint(p.seq, 10)
+	p.fns[t] = fn
+	return t
+}
+
+func (p *progressRouter) remove(token string) {
+	p.mu.Lock()
+	delete(p.fns, token)
+	p.mu.Unlock()
+}
+
+func (p *progressRouter) deliver(params *mcp.ProgressNotificationParams) {
+	if params == nil {
+		return
+	}
+	token := fmt.Sprint(params.ProgressToken)
+	p.mu.Lock()
+	fn := p.fns[token]
+	p.mu.Unlock()
+	if fn != nil {
+		fn(ProgressEvent{Progress: params.Progress, Total: params.Total, Message: params.Message})
+	}
+}
+
+// Probe is the health report of `relay mcp test`.
+type Probe struct {
+	Server          string          `json:"server"`
+	OK              bool            `json:"ok"`
+	Error           string          `json:"error,omitempty"`
+	Handshake       time.Duration   `json:"handshake_ns"`
+	Ping            time.Duration   `json:"ping_ns"`
+	ProtocolVersion string          `json:"protocol_version,omitempty"`
+	ServerName      string          `json:"server_name,omitempty"`
+	ServerVersion   string          `json:"server_version,omitempty"`
+	Capabilities    json.RawMessage `json:"capabilities,omitempty"`
+	Tools           []string        `json:"tools,omitempty"`
+}
+
+// ProbeServer opens a fresh session to s, pings it, lists its tools and
+// closes it. cfg supplies BaseEnv, HTTPClient, ConnectTimeout and the client
+// name; its Servers are ignored.
+func ProbeServer(ctx context.Context, cfg Config, s mcpconfig.Server) *Probe {
+	cfg.Servers = nil
+	cfg.AuditPath = ""
+	cfg.State = nil
+	r, err := New(cfg)
+	p := &Probe{Server: s.Name}
+	if err != nil {
+		p.Error = err.Error()
+		return p
+	}
+	defer r.Close()
+	c := newConn(r, s)
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.ConnectTimeout)
+	defer cancel()
+	start := time.Now()
+	session, _, err := dial(ctx, r, s, c.client(), c.log)
+	if err != nil {
+		p.Error = "handshake: " + err.Error()
+		return p
+	}
+	defer session.Close()
+	p.Handshake = time.Since(start)
+	init := session.InitializeResult()
+	p.ProtocolVersion = init.ProtocolVersion
+	if init.ServerInfo != nil {
+		p.ServerName, p.ServerVersion = init.ServerInfo.Name, init.ServerInfo.Version
+	}
+	p.Capabilities, _ = json.Marshal(init.Capabilities)
+	start = time.Now()
+	if err := session.Ping(ctx, nil); err != nil {
+		p.Error = "ping: " + err.Error()
+		return p
+	}
+	p.Ping = time.Since(start)
+	if init.Capabilities != nil && init.Capabilities.Tools != nil {
+		for t, err := range session.Tools(ctx, nil) {
+			if err != nil {
+				p.Error = "list tools: " + err.Error()
+				return p
+			}
+			p.Tools = append(p.Tools, t.Name)
+		}
+	}
+	sort.Strings(p.Tools)
+	p.OK = true
+	return p
+}
+
+var printer = message.NewPrinter(language.English)
+
+// Safe reports whether repeating the tool "<server>.<tool>" cannot cause a
+// second effect: it is annotated read-only or idempotent. Unknown tools and
+// unreachable servers are not safe.
+func (r *Runner) Safe(ctx context.Context, name string) bool {
+	server, tool, ok := mcpconfig.SplitTool(name)
+	c := r.conns[server]
+	if !ok || c == nil {
+		return false
+	}
+	e, err := c.tool(ctx, tool)
+	return err == nil && e.safe()
+}

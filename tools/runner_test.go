@@ -1,0 +1,524 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaystation/relay/secret"
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+const allowAll = "roles:\n  - role: agent\n    capabilities: ['*.*']\n"
+
+func TestEverythingStdio(t *testing.T) {
+	t.Parallel()
+	srv := everythingStdio(t, "everything")
+	srv.Env = map[string]string{"RELAY_INJECTED": "hello-from-mcp-json", "API_KEY": "sk-live-0123456789abcdef"}
+	cfg := fastConfig(t, srv)
+	cfg.BaseEnv = []string{"PATH=" + os.Getenv("PATH")}
+	cfg.Policy = policy(t, `
+roles:
+  - role: agent
+    capabilities: ["everything.echo", "everything.get-sum", "everything.get-env", "everything.get-structured-content", "everything.trigger-long-running-operation"]
+  - role: reader
+    capabilities: ["everything.echo"]
+`)
+	cfg.Redactor = NewRedactor(secret.New("sk-live-0123456789abcdef"))
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	r := startRunner(t, cfg)
+	caller := Caller{AgentID: "agent-1", Role: "agent"}
+
+	t.Run("echo", func(t *testing.T) {
+		res := r.Call(t.Context(), Request{Tool: "everything.echo", Args: map[string]any{"message": "hi"}, Caller: caller})
+		if res.Err != nil || res.Text != "Echo: hi" || res.Status != StatusSuccess {
+			t.Fatalf("got %q, %v, %s; want Echo: hi", res.Text, res.Err, res.Status)
+		}
+	})
+	t.Run("get-sum", func(t *testing.T) {
+		res := r.Call(t.Context(), Request{Tool: "everything.get-sum", Args: map[string]any{"a": 2, "b": 40.5}, Caller: caller})
+		if res.Err != nil || !strings.Contains(res.Text, "42.5") {
+			t.Fatalf("got %q, %v; want the sum 42.5", res.Text, res.Err)
+		}
+	})
+	t.Run("invalid arguments never reach the server", func(t *testing.T) {
+		res := r.Call(t.Context(), Request{Tool: "everything.get-sum", Args: map[string]any{"a": "two"}, Caller: caller})
+		if !errors.Is(res.Err, ErrInvalidArguments) || res.Attempts != 0 || res.Status != StatusError {
+			t.Fatalf("got %v (attempts %d, %s); want ErrInvalidArguments before sending", res.Err, res.Attempts, res.Status)
+		}
+	})
+	t.Run("structured content validated", func(t *testing.T) {
+		res := r.Call(t.Context(), Request{Tool: "everything.get-structured-content", Args: map[string]any{"location": "Chicago"}, Caller: caller})
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		m, _ := res.Structured.(map[string]any)
+		if m["temperature"] != float64(36) {
+			t.Errorf("got structured %v, want temperature 36", res.Structured)
+		}
+	})
+	t.Run("env injection and redaction", func(t *testing.T) {
+		res := r.Call(t.Context(), Request{Tool: "everything.get-env", Caller: caller})
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		if !strings.Contains(res.Text, "hello-from-mcp-json") {
+			t.Errorf("injected variable missing from %s", res.Text)
+		}
+		if strings.Contains(res.Text, "sk-live-0123456789abcdef") || !strings.Contains(res.Text, Redacted) || !res.Redacted {
+			t.Errorf("secret not redacted (redacted=%v): %s", res.Redacted, res.Text)
+		}
+		if strings.Contains(res.Text, "HOME") {
+			t.Errorf("relay environment leaked into the server beyond the base env: %s", res.Text)
+		}
+		recs := readAudit(t, cfg.AuditPath)
+		i := slices.IndexFunc(recs, func(r Record) bool { return r.AuditIDMatches(res.AuditID) })
+		if i < 0 || !recs[i].Redacted || recs[i].Tool != "get-env" {
+			t.Errorf("audit record %s: got %+v, want redaction_applied", res.AuditID, recs)
+		}
+	})
+	t.Run("progress", func(t *testing.T) {
+		var n atomic.Int32
+		res := r.Call(t.Context(), Request{Tool: "everything.trigger-long-running-operation", Args: map[string]any{"duration": 0.3, "steps": 3}, Caller: caller,
+			Progress: func(p ProgressEvent) {
+				if p.Total == 3 {
+					n.Add(1)
+				}
+			}})
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		// The last notification may race the result; the ones before it may not.
+		if n.Load() < 1 {
+			t.Errorf("got %d progress notifications, want some of 3", n.Load())
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		res := r.Call(ctx, Request{Tool: "everything.trigger-long-running-operation", Args: map[string]any{"duration": 10, "steps": 2}, Caller: caller})
+		if !errors.Is(res.Err, ErrTimeout) || res.Status != StatusTimeout {
+			t.Fatalf("got %v (%s), want a timeout", res.Err, res.Status)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("timeout took %s, want about the caller's 1s deadline", d)
+		}
+		// The session survives a timed-out call.
+		if res := r.Call(t.Context(), Request{Tool: "everything.echo", Args: map[string]any{"message": "still"}, Caller: caller}); res.Err != nil {
+			t.Errorf("call after timeout: %v", res.Err)
+		}
+	})
+	t.Run("tools filtered by role", func(t *testing.T) {
+		got := r.Tools(t.Context(), "reader")
+		if len(got) != 1 || got[0].Name != "everything.echo" || got[0].InputSchema == nil || !got[0].ReadOnly {
+			t.Fatalf("got %+v, want only everything.echo with its schema", got)
+		}
+		if n := len(r.Tools(t.Context(), "agent")); n != 5 {
+			t.Errorf("agent sees %d tools, want 5", n)
+		}
+		if n := len(r.Tools(t.Context(), "nobody")); n != 0 {
+			t.Errorf("unknown role sees %d tools, want 0", n)
+		}
+	})
+	t.Run("status and metrics", func(t *testing.T) {
+		st := r.Servers()[0]
+		if st.State != StateReady || st.ProtocolVersion != mcpconfig.DefaultProtocolVersion || st.Tools == 0 || st.Handshake <= 0 {
+			t.Errorf("got %+v, want ready on %s with tools", st, mcpconfig.DefaultProtocolVersion)
+		}
+		if v := counterValue(t, reg, "relay_tool_invocations_total", map[string]string{"server": "everything", "tool": "echo", "status": "success"}); v < 1 {
+			t.Errorf("echo successes = %v, want >= 1", v)
+		}
+		if v := counterValue(t, reg, "relay_tool_handshake_seconds", map[string]string{"server": "everything"}); v < 1 {
+			t.Errorf("handshakes observed = %v, want >= 1", v)
+		}
+	})
+}
+
+// AuditIDMatches reports whether the record has the id.
+func (r Record) AuditIDMatches(id string) bool { return r.ID == id }
+
+func TestEverythingStreamableHTTP(t *testing.T) {
+	t.Parallel()
+	url := startEverythingHTTP(t)
+	cfg := fastConfig(t, mcpconfig.Server{Name: "remote", Type: mcpconfig.HTTP, URL: url, Headers: map[string]string{"X-Relay-Test": "1"},
+		ProtocolVersion: mcpconfig.DefaultProtocolVersion})
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	c := Caller{Role: "agent"}
+	res := r.Call(t.Context(), Request{Tool: "remote.echo", Args: map[string]any{"message": "over http"}, Caller: c})
+	if res.Err != nil || res.Text != "Echo: over http" {
+		t.Fatalf("got %q, %v", res.Text, res.Err)
+	}
+	res = r.Call(t.Context(), Request{Tool: "remote.get-sum", Args: map[string]any{"a": 1, "b": 2}, Caller: c})
+	if res.Err != nil || !strings.Contains(res.Text, "3") {
+		t.Fatalf("got %q, %v", res.Text, res.Err)
+	}
+	var n atomic.Int32
+	res = r.Call(t.Context(), Request{Tool: "remote.trigger-long-running-operation", Args: map[string]any{"duration": 0.3, "steps": 3}, Caller: c,
+		Progress: func(ProgressEvent) { n.Add(1) }})
+	// The last notification may race the result.
+	if res.Err != nil || n.Load() < 1 {
+		t.Fatalf("got %v with %d progress notifications, want some of 3", res.Err, n.Load())
+	}
+	p := ProbeServer(t.Context(), Config{}, cfg.Servers[0])
+	if !p.OK || p.ProtocolVersion != mcpconfig.DefaultProtocolVersion || !slices.Contains(p.Tools, "echo") || p.Handshake <= 0 {
+		t.Errorf("probe: got %+v", p)
+	}
+}
+
+func TestFilesystemToolErrors(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "a.txt"), []byte("alpha\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := mcpconfig.Server{Name: "fs", Type: mcpconfig.Stdio, Command: npmBin(t, "mcp-server-filesystem"), Args: []string{root},
+		ProtocolVersion: mcpconfig.DefaultProtocolVersion}
+	cfg := fastConfig(t, srv)
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	c := Caller{Role: "agent"}
+	res := r.Call(t.Context(), Request{Tool: "fs.read_text_file", Args: map[string]any{"path": filepath.Join(root, "a.txt")}, Caller: c})
+	if res.Err != nil || !strings.Contains(res.Text, "alpha") {
+		t.Fatalf("read inside root: got %q, %v", res.Text, res.Err)
+	}
+	tests := []struct {
+		name string
+		args map[string]any
+	}{
+		{"outside the allowed directory", map[string]any{"path": "/etc/hostname"}},
+		{"missing file", map[string]any{"path": filepath.Join(root, "nope.txt")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := r.Call(t.Context(), Request{Tool: "fs.read_text_file", Args: tt.args, Caller: c})
+			var te *ToolError
+			if !errors.As(res.Err, &te) || te.Message == "" || res.Status != StatusError {
+				t.Fatalf("got %v (%s), want a *ToolError with the server's message", res.Err, res.Status)
+			}
+			if !errors.Is(res.Err, ErrToolFailed) {
+				t.Errorf("errors.Is(ErrToolFailed) = false for %v", res.Err)
+			}
+		})
+	}
+	if st := r.Servers()[0]; st.Breaker != "closed" {
+		t.Errorf("tool errors must not open the breaker: got %s", st.Breaker)
+	}
+}
+
+func TestPolicyOutcomesAreAudited(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := fastConfig(t, helperServer(t, "h", dir), helperServer(t, "off", t.TempDir()))
+	cfg.Servers[1].Disabled = true
+	cfg.Policy = policy(t, `
+roles:
+  - role: agent
+    capabilities: ["h.*", "off.*"]
+  - role: reader
+    capabilities: ["h.echo"]
+budgets:
+  h.echo: {rps: 0.001, burst: 1}
+  h.fail: {daily_quota: 1}
+`)
+	r := startRunner(t, cfg)
+	agent := Caller{AgentID: "a-7", Role: "agent"}
+	call := func(tool string, c Caller) *Result {
+		var args map[string]any
+		if strings.HasSuffix(tool, ".echo") {
+			args = map[string]any{"message": "x"}
+		}
+		return r.Call(t.Context(), Request{CallID: "call-" + tool, TaskID: "task-1", Tool: tool, Args: args, Caller: c})
+	}
+	steps := []struct {
+		name   string
+		run    func() *Result
+		status Status
+		is     error
+	}{
+		{"allowed", func() *Result { return call("h.echo", agent) }, StatusSuccess, nil},
+		{"rate limited", func() *Result { return call("h.echo", agent) }, StatusRateLimited, ErrRateLimited},
+		{"capability denied", func() *Result { return call("h.fail", Caller{Role: "reader"}) }, StatusPermissionDenied, ErrPermissionDenied},
+		{"no role", func() *Result { return call("h.echo", Caller{}) }, StatusPermissionDenied, ErrPermissionDenied},
+		{"quota first use", func() *Result { return call("h.fail", agent) }, StatusError, ErrToolFailed},
+		{"quota exhausted", func() *Result { return call("h.fail", agent) }, StatusRateLimited, ErrQuotaExhausted},
+		{"disabled server", func() *Result { return call("off.echo", agent) }, StatusDisabled, ErrDisabled},
+		{"unknown server", func() *Result { return call("nope.echo", agent) }, StatusError, ErrUnknownServer},
+		{"unknown tool", func() *Result { return call("h.nope", agent) }, StatusError, ErrUnknownTool},
+		{"stop switch", func() *Result { r.SetStop(true); defer r.SetStop(false); return call("h.slow", agent) }, StatusDisabled, ErrStopped},
+		{"bad output", func() *Result { return call("h.bad-output", agent) }, StatusError, ErrInvalidOutput},
+	}
+	for _, s := range steps {
+		res := s.run()
+		if res.Status != s.status || (s.is == nil) != (res.Err == nil) || s.is != nil && !errors.Is(res.Err, s.is) {
+			t.Errorf("%s: got %s, %v; want %s, %v", s.name, res.Status, res.Err, s.status, s.is)
+		}
+	}
+	if fileExists(dir, "slow-started") {
+		t.Error("the stop switch let a call through")
+	}
+	recs := readAudit(t, cfg.AuditPath)
+	if len(recs) != len(steps) {
+		t.Fatalf("got %d audit records, want %d", len(recs), len(steps))
+	}
+	for i, s := range steps {
+		rec := recs[i]
+		if rec.Status != s.status || rec.ID == "" || rec.TaskID != "task-1" || rec.Time.IsZero() || len(rec.ArgsSHA256) != 64 {
+			t.Errorf("%s: audit record %+v, want status %s with ids and hash", s.name, rec, s.status)
+		}
+		if s.status != StatusSuccess && rec.Error == "" {
+			t.Errorf("%s: audit record without error message", s.name)
+		}
+	}
+	if recs[0].AgentID != "a-7" || recs[0].Role != "agent" || recs[0].Server != "h" || recs[0].Tool != "echo" || recs[0].ArgsSHA256 != ArgsHash(map[string]any{"message": "x"}) {
+		t.Errorf("first record: got %+v", recs[0])
+	}
+	// The isError text is redacted in the error and in the audit log.
+	if strings.Contains(recs[4].Error, "ghp_") || !strings.Contains(recs[4].Error, Redacted) {
+		t.Errorf("tool error not redacted in audit: %q", recs[4].Error)
+	}
+	b, _ := os.ReadFile(cfg.AuditPath)
+	if strings.Contains(string(b), `"x"`) {
+		t.Error("audit log holds raw arguments")
+	}
+}
+
+func TestKillMidCallBreakerAndRecovery(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := fastConfig(t, helperServer(t, "h", dir))
+	cfg.HealthBackoff = []time.Duration{400 * time.Millisecond, 400 * time.Millisecond, 400 * time.Millisecond}
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	c := Caller{Role: "agent"}
+	pid := r.conns["h"].pid()
+	if pid == 0 {
+		t.Fatal("no server process")
+	}
+	done := make(chan *Result, 1)
+	go func() {
+		done <- r.Call(t.Context(), Request{Tool: "h.slow", Args: map[string]any{"ms": 30000}, Caller: c})
+	}()
+	waitFor(t, 10*time.Second, "the slow call to reach the server", func() bool { return fileExists(dir, "slow-started") })
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var res *Result
+	select {
+	case res = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not fail after the server was killed")
+	}
+	if !errors.Is(res.Err, ErrConnection) || res.Status != StatusError || res.Attempts != 1 {
+		t.Fatalf("got %v (%s, %d attempts), want one connection error and no retry of a side-effecting tool", res.Err, res.Status, res.Attempts)
+	}
+	st := r.Servers()[0]
+	if st.BreakerOpened < 1 {
+		t.Fatalf("breaker never opened: %+v", st)
+	}
+	waitFor(t, 15*time.Second, "health checks to reconnect", func() bool { return r.Servers()[0].State == StateReady })
+	if newPID := r.conns["h"].pid(); newPID == pid || newPID == 0 {
+		t.Errorf("got pid %d after recovery, want a new process (old %d)", newPID, pid)
+	}
+	res = r.Call(t.Context(), Request{Tool: "h.echo", Args: map[string]any{"message": "back"}, Caller: c})
+	if res.Err != nil || res.Text != "Echo: back" {
+		t.Fatalf("after recovery: got %q, %v", res.Text, res.Err)
+	}
+}
+
+func TestIdempotentToolRetriedAfterCrash(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := fastConfig(t, helperServer(t, "h", dir))
+	cfg.CallRetries = 5
+	cfg.RetryBackoff = 100 * time.Millisecond
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	res := r.Call(t.Context(), Request{Tool: "h.crash-once", Caller: Caller{Role: "agent"}})
+	if res.Err != nil || res.Text != "survived" {
+		t.Fatalf("got %q, %v; want the retry to succeed on the restarted server", res.Text, res.Err)
+	}
+	if res.Attempts < 2 {
+		t.Errorf("got %d attempts, want at least 2", res.Attempts)
+	}
+}
+
+func TestCancellationReachesServer(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		policy string
+		cancel bool
+		status Status
+	}{
+		{"caller cancels", allowAll, true, StatusCancelled},
+		{"budget timeout", allowAll + "budgets:\n  h.slow: {timeout: 1s}\n", false, StatusTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			cfg := fastConfig(t, helperServer(t, "h", dir))
+			cfg.Policy = policy(t, tt.policy)
+			r := startRunner(t, cfg)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			if tt.cancel {
+				go func() {
+					waitFor(t, 10*time.Second, "slow-started", func() bool { return fileExists(dir, "slow-started") })
+					cancel()
+				}()
+			}
+			res := r.Call(ctx, Request{Tool: "h.slow", Args: map[string]any{"ms": 30000}, Caller: Caller{Role: "agent"}})
+			if res.Status != tt.status {
+				t.Fatalf("got %s (%v), want %s", res.Status, res.Err, tt.status)
+			}
+			waitFor(t, 10*time.Second, "the server to see notifications/cancelled", func() bool { return fileExists(dir, "slow-cancelled") })
+			if fileExists(dir, "slow-done") {
+				t.Error("the tool ran to completion")
+			}
+		})
+	}
+}
+
+func TestHealthAutoDisableAndReenable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "refuse-start"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig(t, helperServer(t, "h", dir))
+	cfg.Policy = policy(t, allowAll)
+	state := NewMemoryState()
+	cfg.State = state
+	var mu sync.Mutex
+	var notices []Notice
+	cfg.Notify = func(_ context.Context, n Notice) { mu.Lock(); notices = append(notices, n); mu.Unlock() }
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "auto-disable", func() bool { return r.Servers()[0].State == StateDisabled })
+	st := r.Servers()[0]
+	if st.DisabledBy != "health" || !strings.Contains(st.DisabledReason, "4 failed health checks") {
+		t.Errorf("got %+v, want disabled by health after 4 failed checks (1 + 3 retries)", st)
+	}
+	mu.Lock()
+	if len(notices) != 1 || notices[0].Server != "h" {
+		t.Errorf("got notices %+v, want one for h", notices)
+	}
+	mu.Unlock()
+	saved, _ := state.Load(t.Context())
+	if !saved.Servers["h"].Disabled || saved.Servers["h"].By != "health" {
+		t.Errorf("persisted state %+v, want disabled by health", saved)
+	}
+	res := r.Call(t.Context(), Request{Tool: "h.echo", Args: map[string]any{"message": "x"}, Caller: Caller{Role: "agent"}})
+	if res.Status != StatusDisabled {
+		t.Errorf("call on disabled server: got %s, want disabled", res.Status)
+	}
+	// Another process (relay mcp enable) re-enables it through the store.
+	if err := os.Remove(filepath.Join(dir, "refuse-start")); err != nil {
+		t.Fatal(err)
+	}
+	if err := state.SetServer(t.Context(), "h", ServerState{Disabled: false, By: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "ready after enable", func() bool { return r.Servers()[0].State == StateReady })
+	if st := r.Servers()[0]; st.Failures != 0 {
+		t.Errorf("failures after re-enable: got %d, want 0", st.Failures)
+	}
+	// And disables it again.
+	if err := state.SetServer(t.Context(), "h", ServerState{Disabled: true, By: "operator", Reason: "maintenance"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "disabled by operator", func() bool { return r.Servers()[0].DisabledReason == "maintenance" })
+}
+
+func TestToolListChanged(t *testing.T) {
+	t.Parallel()
+	cfg := fastConfig(t, helperServer(t, "h", t.TempDir()))
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	has := func() bool {
+		return slices.ContainsFunc(r.Tools(t.Context(), "agent"), func(i ToolInfo) bool { return i.Name == "h.added" })
+	}
+	if has() {
+		t.Fatal("h.added listed before it exists")
+	}
+	if res := r.Call(t.Context(), Request{Tool: "h.add-tool", Caller: Caller{Role: "agent"}}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	waitFor(t, 10*time.Second, "the cache to drop on notifications/tools/list_changed", has)
+	res := r.Call(t.Context(), Request{Tool: "h.added", Caller: Caller{Role: "agent"}})
+	if res.Err != nil {
+		t.Fatalf("call the new tool: %v", res.Err)
+	}
+	if m, _ := res.Structured.(map[string]any); m["temperature"] != float64(21) {
+		t.Errorf("got structured %v", res.Structured)
+	}
+}
+
+func TestGlobalConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := fastConfig(t, helperServer(t, "h", dir))
+	cfg.Policy = policy(t, allowAll+"limits: {concurrency: 1}\nbudgets:\n  h.echo: {timeout: 1s}\n")
+	r := startRunner(t, cfg)
+	done := make(chan *Result, 1)
+	go func() {
+		done <- r.Call(t.Context(), Request{Tool: "h.slow", Args: map[string]any{"ms": 2500}, Caller: Caller{Role: "agent"}})
+	}()
+	waitFor(t, 10*time.Second, "slow-started", func() bool { return fileExists(dir, "slow-started") })
+	res := r.Call(t.Context(), Request{Tool: "h.echo", Args: map[string]any{"message": "x"}, Caller: Caller{Role: "agent"}})
+	if res.Status != StatusTimeout {
+		t.Errorf("second call with the only slot taken: got %s (%v), want timeout", res.Status, res.Err)
+	}
+	if res := <-done; res.Err != nil {
+		t.Errorf("slow call: %v", res.Err)
+	}
+}
+
+// counterValue returns a counter's value or a histogram's sample count.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue metric
+				}
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			if m.GetHistogram() != nil {
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
