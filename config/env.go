@@ -213,5 +213,17 @@ func (e *Env) Unknown(prefixes ...string) {
 	}
 }
 
+// Scratch returns an Env over the same variables whose reads and problems do
+// not count: read another component's settings into it, then pass it to Known,
+// so the unknown-variable check knows every setting of the binary.
+func (e *Env) Scratch() *Env { return NewEnv(e.get, e.list) }
+
+// Known marks every variable other read as known to e.
+func (e *Env) Known(other *Env) {
+	for k := range other.used {
+		e.used[k] = true
+	}
+}
+
 // Err returns every recorded problem, joined, or nil.
 func (e *Env) Err() error { return errors.Join(e.errs...) }

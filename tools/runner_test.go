@@ -133,7 +133,17 @@ roles:
 		}
 	})
 	t.Run("status and metrics", func(t *testing.T) {
-		st := r.Servers()[0]
+		// A health check may have failed under load a moment ago (a slow ping
+		// drops the session and the next check reconnects): wait for ready.
+		var st ServerStatus
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			st = r.Servers()[0]
+			if st.State == StateReady || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		if st.State != StateReady || st.ProtocolVersion != mcpconfig.DefaultProtocolVersion || st.Tools == 0 || st.Handshake <= 0 {
 			t.Errorf("got %+v, want ready on %s with tools", st, mcpconfig.DefaultProtocolVersion)
 		}

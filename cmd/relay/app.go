@@ -38,6 +38,9 @@ type service struct {
 	// there, and startup stops before anything connects) and returns the
 	// function that builds the running service once the bus is up.
 	configure func(env *config.Env) buildFunc
+	// subcommands, when set, handles `relay <name> <args...>`: the service's
+	// operator commands (`relay memory recall ...`). Without args the service runs.
+	subcommands func(ctx context.Context, a *app, args []string) error
 }
 
 // buildFunc builds a service on shared dependencies; its routes are mounted
@@ -96,8 +99,15 @@ func (a *app) readBase() {
 	}
 }
 
-// checkEnv stops on any invalid or unknown RELAY_* setting, naming it.
+// checkEnv stops on any invalid or unknown RELAY_* setting, naming it. A
+// setting is known when any service of the binary reads it, so one .env file
+// serves every subcommand.
 func (a *app) checkEnv() error {
+	scratch := a.env.Scratch()
+	for _, s := range services {
+		s.configure(scratch)
+	}
+	a.env.Known(scratch)
 	a.env.Unknown("RELAY_")
 	if err := a.env.Err(); err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
@@ -147,6 +157,8 @@ func run(ctx context.Context, args []string, env *config.Env, stdout, stderr io.
 		return 0
 	case name == "serve":
 		err = a.serve(ctx, sortedServices())
+	case services[name] != nil && len(args) > 0 && services[name].subcommands != nil:
+		err = services[name].subcommands(ctx, a, args)
 	case services[name] != nil:
 		err = a.serve(ctx, []*service{services[name]})
 	case commands[name] != nil:

@@ -268,3 +268,18 @@ func TestBinarySIGTERM(t *testing.T) {
 		t.Fatal("no exit 20s after SIGTERM")
 	}
 }
+
+// A setting read by another service is not "unknown" to an operator command.
+func TestOtherServicesSettingsAreKnown(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"RELAY_MCP_CONFIG": "/nonexistent/mcp.json", "RELAY_MEMORY_DIMENSIONS": "384", "RELAY_TYPO": "1"}
+	var stderr syncBuffer
+	code := run(t.Context(), []string{"dlq", "list"}, config.FromMap(env), &syncBuffer{}, &stderr)
+	if code == 0 {
+		t.Fatal("got exit 0 with RELAY_TYPO set")
+	}
+	out := stderr.String()
+	if !strings.Contains(out, "RELAY_TYPO") || strings.Contains(out, "RELAY_MEMORY_DIMENSIONS") || strings.Contains(out, "RELAY_MCP_CONFIG") {
+		t.Errorf("got %q, want only RELAY_TYPO reported", out)
+	}
+}

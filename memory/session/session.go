@@ -1,0 +1,127 @@
+// Package session keeps the short-lived memory of each thread: its recent
+// turns (role, content, envelope id, time), a running summary of the turns
+// that were folded away, and episodic memories with their own expiry.
+//
+// Two stores implement Store with the same behaviour, checked by one
+// conformance suite (package sessiontest): Redis (REDIS_URL; the turns of a
+// thread live in the list "session:{thread}") and a JetStream key-value bucket,
+// the embedded default when no Redis is configured.
+//
+// A session keeps at most Options.MaxTurns turns (default 100) and expires
+// Options.TTL (default 24h) after its last turn. Appending is idempotent by the
+// turn's id (the envelope id), so a redelivered envelope is not kept twice.
+package session
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Turn is one message of a thread.
+type Turn struct {
+	// ID is the envelope id; appends are idempotent by it.
+	ID string `json:"id"`
+	// Role is user, assistant, tool or system.
+	Role string `json:"role"`
+	// Content is the text of the turn.
+	Content string `json:"content"`
+	// Time is when the envelope was created.
+	Time time.Time `json:"time"`
+}
+
+// Session is what a store holds for one thread.
+type Session struct {
+	// Thread is the thread key.
+	Thread string
+	// Summary folds the turns that were removed by Fold; "" when none were.
+	Summary string
+	// Turns are the kept turns, oldest first.
+	Turns []Turn
+}
+
+// Size is the number of bytes of text in the session (summary and turns).
+func (s *Session) Size() int {
+	n := len(s.Summary)
+	for _, t := range s.Turns {
+		n += len(t.Content)
+	}
+	return n
+}
+
+// Episode is an episodic memory of a thread (memory_update kind "episodic").
+type Episode struct {
+	// ID makes PutEpisode idempotent (the envelope id).
+	ID string `json:"id"`
+	// Data is the memory_update's data.
+	Data map[string]any `json:"data"`
+	// Created is when the episode was recorded.
+	Created time.Time `json:"created"`
+	// Expires is when the episode is forgotten.
+	Expires time.Time `json:"expires"`
+}
+
+// Store keeps sessions and episodes. Implementations are safe for concurrent
+// use, also by several processes sharing one server.
+type Store interface {
+	// Append adds t to the thread's turns unless a turn with t.ID was already
+	// appended; it reports whether t was added. The oldest turns beyond
+	// MaxTurns are dropped and the session's expiry is reset.
+	Append(ctx context.Context, thread string, t Turn) (bool, error)
+	// Load returns the thread's session; an unknown thread has an empty one.
+	Load(ctx context.Context, thread string) (Session, error)
+	// Fold replaces the n oldest turns with summary, if the n-th oldest turn
+	// still has the id lastID (otherwise another worker folded first, and Fold
+	// reports false without a change). Folded turns' ids stay known to Append.
+	Fold(ctx context.Context, thread string, n int, lastID, summary string) (bool, error)
+	// PutEpisode stores e under the thread, replacing an episode with the
+	// same id. An e.Expires in the past or beyond MaxEpisodeTTL is clamped.
+	PutEpisode(ctx context.Context, thread string, e Episode) error
+	// Episodes returns the thread's episodes that have not expired, oldest first.
+	Episodes(ctx context.Context, thread string) ([]Episode, error)
+	// Forget removes the thread's turns, summary and episodes.
+	Forget(ctx context.Context, thread string) error
+	// Close releases the store's connections (not a shared bus).
+	Close() error
+}
+
+// Options are the limits every store applies.
+type Options struct {
+	// MaxTurns is the most turns kept per thread. Default 100.
+	MaxTurns int
+	// TTL is how long a session lives after its last turn. Default 24h.
+	TTL time.Duration
+	// MaxEpisodeTTL caps an episode's lifetime. Default 30 days.
+	MaxEpisodeTTL time.Duration
+	// MaxSeen is how many appended ids per thread are remembered for
+	// idempotency (beyond the kept turns). Default 1000.
+	MaxSeen int
+}
+
+func (o *Options) setDefaults() {
+	if o.MaxTurns <= 0 {
+		o.MaxTurns = 100
+	}
+	if o.TTL <= 0 {
+		o.TTL = 24 * time.Hour
+	}
+	if o.MaxEpisodeTTL <= 0 {
+		o.MaxEpisodeTTL = 30 * 24 * time.Hour
+	}
+	if o.MaxSeen < o.MaxTurns {
+		o.MaxSeen = max(1000, o.MaxTurns)
+	}
+}
+
+// ErrNoThread is returned for an empty thread key.
+var ErrNoThread = errors.New("session: empty thread key")
+
+// clampExpiry keeps an episode's expiry within (now, now+max].
+func clampExpiry(e *Episode, now time.Time, maxTTL time.Duration) {
+	if e.Created.IsZero() {
+		e.Created = now
+	}
+	if e.Expires.IsZero() || e.Expires.After(now.Add(maxTTL)) {
+		e.Expires = now.Add(maxTTL)
+	}
+}

@@ -1,0 +1,76 @@
+package session_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/memory/session"
+	"github.com/relaystation/relay/memory/session/sessiontest"
+)
+
+func redisURL() string { return testenv.Getenv("REDIS_URL", "redis://127.0.0.1:6379") }
+
+// NewTestRedis returns a Redis store under a key prefix unique to the test,
+// whose keys are deleted at the end.
+func newTestRedis(t *testing.T, o session.Options) session.Store {
+	t.Helper()
+	prefix := "test:" + uuid.NewString()[:8] + ":"
+	s, err := session.NewRedis(t.Context(), session.RedisConfig{URL: redisURL(), KeyPrefix: prefix, Options: o})
+	if err != nil {
+		testenv.Missing(t, "redis at %s: %v (start redis-server or set REDIS_URL)", redisURL(), err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		keys, _ := s.Client().Keys(ctx, prefix+"*").Result()
+		if len(keys) > 0 {
+			s.Client().Del(ctx, keys...)
+		}
+	})
+	return s
+}
+
+func TestRedis(t *testing.T) {
+	t.Parallel()
+	sessiontest.Run(t, newTestRedis)
+}
+
+func TestKV(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	sessiontest.Run(t, func(t *testing.T, o session.Options) session.Store {
+		s, err := session.NewKV(t.Context(), b.JetStream(), session.KVConfig{Bucket: "s" + uuid.NewString()[:8], Options: o})
+		if err != nil {
+			t.Fatalf("NewKV: %v", err)
+		}
+		return s
+	})
+}
+
+// TestRedisKeyLayout checks the documented key: the turns of a thread are the
+// list "session:{thread}", expiring 24 h after the last turn.
+func TestRedisKeyLayout(t *testing.T) {
+	t.Parallel()
+	s, err := session.NewRedis(t.Context(), session.RedisConfig{URL: redisURL()})
+	if err != nil {
+		testenv.Missing(t, "redis at %s: %v", redisURL(), err)
+	}
+	defer s.Close()
+	th := "test:" + uuid.NewString()
+	key := "session:" + th
+	t.Cleanup(func() { s.Client().Del(context.Background(), key, key+":ids", key+":summary") })
+	if _, err := s.Append(t.Context(), th, session.Turn{ID: uuid.NewString(), Role: "user", Content: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Client().LLen(t.Context(), key).Result(); err != nil || n != 1 {
+		t.Fatalf("LLEN %s = %d, %v; want 1", key, n, err)
+	}
+	ttl, err := s.Client().TTL(t.Context(), key).Result()
+	if err != nil || ttl < 23*time.Hour || ttl > 24*time.Hour {
+		t.Fatalf("TTL %s = %s, %v; want about 24h", key, ttl, err)
+	}
+}

@@ -1,0 +1,331 @@
+// Package sessiontest is the conformance suite every session.Store passes:
+// the Redis store and the JetStream key-value store run the same tests.
+package sessiontest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relaystation/relay/memory/session"
+)
+
+// Factory returns a fresh, empty store with the given options; the store is
+// closed by the suite.
+type Factory func(t *testing.T, o session.Options) session.Store
+
+// Run runs the conformance suite against stores made by newStore.
+func Run(t *testing.T, newStore Factory) {
+	t.Helper()
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, newStore Factory)
+	}{
+		{"AppendLoad", testAppendLoad},
+		{"AppendIdempotent", testAppendIdempotent},
+		{"MaxTurns", testMaxTurns},
+		{"Fold", testFold},
+		{"Concurrent", testConcurrent},
+		{"Episodes", testEpisodes},
+		{"Forget", testForget},
+		{"Expiry", testExpiry},
+		{"EmptyThread", testEmptyThread},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tt.fn(t, newStore)
+		})
+	}
+}
+
+func open(t *testing.T, newStore Factory, o session.Options) session.Store {
+	t.Helper()
+	s := newStore(t, o)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func turn(i int) session.Turn {
+	return session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("turn %d", i),
+		Time: time.Date(2025, 1, 1, 0, 0, i, 0, time.UTC)}
+}
+
+func thread() string { return "github:acme/repo#" + uuid.NewString()[:8] }
+
+func mustAppend(t *testing.T, s session.Store, th string, tu session.Turn) bool {
+	t.Helper()
+	ok, err := s.Append(t.Context(), th, tu)
+	if err != nil {
+		t.Fatalf("Append: %v", err)
+	}
+	return ok
+}
+
+func mustLoad(t *testing.T, s session.Store, th string) session.Session {
+	t.Helper()
+	got, err := s.Load(t.Context(), th)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	return got
+}
+
+func testAppendLoad(t *testing.T, newStore Factory) {
+	s := open(t, newStore, session.Options{})
+	th := "slack:T1/C1/1700000000.000100 with spaces & {braces}"
+	want := []session.Turn{turn(1), turn(2), turn(3)}
+	want[1].Role = "assistant"
+	want[2].Role, want[2].Content = "tool", "ünïcode ✓ and \"quotes\""
+	for _, tu := range want {
+		if !mustAppend(t, s, th, tu) {
+			t.Fatalf("Append(%s) = false, want true", tu.ID)
+		}
+	}
+	got := mustLoad(t, s, th)
+	if got.Thread != th || got.Summary != "" {
+		t.Fatalf("got thread %q summary %q, want %q and none", got.Thread, got.Summary, th)
+	}
+	if len(got.Turns) != len(want) {
+		t.Fatalf("got %d turns, want %d", len(got.Turns), len(want))
+	}
+	for i := range want {
+		g, w := got.Turns[i], want[i]
+		if g.ID != w.ID || g.Role != w.Role || g.Content != w.Content || !g.Time.Equal(w.Time) {
+			t.Errorf("turn %d: got %+v, want %+v", i, g, w)
+		}
+	}
+	if empty := mustLoad(t, s, thread()); len(empty.Turns) != 0 || empty.Summary != "" {
+		t.Errorf("unknown thread: got %+v, want empty", empty)
+	}
+}
+
+func testAppendIdempotent(t *testing.T, newStore Factory) {
+	s := open(t, newStore, session.Options{})
+	th := thread()
+	tu := turn(1)
+	if !mustAppend(t, s, th, tu) {
+		t.Fatal("first Append = false, want true")
+	}
+	if mustAppend(t, s, th, tu) {
+		t.Fatal("second Append of the same id = true, want false")
+	}
+	if got := mustLoad(t, s, th); len(got.Turns) != 1 {
+		t.Fatalf("got %d turns, want 1", len(got.Turns))
+	}
+}
+
+func testMaxTurns(t *testing.T, newStore Factory) {
+	s := open(t, newStore, session.Options{MaxTurns: 10})
+	th := thread()
+	var ids []string
+	for i := range 15 {
+		tu := turn(i)
+		ids = append(ids, tu.ID)
+		mustAppend(t, s, th, tu)
+	}
+	got := mustLoad(t, s, th)
+	if len(got.Turns) != 10 {
+		t.Fatalf("got %d turns, want 10", len(got.Turns))
+	}
+	if got.Turns[0].ID != ids[5] || got.Turns[9].ID != ids[14] {
+		t.Fatalf("got turns %s..%s, want the newest 10 (%s..%s)", got.Turns[0].ID, got.Turns[9].ID, ids[5], ids[14])
+	}
+	// A dropped turn is still known: a late redelivery is not re-added.
+	if mustAppend(t, s, th, session.Turn{ID: ids[0], Role: "user", Content: "late"}) {
+		t.Fatal("re-Append of a dropped turn = true, want false")
+	}
+}
+
+func testFold(t *testing.T, newStore Factory) {
+	s := open(t, newStore, session.Options{})
+	th := thread()
+	var ts []session.Turn
+	for i := range 5 {
+		ts = append(ts, turn(i))
+		mustAppend(t, s, th, ts[i])
+	}
+	ctx := t.Context()
+	if ok, err := s.Fold(ctx, th, 3, ts[1].ID, "wrong"); err != nil || ok {
+		t.Fatalf("Fold with a stale id = %v, %v; want false, nil", ok, err)
+	}
+	if ok, err := s.Fold(ctx, th, 3, ts[2].ID, "summary of 0-2"); err != nil || !ok {
+		t.Fatalf("Fold = %v, %v; want true, nil", ok, err)
+	}
+	got := mustLoad(t, s, th)
+	if got.Summary != "summary of 0-2" || len(got.Turns) != 2 || got.Turns[0].ID != ts[3].ID {
+		t.Fatalf("after fold got summary %q and %d turns, want the summary and turns 3-4", got.Summary, len(got.Turns))
+	}
+	// The same fold again (another worker's late attempt) changes nothing.
+	if ok, _ := s.Fold(ctx, th, 3, ts[2].ID, "again"); ok {
+		t.Fatal("repeated Fold = true, want false")
+	}
+	if mustAppend(t, s, th, ts[0]) {
+		t.Fatal("re-Append of a folded turn = true, want false")
+	}
+	if ok, err := s.Fold(ctx, th, 2, ts[4].ID, "everything"); err != nil || !ok {
+		t.Fatalf("Fold of all turns = %v, %v; want true, nil", ok, err)
+	}
+	got = mustLoad(t, s, th)
+	if got.Summary != "everything" || len(got.Turns) != 0 {
+		t.Fatalf("got summary %q and %d turns, want everything and 0", got.Summary, len(got.Turns))
+	}
+	next := turn(9)
+	mustAppend(t, s, th, next)
+	if got = mustLoad(t, s, th); got.Summary != "everything" || len(got.Turns) != 1 {
+		t.Fatalf("got summary %q and %d turns, want the summary kept and 1 turn", got.Summary, len(got.Turns))
+	}
+}
+
+func testConcurrent(t *testing.T, newStore Factory) {
+	s := open(t, newStore, session.Options{})
+	th := thread()
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, n*2)
+	for i := range n {
+		tu := turn(i)
+		for range 2 { // every turn twice, as redeliveries racing each other
+			wg.Go(func() {
+				if _, err := s.Append(context.WithoutCancel(t.Context()), th, tu); err != nil {
+					errs <- err
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent Append: %v", err)
+	}
+	got := mustLoad(t, s, th)
+	if len(got.Turns) != n {
+		t.Fatalf("got %d turns, want %d (each once)", len(got.Turns), n)
+	}
+}
+
+func testEpisodes(t *testing.T, newStore Factory) {
+	s := open(t, newStore, session.Options{})
+	th := thread()
+	ctx := t.Context()
+	now := time.Now()
+	a := session.Episode{ID: "a", Data: map[string]any{"fact": "deploys on fridays"}, Created: now, Expires: now.Add(time.Hour)}
+	b := session.Episode{ID: "b", Data: map[string]any{"n": 2.0}, Created: now.Add(time.Second), Expires: now.Add(time.Hour)}
+	for _, e := range []session.Episode{a, b, a} {
+		if err := s.PutEpisode(ctx, th, e); err != nil {
+			t.Fatalf("PutEpisode(%s): %v", e.ID, err)
+		}
+	}
+	got, err := s.Episodes(ctx, th)
+	if err != nil {
+		t.Fatalf("Episodes: %v", err)
+	}
+	if len(got) != 2 || got[0].ID != "a" || got[1].ID != "b" || got[0].Data["fact"] != "deploys on fridays" {
+		t.Fatalf("got %+v, want episodes a and b once each", got)
+	}
+	short := session.Episode{ID: "short", Data: map[string]any{"x": "y"}, Created: now, Expires: time.Now().Add(300 * time.Millisecond)}
+	if err := s.PutEpisode(ctx, th, short); err != nil {
+		t.Fatalf("PutEpisode(short): %v", err)
+	}
+	poll(t, 10*time.Second, func() (bool, string) {
+		got, err := s.Episodes(ctx, th)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range got {
+			if e.ID == "short" {
+				return false, "episode short has not expired"
+			}
+		}
+		return len(got) == 2, fmt.Sprintf("got %d episodes, want 2", len(got))
+	})
+	if got, _ := s.Episodes(ctx, thread()); len(got) != 0 {
+		t.Fatalf("unknown thread: got %d episodes, want 0", len(got))
+	}
+}
+
+func testForget(t *testing.T, newStore Factory) {
+	s := open(t, newStore, session.Options{})
+	th, other := thread(), thread()
+	ctx := t.Context()
+	mustAppend(t, s, th, turn(1))
+	mustAppend(t, s, other, turn(1))
+	if _, err := s.Fold(ctx, th, 1, mustLoad(t, s, th).Turns[0].ID, "sum"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutEpisode(ctx, th, session.Episode{ID: "e", Data: map[string]any{"k": "v"}, Expires: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Forget(ctx, th); err != nil {
+		t.Fatalf("Forget: %v", err)
+	}
+	if got := mustLoad(t, s, th); len(got.Turns) != 0 || got.Summary != "" {
+		t.Fatalf("after Forget got %+v, want empty", got)
+	}
+	if eps, _ := s.Episodes(ctx, th); len(eps) != 0 {
+		t.Fatalf("after Forget got %d episodes, want 0", len(eps))
+	}
+	if got := mustLoad(t, s, other); len(got.Turns) != 1 {
+		t.Fatalf("other thread: got %d turns, want 1", len(got.Turns))
+	}
+	if err := s.Forget(ctx, thread()); err != nil {
+		t.Fatalf("Forget of an unknown thread: %v", err)
+	}
+	// A forgotten thread starts afresh.
+	if !mustAppend(t, s, th, turn(2)) {
+		t.Fatal("Append after Forget = false, want true")
+	}
+}
+
+func testExpiry(t *testing.T, newStore Factory) {
+	s := open(t, newStore, session.Options{TTL: time.Second})
+	th := thread()
+	mustAppend(t, s, th, turn(1))
+	if got := mustLoad(t, s, th); len(got.Turns) != 1 {
+		t.Fatalf("got %d turns, want 1", len(got.Turns))
+	}
+	poll(t, 15*time.Second, func() (bool, string) {
+		got, err := s.Load(t.Context(), th)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(got.Turns) == 0, fmt.Sprintf("session still has %d turns", len(got.Turns))
+	})
+}
+
+func testEmptyThread(t *testing.T, newStore Factory) {
+	s := open(t, newStore, session.Options{})
+	ctx := t.Context()
+	if _, err := s.Append(ctx, "", turn(1)); err == nil {
+		t.Error("Append to an empty thread: got nil error")
+	}
+	if _, err := s.Load(ctx, ""); err == nil {
+		t.Error("Load of an empty thread: got nil error")
+	}
+	if err := s.Forget(ctx, ""); err == nil {
+		t.Error("Forget of an empty thread: got nil error")
+	}
+}
+
+// poll calls cond until it reports true or the deadline passes.
+func poll(t *testing.T, d time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var why string
+	for time.Now().Before(deadline) {
+		var ok bool
+		if ok, why = cond(); ok {
+			return
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatalf("after %s: %s", d, why)
+}
