@@ -37,8 +37,9 @@ var ingestProviders = []struct {
 	{"slack", "SLACK_SIGNING_SECRET", func(_ *config.Env, s secret.Value) func() mappers.Provider {
 		return func() mappers.Provider { return slack.New(slack.Config{Secret: s}) }
 	}},
-	{"sentry", "SENTRY_CLIENT_SECRET", func(_ *config.Env, s secret.Value) func() mappers.Provider {
-		return func() mappers.Provider { return sentry.New(sentry.Config{Secret: s}) }
+	{"sentry", "SENTRY_CLIENT_SECRET", func(env *config.Env, s secret.Value) func() mappers.Provider {
+		org := env.String("SENTRY_ORG", "")
+		return func() mappers.Provider { return sentry.New(sentry.Config{Secret: s, Org: org}) }
 	}},
 	{"openproject", "OPENPROJECT_WEBHOOK_SECRET", func(env *config.Env, s secret.Value) func() mappers.Provider {
 		base := env.URL("OPENPROJECT_URL", "http", "https")
