@@ -1,0 +1,318 @@
+package approvals
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/envelope"
+)
+
+// Subjects this worker consumes and publishes, relative to the bus prefix.
+const (
+	// SubjectSuggestion carries the agent's drafted answers.
+	SubjectSuggestion = "agent.suggestion"
+	// SubjectBlockActions and SubjectViewSubmission carry Slack interactions.
+	SubjectBlockActions   = "in.slack.block_actions"
+	SubjectViewSubmission = "in.slack.view_submission"
+	// SubjectDecided carries one system envelope per decision (meta.approval).
+	SubjectDecided = "approval.decided"
+	// SubjectAudit carries audit records (meta.audit): decisions, edits,
+	// refusals and expiries.
+	SubjectAudit = envelope.SubjectAudit + ".approvals"
+	// SubjectOutPrefix is followed by the target channel: out.github, out.slack, ...
+	SubjectOutPrefix = "out."
+)
+
+// Meta keys this worker writes.
+const (
+	MetaApproval       = "approval"
+	MetaIdempotencyKey = "idempotency_key"
+	MetaAudit          = "audit"
+)
+
+// Errors of a suggestion the worker cannot put up for approval; the message
+// is dead-lettered with them.
+var (
+	ErrNoTarget        = errors.New("suggestion has no meta.target")
+	ErrEmptySuggestion = errors.New("suggestion has no content")
+)
+
+// SlackAPI is the part of the Slack Web API the worker calls; *slack.Client
+// implements it.
+type SlackAPI interface {
+	PostMessageContext(ctx context.Context, channelID string, options ...slack.MsgOption) (string, string, error)
+	UpdateMessageContext(ctx context.Context, channelID, timestamp string, options ...slack.MsgOption) (string, string, string, error)
+	PostEphemeralContext(ctx context.Context, channelID, userID string, options ...slack.MsgOption) (string, error)
+	OpenViewContext(ctx context.Context, triggerID string, view slack.ModalViewRequest) (*slack.ViewResponse, error)
+	GetUserGroupMembersContext(ctx context.Context, userGroup string, options ...slack.GetUserGroupMembersOption) ([]string, error)
+}
+
+// Service is the approvals worker. Run it once; its methods are safe for
+// concurrent use.
+type Service struct {
+	cfg       Config
+	log       *slog.Logger
+	bus       *bus.Bus
+	api       SlackAPI
+	store     *store
+	approvers *approvers
+}
+
+// New opens the approvals bucket and returns the worker (not started). api is
+// the Slack client; nil builds one from cfg.BotToken and cfg.APIURL.
+func New(ctx context.Context, cfg Config, b *bus.Bus, api SlackAPI) (*Service, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if api == nil {
+		api = slack.New(cfg.BotToken.Reveal(), slack.OptionAPIURL(cfg.APIURL))
+	}
+	st, err := openStore(ctx, b, cfg.Retention)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger, bus: b, api: api, store: st}
+	s.approvers = newApprovers(cfg.Approvers, api, cfg.GroupCacheTTL, cfg.Now, cfg.Logger)
+	if len(cfg.Approvers) == 0 {
+		s.log.Warn("no approvers configured (SLACK_APPROVERS): every decision is refused")
+	}
+	return s, nil
+}
+
+// Run consumes suggestions and interactions and sweeps expired approvals
+// until ctx is cancelled; then it drains in-flight work and returns.
+func (s *Service) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	consumers := []struct {
+		cfg bus.ConsumerConfig
+		h   bus.HandlerFunc
+	}{
+		{bus.ConsumerConfig{Name: s.cfg.Consumer, Subject: SubjectSuggestion, Concurrency: s.cfg.Concurrency}, s.HandleSuggestion},
+		{bus.ConsumerConfig{Name: s.cfg.Consumer + "-actions", Subject: SubjectBlockActions, Concurrency: s.cfg.Concurrency}, s.HandleBlockActions},
+		{bus.ConsumerConfig{Name: s.cfg.Consumer + "-views", Subject: SubjectViewSubmission, Concurrency: s.cfg.Concurrency}, s.HandleViewSubmission},
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(consumers))
+	for i, c := range consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.bus.Consume(ctx, c.cfg, bus.Chain(c.h, bus.Timeout(time.Minute))); err != nil {
+				errs[i] = err
+				cancel()
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); s.sweepLoop(ctx) }()
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Millisecond) }
+
+// HandleSuggestion handles one agent.suggestion envelope: Slack-local answers
+// go to out.slack; others get (or update) their approval message.
+func (s *Service) HandleSuggestion(ctx context.Context, m *bus.Message) error {
+	e := m.Envelope
+	target, err := e.Meta.Target()
+	if err != nil {
+		return bus.Permanent(fmt.Errorf("suggestion %s: %w", e.ID, err))
+	}
+	if target == nil {
+		return bus.Permanent(fmt.Errorf("suggestion %s: %w", e.ID, ErrNoTarget))
+	}
+	task := e.Meta.TaskID
+	if task == "" {
+		task = e.ID
+	}
+	log := s.log.With("envelope_id", e.ID, "task_id", task, "thread", e.Meta.Thread, "target", target.String())
+	if !target.NeedsApproval() {
+		out := outEnvelope(e, e.Content, target, "out:"+task, nil)
+		if _, err := s.bus.Publish(ctx, SubjectOutPrefix+target.Channel, out, bus.WithMsgID("direct:"+task)); err != nil {
+			return err
+		}
+		log.Info("slack-local suggestion forwarded without approval", "out_id", out.ID)
+		return nil
+	}
+	if strings.TrimSpace(e.Content) == "" {
+		return bus.Permanent(fmt.Errorf("suggestion %s: %w", e.ID, ErrEmptySuggestion))
+	}
+	now := s.now()
+	var busy bool
+	rec, err := s.store.mutate(ctx, task, func(r *Record) (*Record, error) {
+		busy = false
+		switch {
+		case r == nil:
+			return &Record{
+				TaskID: task, Round: 1, Status: StatusPending, Text: e.Content, Suggestion: json.RawMessage(m.Data),
+				SuggestionIDs: []string{e.ID}, Target: *target, SlackChannel: s.cfg.channelFor(target.Channel),
+				CreatedAt: now, ExpiresAt: now.Add(s.cfg.TTL),
+			}, nil
+		case r.seen(e.ID):
+			return nil, errNoChange
+		case r.Status == StatusPending:
+			// A newer draft of the same task replaces the pending one in place.
+			r.Text, r.Suggestion, r.Target = e.Content, json.RawMessage(m.Data), *target
+			r.EditedBy, r.Shown = "", false
+			r.ExpiresAt = now.Add(s.cfg.TTL)
+			r.remember(e.ID)
+			return r, nil
+		case !r.settled():
+			busy = true // the previous round is still being finished
+			return nil, errNoChange
+		}
+		// A new round in the same thread.
+		next := &Record{
+			TaskID: task, Round: r.Round + 1, Status: StatusPending, Text: e.Content, Suggestion: json.RawMessage(m.Data),
+			SuggestionIDs: r.SuggestionIDs, Target: *target, SlackChannel: r.SlackChannel, ThreadTS: r.ThreadTS,
+			CreatedAt: now, ExpiresAt: now.Add(s.cfg.TTL),
+		}
+		next.remember(e.ID)
+		return next, nil
+	})
+	if err != nil {
+		return err
+	}
+	if busy {
+		return bus.RetryAfter(fmt.Errorf("task %s: previous round %d is still being finished", task, rec.Round), 2*time.Second)
+	}
+	if err := s.show(ctx, rec); err != nil {
+		return err
+	}
+	log.Info("suggestion awaiting approval", "round", rec.Round, "slack_channel", rec.SlackChannel)
+	return nil
+}
+
+// settled reports whether everything a decided round needs was done.
+func (r *Record) settled() bool {
+	if r.Status == StatusPending {
+		return false
+	}
+	return r.Shown && r.Announced && (r.Status != StatusApproved || r.Published)
+}
+
+// show posts the round's message when it was not posted yet, or updates it
+// to the record's state when it does not show it.
+func (s *Service) show(ctx context.Context, rec *Record) error {
+	if rec == nil || rec.Shown && rec.SlackTS != "" {
+		return nil
+	}
+	blocks, fallback := message(rec)
+	opts := []slack.MsgOption{slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(fallback, false)}
+	if rec.SlackTS == "" {
+		if rec.ThreadTS != "" {
+			opts = append(opts, slack.MsgOptionTS(rec.ThreadTS))
+		}
+		_, ts, err := s.api.PostMessageContext(ctx, rec.SlackChannel, opts...)
+		if err != nil {
+			return slackOutcome(fmt.Errorf("post approval message of task %s to %s: %w", rec.TaskID, rec.SlackChannel, err))
+		}
+		_, err = s.store.mutate(ctx, rec.TaskID, func(r *Record) (*Record, error) {
+			if r == nil || r.Round != rec.Round || r.SlackTS != "" {
+				return nil, errNoChange
+			}
+			r.SlackTS = ts
+			if r.ThreadTS == "" {
+				r.ThreadTS = ts
+			}
+			r.Shown = r.Text == rec.Text && r.Status == rec.Status
+			return r, nil
+		})
+		if err != nil {
+			return err
+		}
+		cur, _, err := s.store.get(ctx, rec.TaskID)
+		if err == nil && !cur.Shown && cur.Round == rec.Round && cur.SlackTS != "" {
+			return s.show(ctx, cur) // it changed while we posted
+		}
+		return nil
+	}
+	if _, _, _, err := s.api.UpdateMessageContext(ctx, rec.SlackChannel, rec.SlackTS, opts...); err != nil {
+		err = fmt.Errorf("update approval message %s/%s of task %s: %w", rec.SlackChannel, rec.SlackTS, rec.TaskID, err)
+		if !slackPermanent(err) {
+			return slackOutcome(err)
+		}
+		s.log.Warn("approval message cannot be updated; giving up on it", "task_id", rec.TaskID, "err", err)
+	}
+	_, err := s.store.mutate(ctx, rec.TaskID, func(r *Record) (*Record, error) {
+		if r == nil || r.Round != rec.Round || r.Shown || r.Text != rec.Text || r.Status != rec.Status || r.SlackTS != rec.SlackTS {
+			return nil, errNoChange
+		}
+		r.Shown = true
+		return r, nil
+	})
+	return err
+}
+
+// outEnvelope builds the envelope posted to out.{channel}: the suggestion's
+// thread, task, source, context, refs and meta, with text as content.
+func outEnvelope(sugg *envelope.Envelope, text string, target *envelope.Target, idemKey string, approval map[string]any) *envelope.Envelope {
+	ch := envelope.Channel(target.Channel)
+	switch ch {
+	case envelope.ChannelGitHub, envelope.ChannelSlack, envelope.ChannelSentry, envelope.ChannelOpenProject:
+	default:
+		ch = envelope.ChannelInternal
+	}
+	out := envelope.New(ch, envelope.RoleAssistant, text)
+	out.Meta.Thread = sugg.Meta.Thread
+	out.Meta.TaskID = sugg.Meta.TaskID
+	if sugg.Meta.Source != nil {
+		src := *sugg.Meta.Source
+		out.Meta.Source = &src
+	}
+	if sugg.Context != nil {
+		c := *sugg.Context
+		out.Context = &c
+	}
+	out.RetrievalRefs = append([]string(nil), sugg.RetrievalRefs...)
+	if len(sugg.Meta.Extra) > 0 {
+		out.Meta.Extra = maps.Clone(sugg.Meta.Extra)
+	}
+	out.Meta.SetTarget(target)
+	out.Meta.Set(MetaIdempotencyKey, idemKey)
+	if approval != nil {
+		out.Meta.Set(MetaApproval, approval)
+	}
+	return out
+}
+
+// slackOutcome maps a Slack API error to the message outcome: rate limits
+// retry after Slack's delay, errors Slack will repeat are permanent, the rest
+// transient.
+func slackOutcome(err error) error {
+	var rl *slack.RateLimitedError
+	if errors.As(err, &rl) {
+		return bus.RetryAfter(err, max(rl.RetryAfter, time.Second))
+	}
+	if slackPermanent(err) {
+		return bus.Permanent(err)
+	}
+	return err
+}
+
+// slackPermanent reports an error Slack answered with that retrying cannot fix
+// (channel_not_found, invalid_auth, message_not_found, ...).
+func slackPermanent(err error) bool {
+	var se slack.SlackErrorResponse
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Err {
+	case "ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout", "team_added_to_org":
+		return false
+	}
+	return true
+}

@@ -1,0 +1,144 @@
+package approvals
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/relaystation/relay/secret"
+)
+
+// Config configures the approvals worker.
+type Config struct {
+	// BotToken is the Slack bot token (SLACK_BOT_TOKEN) used for chat.postMessage,
+	// chat.update, chat.postEphemeral, views.open and usergroups.users.list.
+	// Required.
+	BotToken secret.Value
+	// APIURL is the Slack Web API base (SLACK_API_URL), ending in "/". Default
+	// "https://slack.com/api/".
+	APIURL string
+	// Channel is the Slack channel id approval threads are posted in
+	// (SLACK_APPROVAL_CHANNEL). Required.
+	Channel string
+	// Channels overrides Channel per target channel ("github", "sentry",
+	// "openproject", "webhook"), from RELAY_APPROVAL_CHANNEL_{GITHUB,...}.
+	Channels map[string]string
+	// Approvers are the Slack user ids (U…, W…) and user-group ids (S…) allowed
+	// to decide (SLACK_APPROVERS). Empty means nobody may: every click is
+	// refused (fail closed).
+	Approvers []string
+	// TTL is how long a suggestion waits for a decision before it expires
+	// (RELAY_APPROVAL_TTL). Default 24h.
+	TTL time.Duration
+	// SweepInterval is how often expired suggestions are marked
+	// (RELAY_APPROVAL_SWEEP). Default 1m.
+	SweepInterval time.Duration
+	// GroupCacheTTL is how long user-group membership is cached. Default 5m.
+	GroupCacheTTL time.Duration
+	// Retention is how long records are kept after their last change (the
+	// bucket's max age); a click on a message older than that is refused.
+	// Default 30 days; at least TTL.
+	Retention time.Duration
+	// Concurrency is how many messages each consumer handles at once. Default 8.
+	Concurrency int
+	// Consumer is the durable consumer of agent.suggestion; the interaction
+	// consumers are Consumer+"-actions" and Consumer+"-views". Default "approvals".
+	Consumer string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// DefaultAPIURL is Slack's Web API base.
+const DefaultAPIURL = "https://slack.com/api/"
+
+func (c *Config) setDefaults() {
+	if c.APIURL == "" {
+		c.APIURL = DefaultAPIURL
+	}
+	if !strings.HasSuffix(c.APIURL, "/") {
+		c.APIURL += "/"
+	}
+	if c.TTL == 0 {
+		c.TTL = 24 * time.Hour
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = time.Minute
+	}
+	if c.GroupCacheTTL == 0 {
+		c.GroupCacheTTL = 5 * time.Minute
+	}
+	if c.Retention == 0 {
+		c.Retention = 30 * 24 * time.Hour
+	}
+	if c.Retention < c.TTL {
+		c.Retention = c.TTL
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 8
+	}
+	if c.Consumer == "" {
+		c.Consumer = "approvals"
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+var (
+	approverRE = regexp.MustCompile(`^[UWS][A-Z0-9]{2,}$`)
+	channelRE  = regexp.MustCompile(`^[CGD][A-Z0-9]{2,}$`)
+)
+
+// TargetChannels are the target channels whose approval channel may be overridden.
+var TargetChannels = []string{"github", "sentry", "openproject", "webhook"}
+
+// Validate reports a configuration the worker cannot run with.
+func (c *Config) Validate() error {
+	var errs []error
+	if !c.BotToken.IsSet() {
+		errs = append(errs, errors.New("approvals: a Slack bot token is required"))
+	}
+	if !channelRE.MatchString(c.Channel) {
+		errs = append(errs, fmt.Errorf("approvals: approval channel %q is not a Slack channel id (C…, G…)", c.Channel))
+	}
+	for k, v := range c.Channels {
+		if !channelRE.MatchString(v) {
+			errs = append(errs, fmt.Errorf("approvals: approval channel for %s %q is not a Slack channel id", k, v))
+		}
+	}
+	for _, a := range c.Approvers {
+		if !approverRE.MatchString(a) {
+			errs = append(errs, fmt.Errorf("approvals: approver %q is not a Slack user id (U…, W…) or user-group id (S…)", a))
+		}
+	}
+	if c.TTL < time.Minute {
+		errs = append(errs, fmt.Errorf("approvals: TTL %s must be at least 1m", c.TTL))
+	}
+	if c.SweepInterval < time.Second {
+		errs = append(errs, fmt.Errorf("approvals: sweep interval %s must be at least 1s", c.SweepInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// channelFor is the approval channel for a target channel.
+func (c *Config) channelFor(target string) string {
+	if ch := c.Channels[target]; ch != "" {
+		return ch
+	}
+	return c.Channel
+}
+
+// ValidChannelID reports whether s looks like a Slack channel id (C…, G…, D…).
+func ValidChannelID(s string) bool { return channelRE.MatchString(s) }
+
+// ValidApprover reports whether s looks like a Slack user id (U…, W…) or
+// user-group id (S…).
+func ValidApprover(s string) bool { return approverRE.MatchString(s) }

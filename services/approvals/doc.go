@@ -1,0 +1,53 @@
+// Package approvals is the approvals worker: it puts the agent's suggestions
+// that would act outside Slack in front of a human in a Slack thread, with
+// Approve, Edit and Reject buttons, and turns an authorised approval into
+// exactly one outbound envelope.
+//
+// # Flow
+//
+// The worker consumes agent.suggestion (durable consumer "approvals"). A
+// suggestion whose meta.target is Slack goes straight to out.slack. Any other
+// target (envelope.Target.NeedsApproval) is posted to the approval channel
+// (Config.Channel, overridable per target channel) as a Block Kit message
+// showing the text, where it will be posted (Target.String), the source link
+// (meta.source.url) and the refs the answer cites without having been given
+// them (meta.unknown_refs). One approval record, and one Slack thread, exists
+// per task: a second suggestion of a pending task updates the message in place;
+// one arriving after a decision opens a new round in the same thread.
+//
+// Button clicks and modal submissions arrive as envelopes on
+// in.slack.block_actions (durable "approvals-actions") and
+// in.slack.view_submission (durable "approvals-views"), mapped by
+// mappers/slack from the webhook gateway or from Socket Mode (SocketMode).
+// Slack was answered by the gateway before the work happens here.
+//
+//   - Approve publishes the answer on out.{target channel} with Nats-Msg-Id
+//     "approve:{task}" and meta.idempotency_key "out:{task}" (":{round}" is
+//     appended from the second round on), and meta.approval {id, decided_by,
+//     decided_at, slack_channel, slack_ts}; then chat.update shows who decided
+//     and removes the buttons.
+//   - Edit opens a modal (views.open) with the text; its submission replaces the
+//     stored text and updates the message (chat.update).
+//   - Reject opens a modal asking for a reason; its submission records the
+//     decision and updates the message.
+//
+// Only approvers (user ids U…/W…, or user-group ids S… whose members are read
+// with usergroups.users.list and cached) may decide; anyone else gets an
+// ephemeral refusal (chat.postEphemeral) and an audit record on
+// audit.approvals. Every decision is published on approval.decided and
+// audited too.
+//
+// # State and exactly once
+//
+// Records live in the JetStream key-value bucket "{prefix}_approvals", keyed by
+// task id. Every transition (pending to approved, rejected or expired; a text
+// edit; the message and outbound bookkeeping) is a revision-checked update, so
+// a double click, a Slack retry, two workers or a redelivery after a crash all
+// agree on one decision. The outbound publish is de-duplicated by its
+// Nats-Msg-Id and, downstream, by the idempotency key; a crash between the
+// decision and the publish is finished by the redelivery.
+//
+// A suggestion expires after Config.TTL (RELAY_APPROVAL_TTL, default 24h): a
+// click after that fails closed (the message says "expired", nothing is
+// posted) and a periodic sweep marks expired records and their messages.
+package approvals

@@ -1,0 +1,286 @@
+package approvals_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/mappers"
+	slackmapper "github.com/relaystation/relay/mappers/slack"
+	"github.com/relaystation/relay/secret"
+	"github.com/relaystation/relay/services/approvals"
+)
+
+const (
+	signingSecret = "test-signing-secret"
+	approvalCh    = "C0APPROVE1"
+	team          = "T0TEAM01"
+	approver      = "U0BOSS01"
+)
+
+// harness runs the worker on an embedded JetStream against a fake Slack.
+type harness struct {
+	t      *testing.T
+	bus    *bus.Bus
+	slack  *fakeSlack
+	svc    *approvals.Service
+	cfg    approvals.Config
+	offset atomic.Int64 // added to the clock, to expire suggestions
+	stop   func()
+}
+
+func newHarness(t *testing.T, mod ...func(*approvals.Config)) *harness {
+	t.Helper()
+	h := &harness{t: t, bus: bustest.Embedded(t), slack: newFakeSlack(t)}
+	h.cfg = approvals.Config{
+		BotToken:      secret.New("xoxb-test"),
+		APIURL:        h.slack.URL(),
+		Channel:       approvalCh,
+		Channels:      map[string]string{"sentry": "C0SENTRY1"},
+		Approvers:     []string{approver},
+		SweepInterval: time.Hour, // tests call Sweep themselves
+		Now:           func() time.Time { return time.Now().Add(time.Duration(h.offset.Load())) },
+	}
+	for _, m := range mod {
+		m(&h.cfg)
+	}
+	h.start()
+	return h
+}
+
+// start builds and runs a worker on the harness's bus.
+func (h *harness) start() {
+	h.t.Helper()
+	svc, err := approvals.New(h.t.Context(), h.cfg, h.bus, nil)
+	if err != nil {
+		h.t.Fatalf("New: %v", err)
+	}
+	h.svc = svc
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	stopped := false
+	h.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			h.t.Errorf("Run: %v", err)
+		}
+	}
+	h.t.Cleanup(h.stop)
+}
+
+// suggestion publishes an agent.suggestion for target and returns its task id.
+func (h *harness) suggestion(target envelope.Target, text string) (task string, e *envelope.Envelope) {
+	h.t.Helper()
+	task = uuid.NewString()
+	e = envelope.New(envelope.ChannelInternal, envelope.RoleAssistant, text)
+	e.Meta.TaskID = task
+	e.Meta.Thread = "github:acme/widgets#7"
+	e.Meta.Source = &envelope.Source{Event: "issues", Action: "opened", DeliveryID: "d-1", URL: "https://github.com/acme/widgets/issues/7", Actor: "octocat"}
+	e.Meta.SetTarget(&target)
+	e.Meta.Set("unknown_refs", []any{"doc-404"})
+	e.RetrievalRefs = []string{"doc-1"}
+	h.publish(approvals.SubjectSuggestion, e)
+	return task, e
+}
+
+func (h *harness) publish(subject string, e *envelope.Envelope, opts ...bus.PublishOption) {
+	h.t.Helper()
+	if _, err := h.bus.Publish(h.t.Context(), subject, e, opts...); err != nil {
+		h.t.Fatalf("publish %s: %v", subject, err)
+	}
+}
+
+var github7 = envelope.Target{Channel: "github", Owner: "acme", Repo: "widgets", Number: 7}
+
+// waitFor polls cond until it holds or 10 seconds pass.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// posted waits for the n-th chat.postMessage and returns it.
+func (h *harness) posted(n int) slackCall {
+	h.t.Helper()
+	waitFor(h.t, "chat.postMessage #"+strconv.Itoa(n), func() bool { return len(h.slack.Calls("chat.postMessage")) >= n })
+	return h.slack.Calls("chat.postMessage")[n-1]
+}
+
+// messageTS is the ts the fake gave the n-th posted message.
+func (h *harness) messageTS(n int) string {
+	h.t.Helper()
+	return h.posted(n).Params["_ts"]
+}
+
+// interact sends a Slack interaction payload through the real Slack mapper
+// (signed, verified, mapped) and publishes what it produced, as the webhook
+// gateway does.
+func (h *harness) interact(payload map[string]any) *envelope.Envelope {
+	h.t.Helper()
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	body := []byte("payload=" + url.QueryEscape(string(raw)))
+	now := time.Now()
+	ts := strconv.FormatInt(now.Unix(), 10)
+	hdr := http.Header{}
+	hdr.Set(slackmapper.HeaderTimestamp, ts)
+	hdr.Set(slackmapper.HeaderSignature, slackmapper.SignatureHeader(signingSecret, ts, body))
+	req := &mappers.Request{Route: slackmapper.RouteInteractions, Header: hdr, Body: body, Received: now}
+	p := slackmapper.New(slackmapper.Config{Secret: secret.New(signingSecret)})
+	if err := p.Verify(req); err != nil {
+		h.t.Fatalf("verify: %v", err)
+	}
+	res, err := p.Map(req)
+	if err != nil {
+		h.t.Fatalf("map: %v", err)
+	}
+	if len(res.Items) != 1 {
+		h.t.Fatalf("mapped %d items, want 1", len(res.Items))
+	}
+	it := res.Items[0]
+	h.publish(it.Subject, it.Envelope, bus.WithMsgID(it.MsgID))
+	return it.Envelope
+}
+
+// click is a block_actions payload: user clicks action on the approval message ts.
+func click(user, action, task, messageTS string) map[string]any {
+	trigger := "1700000250." + uuid.NewString()
+	return map[string]any{
+		"type":         "block_actions",
+		"user":         map[string]any{"id": user, "username": "someone", "team_id": team},
+		"api_app_id":   "A0APP01",
+		"container":    map[string]any{"type": "message", "message_ts": messageTS, "channel_id": approvalCh, "is_ephemeral": false},
+		"trigger_id":   trigger,
+		"team":         map[string]any{"id": team, "domain": "acme"},
+		"channel":      map[string]any{"id": approvalCh, "name": "approvals"},
+		"message":      map[string]any{"type": "message", "ts": messageTS, "text": "Approval needed"},
+		"state":        map[string]any{"values": map[string]any{}},
+		"response_url": "https://hooks.slack.com/actions/" + team + "/1/x",
+		"actions": []any{map[string]any{
+			"action_id": action, "block_id": approvals.BlockActions, "value": task, "type": "button",
+			"text": map[string]any{"type": "plain_text", "text": action}, "action_ts": "1700000250.1",
+		}},
+	}
+}
+
+// submit is a view_submission payload of the modal the worker opened.
+func submit(user, callbackID, privateMetadata string, values map[string]any) map[string]any {
+	return map[string]any{
+		"type":       "view_submission",
+		"team":       map[string]any{"id": team, "domain": "acme"},
+		"user":       map[string]any{"id": user, "username": "someone", "team_id": team},
+		"api_app_id": "A0APP01",
+		"trigger_id": "1700000300." + uuid.NewString(),
+		"view": map[string]any{
+			"id": "V0VIEW01", "team_id": team, "type": "modal", "callback_id": callbackID,
+			"private_metadata": privateMetadata, "hash": "1700000301.x", "root_view_id": "V0VIEW01",
+			"state": map[string]any{"values": values},
+		},
+	}
+}
+
+func textInput(v string) map[string]any {
+	return map[string]any{"type": "plain_text_input", "value": v}
+}
+
+// streamMsgs returns the envelopes stored on a relative subject, in order.
+func (h *harness) streamMsgs(subject string) []*envelope.Envelope {
+	h.t.Helper()
+	ctx := h.t.Context()
+	js := h.bus.JetStream()
+	stream, err := js.Stream(ctx, h.bus.StreamName(subject))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(h.bus.Subject(subject)))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	n := info.State.Subjects[h.bus.Subject(subject)]
+	if n == 0 {
+		return nil
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{h.bus.Subject(subject)}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []*envelope.Envelope
+	for uint64(len(out)) < n {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			h.t.Fatalf("read %s: %v", subject, err)
+		}
+		e, err := envelope.Parse(msg.Data())
+		if err != nil {
+			h.t.Fatalf("stored envelope on %s: %v", subject, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// drained waits until every consumer of the worker has nothing pending.
+func (h *harness) drained() {
+	h.t.Helper()
+	ctx := h.t.Context()
+	js := h.bus.JetStream()
+	for _, c := range []struct{ stream, name string }{
+		{h.bus.StreamName("agent.x"), "approvals"},
+		{h.bus.StreamName("in.x"), "approvals-actions"},
+		{h.bus.StreamName("in.x"), "approvals-views"},
+	} {
+		waitFor(h.t, "consumer "+c.name+" drained", func() bool {
+			cons, err := js.Consumer(ctx, c.stream, c.name)
+			if err != nil {
+				return false
+			}
+			info, err := cons.Info(ctx)
+			return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+		})
+	}
+}
+
+func (h *harness) cfgToken() secret.Value { return secret.New("xoxb-test") }
+
+// msgIDOf is the Nats-Msg-Id of the last message on a relative subject.
+func msgIDOf(t testing.TB, h *harness, subject string) string {
+	t.Helper()
+	stream, err := h.bus.JetStream().Stream(t.Context(), h.bus.StreamName(subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.GetLastMsgForSubject(t.Context(), h.bus.Subject(subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Header.Get(jetstream.MsgIDHeader)
+}
+
+// testLogger logs to the test's output at debug level.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

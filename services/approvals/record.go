@@ -1,0 +1,239 @@
+package approvals
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/envelope"
+)
+
+// Status is where an approval stands.
+type Status string
+
+// The statuses. Pending is the only one that can change; the others are final
+// for their round.
+const (
+	StatusPending  Status = "pending"
+	StatusApproved Status = "approved"
+	StatusRejected Status = "rejected"
+	StatusExpired  Status = "expired"
+)
+
+// Record is the durable state of one task's approval, the value of the
+// approvals bucket under the task's key.
+type Record struct {
+	// TaskID is the task (meta.task_id of the suggestion).
+	TaskID string `json:"task_id"`
+	// Round counts the suggestions put up for a decision in this task's thread,
+	// from 1. Outbound identities of rounds after the first carry ":{round}".
+	Round int `json:"round"`
+	// Status of the current round.
+	Status Status `json:"status"`
+	// Text is the answer to post: the suggestion's content, or the edited text.
+	Text string `json:"text"`
+	// Suggestion is the suggestion envelope of the current round (its content
+	// is the original text); the outbound envelope is built from it.
+	Suggestion json.RawMessage `json:"suggestion"`
+	// SuggestionIDs are the envelope ids already handled (most recent last,
+	// bounded), so a redelivered suggestion changes nothing.
+	SuggestionIDs []string `json:"suggestion_ids"`
+	// Target is where the answer goes.
+	Target envelope.Target `json:"target"`
+	// SlackChannel and SlackTS locate the approval message of this round;
+	// ThreadTS is the first round's message, the task's thread. SlackTS is empty
+	// until the message was posted.
+	SlackChannel string `json:"slack_channel"`
+	SlackTS      string `json:"slack_ts,omitempty"`
+	ThreadTS     string `json:"thread_ts,omitempty"`
+	// CreatedAt is when this round started; ExpiresAt when it expires.
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// EditedBy is the last editor's Slack user id.
+	EditedBy string `json:"edited_by,omitempty"`
+	// DecidedBy and DecidedAt say who decided (empty for an expiry).
+	DecidedBy string    `json:"decided_by,omitempty"`
+	DecidedAt time.Time `json:"decided_at,omitzero"`
+	// Reason is a rejection's reason.
+	Reason string `json:"reason,omitempty"`
+	// Published is set once the approved answer was acknowledged by JetStream.
+	Published bool `json:"published,omitempty"`
+	// Shown is set once the Slack message shows the current state.
+	Shown bool `json:"shown,omitempty"`
+	// Announced is set once the decision was published on approval.decided.
+	Announced bool `json:"announced,omitempty"`
+}
+
+// maxSeen bounds Record.SuggestionIDs.
+const maxSeen = 32
+
+func (r *Record) seen(id string) bool {
+	for _, s := range r.SuggestionIDs {
+		if s == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Record) remember(id string) {
+	r.SuggestionIDs = append(r.SuggestionIDs, id)
+	if len(r.SuggestionIDs) > maxSeen {
+		r.SuggestionIDs = r.SuggestionIDs[len(r.SuggestionIDs)-maxSeen:]
+	}
+}
+
+// MsgID is the Nats-Msg-Id of the round's approved outbound envelope.
+func (r *Record) MsgID() string { return "approve:" + r.TaskID + r.roundSuffix() }
+
+// IdempotencyKey is meta.idempotency_key of the round's approved outbound envelope.
+func (r *Record) IdempotencyKey() string { return "out:" + r.TaskID + r.roundSuffix() }
+
+func (r *Record) roundSuffix() string {
+	if r.Round <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(":%d", r.Round)
+}
+
+// ApprovalID identifies the round's decision (meta.approval.id).
+func (r *Record) ApprovalID() string { return r.TaskID + r.roundSuffix() }
+
+// Bucket is the approvals bucket name for a bus prefix: "{prefix}_approvals".
+func Bucket(prefix string) string { return prefix + "_approvals" }
+
+// Errors of the store.
+var (
+	// ErrNotFound means no approval record exists for the task.
+	ErrNotFound = errors.New("approval not found")
+	// ErrConflict means the record kept changing under a transition.
+	ErrConflict = errors.New("approval record changed concurrently")
+	// errNoChange lets a mutation leave the record as it is.
+	errNoChange = errors.New("no change")
+)
+
+// store keeps records in a key-value bucket with revision-checked updates.
+type store struct {
+	kv jetstream.KeyValue
+}
+
+func openStore(ctx context.Context, b *bus.Bus, retention time.Duration) (*store, error) {
+	name := Bucket(b.Prefix())
+	kv, err := b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      name,
+		Description: "relay approvals: one record per task (pending, approved, rejected, expired)",
+		TTL:         retention,
+		Storage:     jetstream.FileStorage,
+		History:     1,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open approvals bucket %s: %w", name, err)
+	}
+	return &store{kv: kv}, nil
+}
+
+var keyRE = regexp.MustCompile(`^[-_=.a-zA-Z0-9]{1,128}$`)
+
+// key is the bucket key of a task id: the id itself when it is a valid key
+// (UUIDs are), else a hash of it.
+func key(task string) string {
+	if keyRE.MatchString(task) && task[0] != '.' && task[len(task)-1] != '.' {
+		return task
+	}
+	sum := sha256.Sum256([]byte(task))
+	return "h-" + hex.EncodeToString(sum[:16])
+}
+
+func (s *store) get(ctx context.Context, task string) (*Record, uint64, error) {
+	e, err := s.kv.Get(ctx, key(task))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("task %s: %w", task, ErrNotFound)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read approval %s: %w", task, err)
+	}
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, 0, fmt.Errorf("decode approval %s: %w", task, err)
+	}
+	return &r, e.Revision(), nil
+}
+
+// mutate applies fn to the task's record (nil when there is none) and writes
+// the result with a revision check, retrying on conflict. fn returns the record
+// to write (which may be a new one), or errNoChange to leave it, or another
+// error to stop. mutate returns the record as stored afterwards.
+func (s *store) mutate(ctx context.Context, task string, fn func(r *Record) (*Record, error)) (*Record, error) {
+	for range 20 {
+		cur, rev, err := s.get(ctx, task)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		var next *Record
+		if cur != nil {
+			c := *cur
+			c.SuggestionIDs = append([]string(nil), cur.SuggestionIDs...)
+			next, err = fn(&c)
+		} else {
+			next, err = fn(nil)
+		}
+		if errors.Is(err, errNoChange) {
+			return cur, nil
+		}
+		if err != nil {
+			return cur, err
+		}
+		b, err := json.Marshal(next)
+		if err != nil {
+			return nil, fmt.Errorf("encode approval %s: %w", task, err)
+		}
+		if cur == nil {
+			_, err = s.kv.Create(ctx, key(task), b)
+		} else {
+			_, err = s.kv.Update(ctx, key(task), b, rev)
+		}
+		switch {
+		case err == nil:
+			return next, nil
+		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			continue // somebody else wrote first: read again and re-decide
+		default:
+			return nil, fmt.Errorf("write approval %s: %w", task, err)
+		}
+	}
+	return nil, fmt.Errorf("task %s: %w", task, ErrConflict)
+}
+
+// keys lists every key in the bucket (the sweep reads each record).
+func (s *store) keys(ctx context.Context) ([]string, error) {
+	l, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for k := range l.Keys() {
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// getKey reads a record by bucket key (for the sweep).
+func (s *store) getKey(ctx context.Context, k string) (*Record, error) {
+	e, err := s.kv.Get(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, fmt.Errorf("decode approval %s: %w", k, err)
+	}
+	return &r, nil
+}

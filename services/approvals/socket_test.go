@@ -1,0 +1,144 @@
+package approvals_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/secret"
+	"github.com/relaystation/relay/services/approvals"
+)
+
+// fakeSocket is a Socket Mode WebSocket endpoint: it says hello, sends the
+// queued requests and records the acknowledgements it gets back.
+type fakeSocket struct {
+	srv      *httptest.Server
+	requests []map[string]any
+	mu       sync.Mutex
+	acks     []string
+}
+
+func newFakeSocket(t *testing.T, requests ...map[string]any) *fakeSocket {
+	t.Helper()
+	f := &fakeSocket{requests: requests}
+	// Slack's client sends Origin: https://api.slack.com.
+	up := websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_ = conn.WriteJSON(map[string]any{"type": "hello", "num_connections": 1,
+			"connection_info": map[string]any{"app_id": "A0APP01"}, "debug_info": map[string]any{"host": "fake"}})
+		for _, req := range f.requests {
+			_ = conn.WriteJSON(req)
+		}
+		for {
+			var ack struct {
+				EnvelopeID string `json:"envelope_id"`
+			}
+			if err := conn.ReadJSON(&ack); err != nil {
+				return
+			}
+			f.mu.Lock()
+			f.acks = append(f.acks, ack.EnvelopeID)
+			f.mu.Unlock()
+		}
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeSocket) url() string { return "ws" + strings.TrimPrefix(f.srv.URL, "http") + "/link" }
+
+func (f *fakeSocket) acked() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.acks...)
+}
+
+func TestSocketModeRelaysLikeWebhooks(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	api := newFakeSlack(t)
+	interactive := click(approver, approvals.ActionApprove, "task-1", "1700000000.000001")
+	mention := map[string]any{
+		"token": "x", "team_id": team, "api_app_id": "A0APP01", "type": "event_callback",
+		"event_id": "Ev0MENTION1", "event_time": 1700000000,
+		"event": map[string]any{"type": "app_mention", "user": "U0ASKER01", "text": "<@U0BOT> help",
+			"ts": "1700000100.000100", "channel": "C0CHAT01", "event_ts": "1700000100.000100"},
+	}
+	command := map[string]any{"token": "x", "team_id": team, "channel_id": "C0CHAT01", "user_id": "U0ASKER01",
+		"command": "/relay", "text": "summarize", "trigger_id": "1700000400.1.abc", "response_url": "https://hooks.slack.com/commands/1"}
+	ws := newFakeSocket(t,
+		map[string]any{"envelope_id": "env-interactive", "type": "interactive", "payload": interactive, "accepts_response_payload": false},
+		map[string]any{"envelope_id": "env-event", "type": "events_api", "payload": mention, "retry_attempt": 0},
+		map[string]any{"envelope_id": "env-command", "type": "slash_commands", "payload": command},
+	)
+	api.mu.Lock()
+	api.wsURL = ws.url()
+	api.mu.Unlock()
+
+	sm, err := approvals.NewSocketMode(approvals.SocketConfig{
+		AppToken: secret.New("xapp-1-test"), BotToken: secret.New("xoxb-test"), APIURL: api.URL(), PingInterval: time.Minute, Logger: testLogger(t),
+	}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	runCtx, stop := context.WithCancel(t.Context())
+	go func() { done <- sm.Run(runCtx) }()
+	waitFor(t, "three acks", func() bool { return len(ws.acked()) == 3 })
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	h := &harness{t: t, bus: b}
+	tests := []struct {
+		subject, msgID, content string
+	}{
+		{"in.slack.block_actions", "slack:" + team + ":block_actions:" + interactive["trigger_id"].(string), "chose"},
+		{"in.slack.app_mention", "slack:" + team + ":Ev0MENTION1", "mentioned the app"},
+		{"in.slack.command", "slack:" + team + ":command:1700000400.1.abc", "ran /relay summarize"},
+	}
+	for _, tt := range tests {
+		msgs := h.streamMsgs(tt.subject)
+		if len(msgs) != 1 {
+			t.Errorf("%s has %d envelopes, want 1", tt.subject, len(msgs))
+			continue
+		}
+		if !strings.Contains(msgs[0].Content, tt.content) {
+			t.Errorf("%s content = %q, want it to contain %q", tt.subject, msgs[0].Content, tt.content)
+		}
+		// The same delivery identity as the webhook: a webhook of the same
+		// interaction would be a duplicate.
+		if got := msgIDOf(t, h, tt.subject); got != tt.msgID {
+			t.Errorf("%s Nats-Msg-Id = %q, want %q", tt.subject, got, tt.msgID)
+		}
+	}
+	if n := len(api.Calls("apps.connections.open")); n < 1 {
+		t.Errorf("apps.connections.open not called")
+	}
+	raw, _ := json.Marshal(ws.acked())
+	for _, id := range []string{"env-interactive", "env-event", "env-command"} {
+		if !strings.Contains(string(raw), id) {
+			t.Errorf("acks %s lack %s", raw, id)
+		}
+	}
+}
+
+func TestSocketModeRefusesBotToken(t *testing.T) {
+	t.Parallel()
+	if _, err := approvals.NewSocketMode(approvals.SocketConfig{AppToken: secret.New("xoxb-not-an-app-token")}, nil); err == nil {
+		t.Error("NewSocketMode accepted a bot token as app token")
+	}
+}
