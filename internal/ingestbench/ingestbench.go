@@ -123,6 +123,10 @@ type Report struct {
 	FixedRate   Phase // gateway at Config.Rate, open loop
 	HTTPCeiling Phase // same server, handler reads the body and answers 202
 	NATSCeiling Phase // raw JetStream publishes of the same bytes
+	// BothCeiling is the least any gateway must do: the same HTTP server with
+	// a handler that reads the body, publishes it raw to JetStream and answers
+	// 202 after the ack (no verification, mapping or validation).
+	BothCeiling Phase
 	Rate        int
 }
 
@@ -131,13 +135,16 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "signed GitHub issues webhooks, %d-byte body, %d concurrent clients, embedded JetStream (file store), loopback HTTP\n\n",
 		r.BodyBytes, r.Concurrency)
 	fmt.Fprintf(w, "%-34s %10s %8s %10s %10s %10s %8s\n", "phase", "requests", "errors", "req/s", "p50", "p99", "max")
-	for _, p := range []Phase{r.Saturation, r.FixedRate, r.HTTPCeiling, r.NATSCeiling} {
+	for _, p := range []Phase{r.Saturation, r.FixedRate, r.HTTPCeiling, r.NATSCeiling, r.BothCeiling} {
 		fmt.Fprintf(w, "%-34s %10d %8d %10.0f %10s %10s %8s\n", p.Name, p.Requests, p.Errors, p.PerSecond(),
 			round(p.P50), round(p.P99), round(p.Max))
 	}
 	ceiling := min(r.HTTPCeiling.PerSecond(), r.NATSCeiling.PerSecond())
 	if ceiling > 0 {
 		fmt.Fprintf(w, "\ngateway saturation = %.0f%% of the lower ceiling (%.0f/s)\n", 100*r.Saturation.PerSecond()/ceiling, ceiling)
+	}
+	if both := r.BothCeiling.PerSecond(); both > 0 {
+		fmt.Fprintf(w, "gateway saturation = %.0f%% of HTTP read + raw publish + 202 (%.0f/s)\n", 100*r.Saturation.PerSecond()/both, both)
 	}
 }
 
@@ -186,6 +193,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		return c.NoContent(http.StatusAccepted)
 	})
+	js := b.JetStream()
+	rawSubject := b.Subject("in.bench.raw")
+	srv.Echo.POST("/bench/publish", func(c echo.Context) error {
+		body, err := io.ReadAll(c.Request().Body)
+		if err != nil {
+			return err
+		}
+		msg := &nats.Msg{Subject: rawSubject, Data: body, Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, uuid.NewString())
+		if _, err := js.PublishMsg(c.Request().Context(), msg); err != nil {
+			return c.NoContent(http.StatusServiceUnavailable)
+		}
+		return c.NoContent(http.StatusAccepted)
+	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -223,8 +244,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		req.Header.Set("Content-Type", "application/json")
 		return send(client, req, http.StatusAccepted)
 	}
-	js := b.JetStream()
-	subject := b.Subject("in.bench.raw")
+	both := func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/bench/publish", bytes.NewReader(payload))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		return send(client, req, http.StatusAccepted)
+	}
+	subject := rawSubject
 	raw := func(ctx context.Context) error {
 		msg := &nats.Msg{Subject: subject, Data: payload, Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, uuid.NewString())
@@ -247,6 +275,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	if rep.NATSCeiling, err = closedLoop(ctx, "ceiling: raw JetStream publish", cfg.Concurrency, cfg.Duration, cfg.MaxRequests, raw); err != nil {
+		return nil, err
+	}
+	if rep.BothCeiling, err = closedLoop(ctx, "ceiling: HTTP read + raw publish", cfg.Concurrency, cfg.Duration, cfg.MaxRequests, both); err != nil {
 		return nil, err
 	}
 	return rep, nil
