@@ -1,0 +1,230 @@
+// Package fakes are local HTTP servers that speak the real API shapes of the
+// services the relay talks to but tests cannot reach: the Slack Web API, the
+// GitHub REST API and an OpenAI-compatible chat endpoint. They record what
+// they receive so end-to-end tests can assert on it.
+package fakes
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// SlackCall is one Web API call: the method and its parameters (form fields,
+// or the top-level keys of a JSON body; objects and arrays kept as JSON text).
+type SlackCall struct {
+	Method string
+	Params map[string]string
+}
+
+// Slack is a fake Slack Web API. Safe for concurrent use.
+type Slack struct {
+	srv    *httptest.Server
+	mu     sync.Mutex
+	calls  []SlackCall
+	seq    int
+	groups map[string][]string
+	fail   map[string]string
+}
+
+// NewSlack starts a fake Slack Web API, closed when the test ends.
+func NewSlack(t testing.TB) *Slack {
+	f := &Slack{groups: map[string][]string{}, fail: map[string]string{}}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// URL is the API base to configure as SLACK_API_URL.
+func (f *Slack) URL() string { return f.srv.URL + "/api/" }
+
+// SetGroup makes a user group with members (usergroups.users.list).
+func (f *Slack) SetGroup(id string, members ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.groups[id] = members
+}
+
+// Fail makes method answer {"ok":false,"error":slackErr}; "" clears it.
+func (f *Slack) Fail(method, slackErr string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail[method] = slackErr
+}
+
+// Calls returns the recorded calls of method ("" for all), in order.
+func (f *Slack) Calls(method string) []SlackCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []SlackCall
+	for _, c := range f.calls {
+		if method == "" || c.Method == method {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (f *Slack) serve(w http.ResponseWriter, r *http.Request) {
+	method := strings.TrimPrefix(r.URL.Path, "/api/")
+	params := map[string]string{}
+	body, _ := io.ReadAll(r.Body)
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(body, &m)
+		for k, v := range m {
+			var s string
+			if json.Unmarshal(v, &s) == nil {
+				params[k] = s
+			} else {
+				params[k] = string(v)
+			}
+		}
+	} else {
+		vals, _ := url.ParseQuery(string(body))
+		for k := range vals {
+			params[k] = vals.Get(k)
+		}
+	}
+	for k := range r.URL.Query() {
+		params[k] = r.URL.Query().Get(k)
+	}
+	delete(params, "token")
+	f.mu.Lock()
+	f.seq++
+	ts := fmt.Sprintf("1700000000.%06d", f.seq)
+	params["_ts"] = ts
+	f.calls = append(f.calls, SlackCall{Method: method, Params: params})
+	failWith := f.fail[method]
+	members, known := f.groups[params["usergroup"]]
+	seq := f.seq
+	f.mu.Unlock()
+
+	w.Header().Set("Content-Type", "application/json")
+	if failWith != "" {
+		fmt.Fprintf(w, `{"ok":false,"error":%q}`, failWith)
+		return
+	}
+	var resp any
+	switch method {
+	case "auth.test":
+		resp = map[string]any{"ok": true, "user_id": "UBOT", "bot_id": "BBOT", "team_id": "T0TEAM"}
+	case "chat.postMessage":
+		resp = map[string]any{"ok": true, "channel": params["channel"], "ts": ts,
+			"message": map[string]any{"type": "message", "ts": ts, "text": params["text"]}}
+	case "chat.update":
+		resp = map[string]any{"ok": true, "channel": params["channel"], "ts": params["ts"], "text": params["text"]}
+	case "chat.postEphemeral":
+		resp = map[string]any{"ok": true, "message_ts": ts}
+	case "views.open", "views.update", "views.push":
+		resp = map[string]any{"ok": true, "view": map[string]any{"id": fmt.Sprintf("V%06d", seq), "type": "modal"}}
+	case "usergroups.users.list":
+		if !known {
+			resp = map[string]any{"ok": false, "error": "no_such_subteam"}
+		} else {
+			resp = map[string]any{"ok": true, "users": members}
+		}
+	default:
+		resp = map[string]any{"ok": false, "error": "unknown_method"}
+	}
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// Action is a button found in a posted message's blocks.
+type Action struct {
+	ActionID, Value, BlockID string
+}
+
+// Actions returns the buttons of a chat.postMessage or chat.update call.
+func (c SlackCall) Actions() []Action {
+	var blocks []struct {
+		Type     string `json:"type"`
+		BlockID  string `json:"block_id"`
+		Elements []struct {
+			Type     string `json:"type"`
+			ActionID string `json:"action_id"`
+			Value    string `json:"value"`
+		} `json:"elements"`
+	}
+	_ = json.Unmarshal([]byte(c.Params["blocks"]), &blocks)
+	var out []Action
+	for _, b := range blocks {
+		if b.Type != "actions" {
+			continue
+		}
+		for _, e := range b.Elements {
+			if e.Type == "button" {
+				out = append(out, Action{ActionID: e.ActionID, Value: e.Value, BlockID: b.BlockID})
+			}
+		}
+	}
+	return out
+}
+
+// BlockActions is a block_actions interaction payload: user clicks a on the
+// message ts in channel.
+func BlockActions(team, user, channel, messageTS, triggerID string, a Action) []byte {
+	p := map[string]any{
+		"type":         "block_actions",
+		"user":         map[string]any{"id": user, "username": "user-" + user, "team_id": team},
+		"api_app_id":   "A0APP01",
+		"token":        "verification-token-unused",
+		"container":    map[string]any{"type": "message", "message_ts": messageTS, "channel_id": channel, "is_ephemeral": false},
+		"trigger_id":   triggerID,
+		"team":         map[string]any{"id": team, "domain": "acme"},
+		"channel":      map[string]any{"id": channel, "name": "approvals"},
+		"message":      map[string]any{"type": "message", "ts": messageTS, "text": "Approval needed", "bot_id": "BBOT"},
+		"state":        map[string]any{"values": map[string]any{}},
+		"response_url": "https://hooks.slack.com/actions/" + team + "/1/x",
+		"actions": []any{map[string]any{
+			"action_id": a.ActionID, "block_id": a.BlockID, "value": a.Value, "type": "button",
+			"text": map[string]any{"type": "plain_text", "text": a.ActionID}, "action_ts": "1700000250.1",
+		}},
+	}
+	b, _ := json.Marshal(p)
+	return b
+}
+
+// ViewSubmission is a view_submission payload for the modal opened with view
+// (the views.open call's "view" parameter): values maps block id -> action id
+// -> value of a plain_text_input.
+func ViewSubmission(team, user, triggerID string, view SlackCall, values map[string]map[string]string) []byte {
+	var v struct {
+		CallbackID      string `json:"callback_id"`
+		PrivateMetadata string `json:"private_metadata"`
+	}
+	_ = json.Unmarshal([]byte(view.Params["view"]), &v)
+	state := map[string]any{}
+	for block, actions := range values {
+		m := map[string]any{}
+		for action, val := range actions {
+			m[action] = map[string]any{"type": "plain_text_input", "value": val}
+		}
+		state[block] = m
+	}
+	p := map[string]any{
+		"type":       "view_submission",
+		"team":       map[string]any{"id": team, "domain": "acme"},
+		"user":       map[string]any{"id": user, "username": "user-" + user, "team_id": team},
+		"api_app_id": "A0APP01",
+		"trigger_id": triggerID,
+		"view": map[string]any{
+			"id": "V0VIEW01", "team_id": team, "type": "modal", "callback_id": v.CallbackID,
+			"private_metadata": v.PrivateMetadata, "hash": "1700000301.x", "root_view_id": "V0VIEW01",
+			"state": map[string]any{"values": state},
+		},
+	}
+	b, _ := json.Marshal(p)
+	return b
+}
+
+// FormPayload wraps an interaction payload as Slack posts it: payload=<json>.
+func FormPayload(payload []byte) []byte {
+	return []byte("payload=" + url.QueryEscape(string(payload)))
+}

@@ -1,0 +1,89 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/relaystation/relay/memory"
+	"github.com/relaystation/relay/memory/remote"
+	"github.com/relaystation/relay/tools"
+)
+
+// ToolLister lists the MCP tools a role may call. The tool runner answers
+// this over NATS request/reply (tools.ListRemote on rpc.tool.list);
+// BusTools adapts it.
+type ToolLister interface {
+	Tools(ctx context.Context, role string) ([]tools.ToolInfo, error)
+}
+
+// Memory is what the agent asks of the memory worker: a thread's session
+// context, long-term memories for a query, and document references for
+// retrieve_docs. *remote.Client (over the bus) and *memory.Memory
+// (in-process) implement it.
+type Memory interface {
+	Context(ctx context.Context, thread string, budget int) (memory.SessionContext, error)
+	Retrieve(ctx context.Context, q memory.Query) ([]memory.Ref, error)
+	RetrieveDocs(ctx context.Context, query string, k int) ([]memory.Ref, error)
+}
+
+// BusMemory is a Memory over the bus: requests to the memory workers on
+// <prefix>.rpc.memory.* (package memory/remote).
+func BusMemory(nc *nats.Conn, prefix string, timeout time.Duration) Memory {
+	return remote.NewClient(nc, prefix, timeout)
+}
+
+// BusTools is a ToolLister over the bus: requests to the tool runners on
+// <prefix>.rpc.tool.list, cached per role for ttl (a zero ttl does not cache).
+// It is safe for concurrent use.
+func BusTools(nc *nats.Conn, prefix string, ttl time.Duration) *CachedTools {
+	return &CachedTools{
+		list: func(ctx context.Context, role string) ([]tools.ToolInfo, error) {
+			return tools.ListRemote(ctx, nc, prefix, role)
+		},
+		ttl:   ttl,
+		cache: map[string]cachedList{},
+	}
+}
+
+// CachedTools caches a tool list per role. Failed listings are not cached.
+type CachedTools struct {
+	list  func(ctx context.Context, role string) ([]tools.ToolInfo, error)
+	ttl   time.Duration
+	mu    sync.Mutex
+	cache map[string]cachedList
+}
+
+type cachedList struct {
+	tools []tools.ToolInfo
+	at    time.Time
+}
+
+// Tools implements ToolLister.
+func (c *CachedTools) Tools(ctx context.Context, role string) ([]tools.ToolInfo, error) {
+	if c.ttl > 0 {
+		c.mu.Lock()
+		e, ok := c.cache[role]
+		c.mu.Unlock()
+		if ok && time.Since(e.at) < c.ttl {
+			return e.tools, nil
+		}
+	}
+	list, err := c.list(ctx, role)
+	if err != nil {
+		return nil, err
+	}
+	if c.ttl > 0 {
+		c.mu.Lock()
+		c.cache[role] = cachedList{tools: list, at: time.Now()}
+		c.mu.Unlock()
+	}
+	return list, nil
+}
+
+var (
+	_ Memory = (*remote.Client)(nil)
+	_ Memory = (*memory.Memory)(nil)
+)

@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/services/toolrunner"
+	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+// TestWithRealToolRunner runs the loop against the real tool runner and the
+// real mcp-server-everything (stdio): the role's tools are listed over
+// rpc.tool.list, the call crosses tool.call and the result comes back on
+// tool.result.
+func TestWithRealToolRunner(t *testing.T) {
+	t.Parallel()
+	bin := npmBin(t, "mcp-server-everything")
+	b := bustest.Embedded(t)
+	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['everything.echo']\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := toolrunner.New(t.Context(), toolrunner.Config{Logger: testLogger(t), Tools: tools.Config{
+		Servers: []mcpconfig.Server{{Name: "everything", Type: mcpconfig.Stdio, Command: bin, Args: []string{"stdio"},
+			ProtocolVersion: mcpconfig.DefaultProtocolVersion}},
+		Policy: pol, AuditPath: filepath.Join(t.TempDir(), "tools.jsonl"),
+	}}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("toolrunner Run: %v", err)
+		}
+	})
+	waitFor(t, 30*time.Second, "mcp-server-everything ready", func() bool {
+		s := tr.Runner().Servers()
+		return len(s) == 1 && s[0].State == tools.StateReady
+	})
+
+	h := setup(t, []reply{callTool("everything__echo", map[string]any{"message": "hi"}), say("It echoed.")}, withBus(b))
+	h.publish(t, "in.github.issues", githubIssueOpened())
+	if s := h.next(t); s.Content != "It echoed." {
+		t.Fatalf("got %q, want the answer", s.Content)
+	}
+	reqs := h.llm.requests()
+	if got := reqs[0].toolNames(); len(got) != 2 || got[1] != "everything__echo" {
+		t.Errorf("got offered tools %v, want retrieve_docs and everything__echo only (the role's capability)", got)
+	}
+	if got := reqs[1].lastTool(); got != "Echo: hi" {
+		t.Errorf("got tool output %q, want Echo: hi", got)
+	}
+}
+
+// npmBin returns an npm fixture's executable or stops the test.
+func npmBin(t testing.TB, name string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	p := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules", ".bin", name)
+	if _, err := os.Stat(p); err != nil {
+		testenv.Missing(t, "%s not installed; run scripts/setup.sh (npm ci in testdata/npm)", name)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		testenv.Missing(t, "node is not installed")
+	}
+	return p
+}

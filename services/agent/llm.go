@@ -1,0 +1,296 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/openai/openai-go"
+	"github.com/openai/openai-go/option"
+	"github.com/openai/openai-go/shared"
+
+	"github.com/relaystation/relay/secret"
+)
+
+// Message is one chat message of a task, in the agent's own form (stored in
+// the task bucket and converted for each call).
+type Message struct {
+	// Role is system, user, assistant or tool.
+	Role    string `json:"role"`
+	Content string `json:"content,omitempty"`
+	// ToolCalls are an assistant message's calls.
+	ToolCalls []LLMCall `json:"tool_calls,omitempty"`
+	// ToolCallID is the call a tool message answers.
+	ToolCallID string `json:"tool_call_id,omitempty"`
+}
+
+// LLMCall is a tool call as the model made it.
+type LLMCall struct {
+	ID string `json:"id"`
+	// Name is the function name offered to the model.
+	Name string `json:"name"`
+	// Arguments is the JSON text of the arguments.
+	Arguments string `json:"arguments"`
+}
+
+// ToolSpec is a function offered to the model.
+type ToolSpec struct {
+	// Name is the function name (letters, digits, '_' and '-').
+	Name        string         `json:"name"`
+	Description string         `json:"description,omitempty"`
+	Parameters  map[string]any `json:"parameters,omitempty"`
+}
+
+// Completion is the model's answer: tool calls or a final message.
+type Completion struct {
+	Content   string
+	ToolCalls []LLMCall
+	// PromptTokens and CompletionTokens are the endpoint's usage, or 0 when it
+	// reported none.
+	PromptTokens, CompletionTokens int
+}
+
+// Model is a chat model that may call tools. It must not rely on
+// tool_choice: the answer is either tool calls or a final message.
+type Model interface {
+	Complete(ctx context.Context, msgs []Message, tools []ToolSpec) (*Completion, error)
+}
+
+// ModelFunc adapts a function to Model.
+type ModelFunc func(ctx context.Context, msgs []Message, tools []ToolSpec) (*Completion, error)
+
+// Complete calls f.
+func (f ModelFunc) Complete(ctx context.Context, msgs []Message, tools []ToolSpec) (*Completion, error) {
+	return f(ctx, msgs, tools)
+}
+
+// ErrLLMUnavailable is wrapped by an *LLMError when the endpoint could not
+// answer (after retries, or with a status retrying cannot fix).
+var ErrLLMUnavailable = errors.New("llm endpoint unavailable")
+
+// LLMError reports a chat call that failed for good.
+type LLMError struct {
+	// Status is the last HTTP status, 0 for a transport error or timeout.
+	Status int
+	// Attempts is how many requests were sent.
+	Attempts int
+	Err      error
+}
+
+func (e *LLMError) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("llm chat completion: HTTP %d after %d attempt(s): %v", e.Status, e.Attempts, e.Err)
+	}
+	return fmt.Sprintf("llm chat completion: after %d attempt(s): %v", e.Attempts, e.Err)
+}
+
+// Unwrap returns the cause and ErrLLMUnavailable.
+func (e *LLMError) Unwrap() []error { return []error{e.Err, ErrLLMUnavailable} }
+
+// OpenAIConfig configures an OpenAI-compatible chat endpoint (Ollama,
+// llama.cpp --jinja, vLLM, OpenAI).
+type OpenAIConfig struct {
+	// BaseURL is the API root, for example http://localhost:11434/v1 (LLM_BASE_URL). Required.
+	BaseURL string
+	// Model is the model name (LLM_MODEL). Required.
+	Model string
+	// APIKey is sent as a bearer token when set (LLM_API_KEY).
+	APIKey secret.Value
+	// Timeout bounds one request. Default 120s.
+	Timeout time.Duration
+	// MaxTries is how many requests one Complete sends at most (429, 5xx,
+	// timeouts and transport errors are retried). Default 4.
+	MaxTries int
+	// Backoff is the first retry delay, doubling up to MaxBackoff. Defaults
+	// 500ms and 10s. A Retry-After (or retry-after-ms) header overrides it, up
+	// to MaxRetryAfter (default 60s).
+	Backoff, MaxBackoff, MaxRetryAfter time.Duration
+	// HTTPClient, when set, sends the requests.
+	HTTPClient *http.Client
+}
+
+func (c *OpenAIConfig) setDefaults() {
+	if c.Timeout <= 0 {
+		c.Timeout = 120 * time.Second
+	}
+	if c.MaxTries <= 0 {
+		c.MaxTries = 4
+	}
+	if c.Backoff <= 0 {
+		c.Backoff = 500 * time.Millisecond
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 10 * time.Second
+	}
+	if c.MaxRetryAfter <= 0 {
+		c.MaxRetryAfter = 60 * time.Second
+	}
+}
+
+// OpenAI is a Model over an OpenAI-compatible /chat/completions endpoint.
+// It is safe for concurrent use.
+type OpenAI struct {
+	cfg  OpenAIConfig
+	chat openai.ChatCompletionService
+}
+
+// NewOpenAI returns the model of cfg. The client reads no environment
+// variables of its own (OPENAI_API_KEY and friends are ignored).
+func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
+	cfg.setDefaults()
+	if cfg.BaseURL == "" {
+		return nil, errors.New("llm: base URL is required")
+	}
+	if cfg.Model == "" {
+		return nil, errors.New("llm: model is required")
+	}
+	opts := []option.RequestOption{option.WithBaseURL(cfg.BaseURL), option.WithMaxRetries(0)}
+	if cfg.APIKey.IsSet() {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey.Reveal()))
+	}
+	if cfg.HTTPClient != nil {
+		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	}
+	// The key lives only in the client's options from here on, so printing
+	// the model (even with %+v, which bypasses secret.Value's Stringer inside
+	// unexported fields) cannot show it.
+	cfg.APIKey = secret.Value{}
+	return &OpenAI{cfg: cfg, chat: openai.NewChatCompletionService(opts...)}, nil
+}
+
+// Complete sends one chat completion request, retrying 429, 5xx, timeouts
+// and transport errors with exponential backoff (honouring Retry-After).
+// A failure is an *LLMError; a cancelled ctx returns ctx's error.
+func (o *OpenAI) Complete(ctx context.Context, msgs []Message, tools []ToolSpec) (*Completion, error) {
+	params := openai.ChatCompletionNewParams{
+		Model:    shared.ChatModel(o.cfg.Model),
+		Messages: toParams(msgs),
+	}
+	for _, t := range tools {
+		p := t.Parameters
+		if p == nil {
+			p = map[string]any{"type": "object", "properties": map[string]any{}}
+		}
+		fd := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters(p)}
+		if t.Description != "" {
+			fd.Description = openai.String(t.Description)
+		}
+		params.Tools = append(params.Tools, openai.ChatCompletionToolParam{Function: fd})
+	}
+	eb := backoff.NewExponentialBackOff()
+	eb.InitialInterval, eb.MaxInterval = o.cfg.Backoff, o.cfg.MaxBackoff
+	attempts, status := 0, 0
+	res, err := backoff.Retry(ctx, func() (*openai.ChatCompletion, error) {
+		attempts++
+		cctx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
+		defer cancel()
+		res, err := o.chat.New(cctx, params)
+		if err == nil {
+			if len(res.Choices) == 0 {
+				return nil, backoff.Permanent(errors.New("response has no choices"))
+			}
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			return nil, backoff.Permanent(ctx.Err())
+		}
+		var apiErr *openai.Error
+		if errors.As(err, &apiErr) {
+			status = apiErr.StatusCode
+			if status == http.StatusTooManyRequests || status == http.StatusRequestTimeout || status >= 500 {
+				if d, ok := retryAfter(apiErr.Response, o.cfg.MaxRetryAfter); ok {
+					return nil, &retryAfterError{after: &backoff.RetryAfterError{Duration: d}, err: err}
+				}
+				return nil, err
+			}
+			return nil, backoff.Permanent(err)
+		}
+		status = 0
+		return nil, err // transport error or per-request timeout
+	}, backoff.WithBackOff(eb), backoff.WithMaxTries(uint(o.cfg.MaxTries)), backoff.WithMaxElapsedTime(0))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var ra *retryAfterError
+		if errors.As(err, &ra) {
+			err = ra.err
+		}
+		return nil, &LLMError{Status: status, Attempts: attempts, Err: err}
+	}
+	msg := res.Choices[0].Message
+	c := &Completion{Content: msg.Content, PromptTokens: int(res.Usage.PromptTokens), CompletionTokens: int(res.Usage.CompletionTokens)}
+	for _, tc := range msg.ToolCalls {
+		c.ToolCalls = append(c.ToolCalls, LLMCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+	}
+	return c, nil
+}
+
+// retryAfterError carries a server's requested delay for backoff.Retry while
+// keeping the cause.
+type retryAfterError struct {
+	after *backoff.RetryAfterError
+	err   error
+}
+
+func (e *retryAfterError) Error() string   { return e.err.Error() }
+func (e *retryAfterError) Unwrap() []error { return []error{e.after, e.err} }
+
+// retryAfter reads retry-after-ms (OpenAI) or Retry-After (seconds or an
+// HTTP date), capped at limit.
+func retryAfter(resp *http.Response, limit time.Duration) (time.Duration, bool) {
+	if resp == nil {
+		return 0, false
+	}
+	var d time.Duration
+	if v := resp.Header.Get("Retry-After-Ms"); v != "" {
+		ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || ms < 0 {
+			return 0, false
+		}
+		d = time.Duration(ms * float64(time.Millisecond))
+	} else if v := strings.TrimSpace(resp.Header.Get("Retry-After")); v != "" {
+		if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 {
+			d = time.Duration(secs * float64(time.Second))
+		} else if t, err := http.ParseTime(v); err == nil {
+			d = max(time.Until(t), 0)
+		} else {
+			return 0, false
+		}
+	} else {
+		return 0, false
+	}
+	return min(d, limit), true
+}
+
+func toParams(msgs []Message) []openai.ChatCompletionMessageParamUnion {
+	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(msgs))
+	for _, m := range msgs {
+		switch m.Role {
+		case "system":
+			out = append(out, openai.SystemMessage(m.Content))
+		case "user":
+			out = append(out, openai.UserMessage(m.Content))
+		case "tool":
+			out = append(out, openai.ToolMessage(m.Content, m.ToolCallID))
+		case "assistant":
+			a := openai.ChatCompletionAssistantMessageParam{}
+			if m.Content != "" || len(m.ToolCalls) == 0 {
+				a.Content.OfString = openai.String(m.Content)
+			}
+			for _, tc := range m.ToolCalls {
+				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallParam{
+					ID:       tc.ID,
+					Function: openai.ChatCompletionMessageToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
+				})
+			}
+			out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+		}
+	}
+	return out
+}

@@ -1,0 +1,552 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/memory"
+)
+
+// handleInbound starts (or resumes) the task of a triggering envelope.
+func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
+	e := m.Envelope
+	ok, why := s.match.Match(e)
+	if !ok {
+		if why != SkipNoTrigger && why != SkipNotUser {
+			s.log.Debug("inbound envelope starts no task", "envelope_id", e.ID, "subject", m.Subject, "reason", why)
+		}
+		return nil
+	}
+	id := TaskID(e.ID)
+	log := s.log.With("task_id", id, "envelope_id", e.ID, "thread", e.Meta.Thread)
+	if _, _, err := s.tasks.Get(ctx, id); err == nil {
+		if m.Delivered == 1 {
+			// Another copy of the trigger (a webhook redelivered after the
+			// bus's de-duplication window) made the task; its message
+			// carries the task on.
+			log.Info("trigger seen again; its task exists")
+			return nil
+		}
+		log.Info("trigger redelivered; resuming its task", "delivered", m.Delivered)
+		return s.advance(ctx, id)
+	} else if !errors.Is(err, ErrTaskNotFound) {
+		return err
+	}
+	t := s.newTask(ctx, id, e, log)
+	created, err := s.tasks.create(ctx, t)
+	if err != nil {
+		return err
+	}
+	if !created && m.Delivered == 1 {
+		return nil // a copy of the trigger created it a moment ago
+	}
+	if created {
+		s.metrics.started.Inc()
+		log.Info("task started", "subject", m.Subject, "tools", len(t.Tools), "refs", len(t.Refs))
+	}
+	return s.advance(ctx, id)
+}
+
+// handleResult records a tool result (tool.result or tool.failed) and, once
+// every call of the step is answered, continues the task.
+func (s *Service) handleResult(ctx context.Context, m *bus.Message) error {
+	e := m.Envelope
+	if e.ToolCall == nil || e.ToolCall.ID == "" || e.Meta.TaskID == "" {
+		return nil
+	}
+	for range 20 {
+		t, rev, err := s.tasks.Get(ctx, e.Meta.TaskID)
+		if errors.Is(err, ErrTaskNotFound) {
+			return nil // not an agent task (a hook's call, or expired)
+		}
+		if err != nil {
+			return err
+		}
+		if t.final() {
+			return nil
+		}
+		i := callIndex(t, e.ToolCall.ID)
+		if i < 0 {
+			s.log.Debug("result of no pending call (an earlier step, or redelivered)", "task_id", t.ID, "call_id", e.ToolCall.ID)
+			return nil
+		}
+		if t.Calls[i].Done {
+			if m.Delivered == 1 {
+				return nil // another copy of a recorded result
+			}
+			return s.advance(ctx, t.ID) // our redelivery: make sure the task moved on
+		}
+		n := t.clone()
+		c := &n.Calls[i]
+		c.Done = true
+		c.Output, c.Failed = s.toolOutput(e, m.Subject == envelope.SubjectToolFailed)
+		if n.answered() {
+			n.Status = StatusRunning
+		}
+		if _, err := s.tasks.update(ctx, n, rev); errors.Is(err, errConflict) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		s.log.Debug("tool result recorded", "task_id", t.ID, "call_id", c.ID, "tool", c.Tool, "failed", c.Failed)
+		if n.Status == StatusRunning {
+			return s.advance(ctx, t.ID)
+		}
+		return nil
+	}
+	return fmt.Errorf("record result %s of task %s: too many concurrent changes", e.ToolCall.ID, e.Meta.TaskID)
+}
+
+func callIndex(t *Task, id string) int {
+	for i, c := range t.Calls {
+		if c.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// advance moves a task as far as it can go now: publish what its state says
+// is unpublished, or ask the model for the next step. Every state change is
+// a revision-checked update. Asking the model takes a lease on the task
+// first, so one process at a time thinks for it; another that finds the
+// task leased comes back when the lease ends (its message is redelivered
+// then), by which time the task has moved on, or the holder crashed and the
+// task is taken over. After losing an update to another writer, advance
+// still publishes but leaves thinking to that writer.
+func (s *Service) advance(ctx context.Context, id string) error {
+	conflicted := false
+	owner := s.instance + "/" + strconv.FormatUint(s.seq.Add(1), 10)
+	for range 4*s.cfg.MaxSteps + 20 {
+		t, rev, err := s.tasks.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		var next *Task
+		switch {
+		case t.final() && t.FinalPublished:
+			return nil
+		case t.final():
+			if err := s.publishFinal(ctx, t); err != nil {
+				return err
+			}
+			next = t.clone()
+			next.FinalPublished = true
+		case t.Status == StatusWaiting && !t.answered():
+			if t.CallsPublished {
+				return nil // the results will continue the task
+			}
+			if err := s.publishCalls(ctx, t); err != nil {
+				return err
+			}
+			next = t.clone()
+			next.CallsPublished = true
+		case conflicted:
+			return nil // the writer that moved the task on continues it
+		case t.Lease != nil && t.Lease.Owner != owner && time.Now().Before(t.Lease.Until):
+			return bus.RetryAfter(fmt.Errorf("task %s: %w by %s", id, ErrLeased, t.Lease.Owner), time.Until(t.Lease.Until)+time.Second)
+		default:
+			leased := t.clone()
+			leased.Lease = &Lease{Owner: owner, Until: time.Now().Add(s.cfg.LeaseTTL)}
+			lrev, err := s.tasks.update(ctx, leased, rev)
+			if errors.Is(err, errConflict) {
+				conflicted = true
+				continue
+			} else if err != nil {
+				return err
+			}
+			next, err = s.think(ctx, leased)
+			if err != nil {
+				s.release(leased, lrev)
+				return err
+			}
+			next.Lease, rev = nil, lrev
+		}
+		if _, err := s.tasks.update(ctx, next, rev); errors.Is(err, errConflict) {
+			conflicted = true
+			continue
+		} else if err != nil {
+			return err
+		}
+		if next.final() && !t.final() {
+			s.finished(next)
+		}
+	}
+	return fmt.Errorf("advance task %s: no progress after many attempts", id)
+}
+
+// ErrLeased means another process is asking the model for the task.
+var ErrLeased = errors.New("task is leased")
+
+// release drops this process's lease after an interrupted step (shutdown),
+// so the redelivered message can continue at once.
+func (s *Service) release(t *Task, rev uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	t.Lease = nil
+	if _, err := s.tasks.update(ctx, t, rev); err != nil && !errors.Is(err, errConflict) {
+		s.log.Warn("lease not released; the task continues when it expires", "task_id", t.ID, "err", err)
+	}
+}
+
+func (s *Service) finished(t *Task) {
+	s.metrics.steps.Observe(float64(t.Step))
+	log := s.log.With("task_id", t.ID, "thread", t.Origin.Meta.Thread, "steps", t.Step, "tokens", t.Tokens)
+	if t.Status == StatusDone {
+		s.metrics.completed.Inc()
+		log.Info("task answered", "refs", len(t.Refs), "unknown_refs", len(t.UnknownRefs))
+		return
+	}
+	s.metrics.failed.WithLabelValues(t.Failure.Kind).Inc()
+	log.Warn("task failed", "kind", t.Failure.Kind, "reason", t.Failure.Reason)
+}
+
+// think asks the model for the next step and returns the task's next state.
+// Only a cancelled ctx (shutdown) is an error: the message is redelivered.
+func (s *Service) think(ctx context.Context, t *Task) (*Task, error) {
+	n := t.clone()
+	n.Status = StatusRunning
+	for _, c := range n.Calls {
+		n.Messages = append(n.Messages, Message{Role: "tool", ToolCallID: c.LLMID, Content: c.Output})
+	}
+	n.Calls, n.CallsPublished = nil, false
+	if n.Step >= s.cfg.MaxSteps {
+		return fail(n, FailStepLimit, fmt.Sprintf("the step limit (%d model calls) was reached before an answer", s.cfg.MaxSteps)), nil
+	}
+	if n.Tokens >= s.cfg.TokenBudget {
+		return fail(n, FailTokenBudget, fmt.Sprintf("the token budget (%d) was used up (%d) before an answer", s.cfg.TokenBudget, n.Tokens)), nil
+	}
+	specs := make([]ToolSpec, len(n.Tools))
+	for i, ot := range n.Tools {
+		specs[i] = ot.ToolSpec
+	}
+	start := time.Now()
+	comp, err := s.cfg.Model.Complete(ctx, n.Messages, specs)
+	if err != nil {
+		if ctx.Err() != nil {
+			s.metrics.llm.WithLabelValues("cancelled").Observe(time.Since(start).Seconds())
+			return nil, fmt.Errorf("task %s step %d: %w", t.ID, n.Step+1, ctx.Err())
+		}
+		s.metrics.llm.WithLabelValues("error").Observe(time.Since(start).Seconds())
+		return fail(n, FailLLMUnavailable, err.Error()), nil
+	}
+	s.metrics.llm.WithLabelValues("ok").Observe(time.Since(start).Seconds())
+	n.Step++
+	used := comp.PromptTokens + comp.CompletionTokens
+	if used == 0 {
+		used = estimateTokens(n.Messages) + memory.Tokens(comp.Content)
+	}
+	n.Tokens += used
+
+	calls := comp.ToolCalls
+	if len(calls) == 0 {
+		calls = ContentToolCalls(comp.Content, func(name string) bool { return n.tool(name) != nil })
+		if len(calls) > 0 {
+			comp.Content = ""
+		}
+	}
+	if len(calls) == 0 {
+		answer := strings.TrimSpace(comp.Content)
+		if answer == "" {
+			return fail(n, FailBadAnswer, "the model answered with neither text nor tool calls"), nil
+		}
+		n.Messages = append(n.Messages, Message{Role: "assistant", Content: answer})
+		n.Answer = answer
+		n.UnknownRefs = UnknownRefs(answer, n.refIDs())
+		n.Status = StatusDone
+		return n, nil
+	}
+	if n.Step >= s.cfg.MaxSteps {
+		return fail(n, FailStepLimit, fmt.Sprintf("the step limit (%d model calls) was reached and the model still calls tools", s.cfg.MaxSteps)), nil
+	}
+	msg := Message{Role: "assistant", Content: comp.Content}
+	for i := range calls {
+		if calls[i].ID == "" {
+			calls[i].ID = fmt.Sprintf("call_%d_%d", n.Step, i)
+		}
+		msg.ToolCalls = append(msg.ToolCalls, calls[i])
+	}
+	n.Messages = append(n.Messages, msg)
+	pending := false
+	for i, lc := range calls {
+		c := Call{ID: fmt.Sprintf("s%d-%d", n.Step, i), LLMID: lc.ID, Func: lc.Name}
+		ot := n.tool(lc.Name)
+		args, aerr := ParseArgs(lc.Arguments)
+		switch {
+		case i >= MaxCallsPerStep:
+			c.Local, c.Done, c.Failed = true, true, true
+			c.Output = fmt.Sprintf("error: at most %d tool calls run per step; call it again in the next step if you still need it", MaxCallsPerStep)
+		case ot == nil:
+			c.Local, c.Done, c.Failed = true, true, true
+			c.Output = fmt.Sprintf("error: there is no tool %q; the tools are: %s", lc.Name, n.toolNames())
+		case aerr != nil:
+			c.Tool, c.Local, c.Done, c.Failed = ot.Tool, true, true, true
+			c.Output = "error: the arguments are not a JSON object: " + aerr.Error()
+		case ot.Tool == ToolRetrieveDocs:
+			c.Tool, c.Args, c.Local, c.Done = ot.Tool, args, true, true
+			c.Output, c.Failed = s.retrieveDocs(ctx, n, args)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+		default:
+			c.Tool, c.Args = ot.Tool, args
+			pending = true
+		}
+		n.Calls = append(n.Calls, c)
+	}
+	if pending {
+		n.Status = StatusWaiting
+	}
+	return n, nil
+}
+
+// MaxCallsPerStep bounds the tool calls run for one model answer; further
+// calls are answered with an error the model can act on.
+const MaxCallsPerStep = 8
+
+func fail(t *Task, kind, reason string) *Task {
+	t.Status = StatusFailed
+	t.Failure = &Failure{Kind: kind, Reason: reason}
+	return t
+}
+
+// tool finds an offered function by its name, or by the tool's own
+// "<server>.<tool>" name (some models echo that).
+func (t *Task) tool(name string) *OfferedTool {
+	for i := range t.Tools {
+		if t.Tools[i].Name == name {
+			return &t.Tools[i]
+		}
+	}
+	for i := range t.Tools {
+		if t.Tools[i].Tool == name {
+			return &t.Tools[i]
+		}
+	}
+	return nil
+}
+
+func (t *Task) toolNames() string {
+	names := make([]string, len(t.Tools))
+	for i, ot := range t.Tools {
+		names[i] = ot.Name
+	}
+	if len(names) == 0 {
+		return "(none)"
+	}
+	return strings.Join(names, ", ")
+}
+
+func estimateTokens(msgs []Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += memory.Tokens(m.Content) + 4
+		for _, c := range m.ToolCalls {
+			n += memory.Tokens(c.Name + c.Arguments)
+		}
+	}
+	return n
+}
+
+// retrieveDocs answers retrieve_docs from memory and adds the refs to the task.
+func (s *Service) retrieveDocs(ctx context.Context, t *Task, args map[string]any) (string, bool) {
+	if s.cfg.Memory == nil {
+		return "error: document retrieval is not available", true
+	}
+	q, _ := args["query"].(string)
+	if strings.TrimSpace(q) == "" {
+		return `error: retrieve_docs needs a "query" string`, true
+	}
+	k := 5
+	if f, ok := args["k"].(float64); ok && f >= 1 {
+		k = min(int(f), 20)
+	}
+	refs, err := s.cfg.Memory.RetrieveDocs(ctx, q, k)
+	if err != nil {
+		s.log.Warn("retrieve_docs failed", "task_id", t.ID, "err", err)
+		return "error: document retrieval failed: " + err.Error(), true
+	}
+	if len(refs) == 0 {
+		return "no documents found", false
+	}
+	var b strings.Builder
+	b.WriteString("Documents (cite each one you use as [[ref:ID]]):\n")
+	for _, r := range refs {
+		t.addRef(Ref{ID: r.ID, URI: r.URI, Text: r.Text})
+		writeRef(&b, len(t.Refs), Ref{ID: r.ID, URI: r.URI, Text: r.Text}, s.cfg.MaxToolOutput/len(refs))
+	}
+	return b.String(), false
+}
+
+func (t *Task) addRef(r Ref) {
+	for _, have := range t.Refs {
+		if have.ID == r.ID {
+			return
+		}
+	}
+	t.Refs = append(t.Refs, r)
+}
+
+func writeRef(b *strings.Builder, n int, r Ref, limit int) {
+	fmt.Fprintf(b, "[%d] [[ref:%s]]", n, r.ID)
+	if r.URI != "" {
+		b.WriteString(" " + r.URI)
+	}
+	b.WriteString("\n" + trim(r.Text, max(limit, 200)) + "\n")
+}
+
+// toolOutput is what the model sees of a tool envelope: its text, structured
+// result or content, or "error: ..." for a failure.
+func (s *Service) toolOutput(e *envelope.Envelope, failedSubject bool) (string, bool) {
+	r := e.ToolCall.Result
+	errText, _ := r["error"].(string)
+	text, _ := r["text"].(string)
+	if errText != "" || failedSubject {
+		if errText == "" {
+			errText = e.Content
+		}
+		out := "error: " + errText
+		if text != "" {
+			out += "\n" + text
+		}
+		return trim(out, s.cfg.MaxToolOutput), true
+	}
+	if text == "" {
+		for _, k := range []string{"structured", "content"} {
+			if v, ok := r[k]; ok && v != nil {
+				b, _ := json.Marshal(v)
+				text = string(b)
+				break
+			}
+		}
+	}
+	if text == "" {
+		text = e.Content
+	}
+	return trim(text, s.cfg.MaxToolOutput), false
+}
+
+func trim(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && cut < len(s) && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "\n… (truncated)"
+}
+
+// derivedID is a UUID (version 4 form, as the schema wants) derived from
+// name, so a re-published envelope keeps its id.
+func derivedID(name string) string {
+	return uuid.NewHash(sha256.New(), uuid.NameSpaceOID, []byte(name), 4).String()
+}
+
+// publishCalls puts the step's pending MCP calls on tool.call.
+func (s *Service) publishCalls(ctx context.Context, t *Task) error {
+	for _, c := range t.Calls {
+		if c.Local || c.Done {
+			continue
+		}
+		e := t.Origin.Reply(t.Origin.Channel, envelope.RoleAssistant, "call "+c.Tool)
+		e.ID = derivedID("relay-call:" + t.ID + ":" + c.ID)
+		e.Context = nil
+		e.Meta.TaskID = t.ID
+		e.Meta.Thread = t.Origin.Meta.Thread
+		e.Meta.Set("agent", map[string]any{"id": t.AgentID, "role": t.Role})
+		e.ToolCall = &envelope.ToolCall{ID: c.ID, Name: c.Tool, Args: c.Args}
+		if _, err := s.bus.Publish(ctx, envelope.SubjectToolCall, e, bus.WithMsgID(t.ID+":"+c.ID)); err != nil {
+			if errors.Is(err, bus.ErrInvalidEnvelope) {
+				return bus.Permanent(fmt.Errorf("task %s call %s: %w", t.ID, c.ID, err))
+			}
+			return fmt.Errorf("task %s call %s: %w", t.ID, c.ID, err)
+		}
+		s.log.Debug("tool call published", "task_id", t.ID, "call_id", c.ID, "tool", c.Tool)
+	}
+	return nil
+}
+
+// publishFinal puts the suggestion (done) or the notice (failed) on the bus.
+func (s *Service) publishFinal(ctx context.Context, t *Task) error {
+	var (
+		e       *envelope.Envelope
+		subject string
+		msgID   string
+	)
+	if t.Status == StatusDone {
+		e, subject, msgID = s.suggestion(t), SubjectSuggestion, "suggestion:"+t.ID
+	} else {
+		e, subject, msgID = s.notice(t), SubjectNotice, "notice:"+t.ID
+	}
+	if _, err := s.bus.Publish(ctx, subject, e, bus.WithMsgID(msgID)); err != nil {
+		if errors.Is(err, bus.ErrInvalidEnvelope) {
+			return bus.Permanent(fmt.Errorf("task %s: %w", t.ID, err))
+		}
+		return fmt.Errorf("task %s: %w", t.ID, err)
+	}
+	return nil
+}
+
+func (s *Service) base(t *Task, name string, role envelope.Role, content string) *envelope.Envelope {
+	ch := t.Origin.Channel
+	if t.Target != nil {
+		switch c := envelope.Channel(t.Target.Channel); c {
+		case envelope.ChannelSlack, envelope.ChannelGitHub, envelope.ChannelSentry, envelope.ChannelOpenProject:
+			ch = c
+		}
+	}
+	e := envelope.New(ch, role, content)
+	e.ID = derivedID(name + ":" + t.ID)
+	e.Meta.TaskID = t.ID
+	e.Meta.Thread = t.Origin.Meta.Thread
+	if src := t.Origin.Meta.Source; src != nil {
+		c := *src
+		e.Meta.Source = &c
+	}
+	if t.Target != nil {
+		e.Meta.SetTarget(t.Target)
+	}
+	e.Meta.Set("agent", map[string]any{"id": t.AgentID, "role": t.Role, "steps": t.Step})
+	e.Meta.Budget = &envelope.Budget{Tokens: t.Tokens, Limit: s.cfg.TokenBudget}
+	return e
+}
+
+// suggestion is the agent.suggestion envelope of a done task.
+func (s *Service) suggestion(t *Task) *envelope.Envelope {
+	e := s.base(t, "relay-suggestion", envelope.RoleAssistant, t.Answer)
+	e.Context = &envelope.Context{System: t.System, Session: t.Session, Task: t.TaskText}
+	if ids := t.refIDs(); len(ids) > 0 {
+		e.RetrievalRefs = ids
+	}
+	if len(t.UnknownRefs) > 0 {
+		u := make([]any, len(t.UnknownRefs))
+		for i, r := range t.UnknownRefs {
+			u[i] = r
+		}
+		e.Meta.Set("unknown_refs", u)
+	}
+	return e
+}
+
+// notice is the agent.notice envelope of a failed task.
+func (s *Service) notice(t *Task) *envelope.Envelope {
+	where := t.Origin.Meta.Thread
+	if src := t.Origin.Meta.Source; src != nil && src.URL != "" {
+		where = src.URL
+	}
+	text := fmt.Sprintf("The agent could not answer %s: %s.", where, t.Failure.Reason)
+	e := s.base(t, "relay-notice", envelope.RoleSystem, text)
+	e.Meta.Set("notice", map[string]any{"kind": t.Failure.Kind, "reason": t.Failure.Reason, "task_id": t.ID})
+	return e
+}

@@ -1,0 +1,232 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/envelope"
+)
+
+// Task statuses.
+const (
+	// StatusRunning: the next step is the model's (initial, or every call of
+	// the step is answered).
+	StatusRunning = "running"
+	// StatusWaiting: calls of the current step wait for their results.
+	StatusWaiting = "waiting"
+	// StatusDone: the suggestion is drafted.
+	StatusDone = "done"
+	// StatusFailed: the task ended with a notice (step limit, token budget,
+	// LLM unavailable).
+	StatusFailed = "failed"
+)
+
+// Failure kinds, in meta.notice.kind of agent.notice envelopes.
+const (
+	FailStepLimit      = "step_limit"
+	FailTokenBudget    = "token_budget"
+	FailLLMUnavailable = "llm_unavailable"
+	FailBadAnswer      = "bad_answer"
+)
+
+// Task is the durable state of one agent task, the value of its key in the
+// {prefix}_tasks bucket. Every change is a revision-checked update, so
+// competing agent processes never both advance a task.
+type Task struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	// Origin is the inbound envelope that started the task.
+	Origin *envelope.Envelope `json:"origin"`
+	// Target is where the answer goes; nil when the origin names none.
+	Target  *envelope.Target `json:"target,omitempty"`
+	AgentID string           `json:"agent_id"`
+	Role    string           `json:"role"`
+	// System, Session and TaskText fill the suggestion's context.
+	System        string `json:"system,omitempty"`
+	Session       string `json:"session,omitempty"`
+	SessionTokens int    `json:"session_tokens,omitempty"`
+	TaskText      string `json:"task,omitempty"`
+	// Refs are every reference given to the model (initial retrieval and
+	// retrieve_docs results).
+	Refs []Ref `json:"refs,omitempty"`
+	// Tools are the functions offered to the model.
+	Tools    []OfferedTool `json:"tools,omitempty"`
+	Messages []Message     `json:"messages"`
+	// Step counts model calls made.
+	Step int `json:"step"`
+	// Calls are the current step's tool calls.
+	Calls []Call `json:"calls,omitempty"`
+	// CallsPublished is set once the current step's calls are on the bus.
+	CallsPublished bool `json:"calls_published,omitempty"`
+	// Tokens counts tokens used (the endpoint's usage, else an estimate).
+	Tokens      int      `json:"tokens"`
+	Answer      string   `json:"answer,omitempty"`
+	UnknownRefs []string `json:"unknown_refs,omitempty"`
+	Failure     *Failure `json:"failure,omitempty"`
+	// Lease is held by the process asking the model for the next step.
+	Lease *Lease `json:"lease,omitempty"`
+	// FinalPublished is set once the suggestion or notice is on the bus.
+	FinalPublished bool      `json:"final_published,omitempty"`
+	Created        time.Time `json:"created"`
+	Updated        time.Time `json:"updated"`
+}
+
+// Ref is a reference given to the model.
+type Ref struct {
+	ID   string `json:"id"`
+	URI  string `json:"uri,omitempty"`
+	Text string `json:"text"`
+}
+
+// OfferedTool maps a function offered to the model to the tool that runs it.
+type OfferedTool struct {
+	ToolSpec
+	// Tool is "<server>.<tool>" for MCP tools, or ToolRetrieveDocs.
+	Tool string `json:"tool"`
+}
+
+// Call is a tool call of the current step.
+type Call struct {
+	// ID is the bus-level call id (tool_call.id on tool.call and its result):
+	// unique within the task.
+	ID string `json:"id"`
+	// LLMID is the id the model gave the call (answered in the tool message).
+	LLMID string         `json:"llm_id"`
+	Func  string         `json:"func"`
+	Tool  string         `json:"tool"`
+	Args  map[string]any `json:"args,omitempty"`
+	// Local calls (retrieve_docs, unknown functions, bad arguments) are
+	// answered by the agent itself.
+	Local  bool   `json:"local,omitempty"`
+	Done   bool   `json:"done,omitempty"`
+	Failed bool   `json:"failed,omitempty"`
+	Output string `json:"output,omitempty"`
+}
+
+// Lease marks a task one process is thinking for, until Until.
+type Lease struct {
+	Owner string    `json:"owner"`
+	Until time.Time `json:"until"`
+}
+
+// Failure says why a task ended without an answer.
+type Failure struct {
+	Kind   string `json:"kind"`
+	Reason string `json:"reason"`
+}
+
+// answered reports whether every call of the step has a result.
+func (t *Task) answered() bool {
+	for _, c := range t.Calls {
+		if !c.Done {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *Task) final() bool { return t.Status == StatusDone || t.Status == StatusFailed }
+
+func (t *Task) refIDs() []string {
+	out := make([]string, len(t.Refs))
+	for i, r := range t.Refs {
+		out[i] = r.ID
+	}
+	return out
+}
+
+func (t *Task) clone() *Task {
+	b, _ := json.Marshal(t)
+	var c Task
+	_ = json.Unmarshal(b, &c)
+	return &c
+}
+
+// TaskID is the task of an inbound envelope id: a UUID v5, so a redelivered
+// trigger maps to the same task.
+func TaskID(envelopeID string) string {
+	return uuid.NewSHA1(uuid.NameSpaceOID, []byte("relay-task:"+envelopeID)).String()
+}
+
+// TaskBucket is the name of the task bucket of a bus prefix.
+func TaskBucket(prefix string) string { return prefix + "_tasks" }
+
+// ErrTaskNotFound means the bucket has no such task.
+var ErrTaskNotFound = errors.New("task not found")
+
+// errConflict means another process changed the task first.
+var errConflict = errors.New("task changed concurrently")
+
+// Tasks is the task bucket. It is safe for concurrent use.
+type Tasks struct {
+	kv jetstream.KeyValue
+}
+
+// OpenTasks creates or opens the task bucket of b; tasks live for ttl.
+func OpenTasks(ctx context.Context, b *bus.Bus, ttl time.Duration) (*Tasks, error) {
+	kv, err := b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      TaskBucket(b.Prefix()),
+		Description: "relay agent tasks: origin, LLM messages, pending tool calls, step, tokens, status",
+		TTL:         ttl,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open task bucket %s: %w", TaskBucket(b.Prefix()), err)
+	}
+	return &Tasks{kv: kv}, nil
+}
+
+// Get returns the task and its revision.
+func (s *Tasks) Get(ctx context.Context, id string) (*Task, uint64, error) {
+	e, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("task %s: %w", id, ErrTaskNotFound)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("get task %s: %w", id, err)
+	}
+	var t Task
+	if err := json.Unmarshal(e.Value(), &t); err != nil {
+		return nil, 0, bus.Permanent(fmt.Errorf("decode task %s: %w", id, err))
+	}
+	return &t, e.Revision(), nil
+}
+
+// create stores a new task; false when it already exists.
+func (s *Tasks) create(ctx context.Context, t *Task) (bool, error) {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return false, bus.Permanent(fmt.Errorf("encode task %s: %w", t.ID, err))
+	}
+	if _, err := s.kv.Create(ctx, t.ID, b); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return false, nil
+		}
+		return false, fmt.Errorf("create task %s: %w", t.ID, err)
+	}
+	return true, nil
+}
+
+// update stores t if the task is still at rev; errConflict otherwise.
+func (s *Tasks) update(ctx context.Context, t *Task, rev uint64) (uint64, error) {
+	t.Updated = time.Now().UTC()
+	b, err := json.Marshal(t)
+	if err != nil {
+		return 0, bus.Permanent(fmt.Errorf("encode task %s: %w", t.ID, err))
+	}
+	n, err := s.kv.Update(ctx, t.ID, b, rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return 0, errConflict
+	}
+	if err != nil {
+		return 0, fmt.Errorf("update task %s: %w", t.ID, err)
+	}
+	return n, nil
+}

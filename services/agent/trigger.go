@@ -1,0 +1,211 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/relaystation/relay/envelope"
+)
+
+// DefaultTriggers are the events that start a task unless RELAY_AGENT_TRIGGERS
+// says otherwise: Slack app mentions and slash commands, GitHub issues opened
+// and issue or pull-request comments that mention the bot, Sentry issues
+// created and OpenProject work packages created.
+var DefaultTriggers = []string{
+	"slack.app_mention",
+	"slack.command",
+	"github.issues.opened",
+	"github.issue_comment.created:mention",
+	"github.pull_request_review_comment.created:mention",
+	"github.discussion_comment.created:mention",
+	"sentry.issue.created",
+	"openproject.work_package.created",
+}
+
+// OutboundMarker starts the hidden marker the relay writes into what it posts
+// (`<!-- relay:{task id} -->`); a message containing it is the relay's own.
+const OutboundMarker = "<!-- relay:"
+
+// Trigger is one rule that starts a task: an inbound envelope of Channel
+// whose meta.source has Event and, when set, Action ("*" matches anything).
+// With Mention the envelope's content must also mention the bot.
+//
+// Its text form is "{channel}.{event}[.{action}][:mention]", for example
+// "github.issues.opened" or "github.issue_comment.created:mention".
+type Trigger struct {
+	Channel envelope.Channel
+	Event   string
+	Action  string
+	Mention bool
+}
+
+// String is the text form of t.
+func (t Trigger) String() string {
+	s := string(t.Channel) + "." + t.Event
+	if t.Action != "" {
+		s += "." + t.Action
+	}
+	if t.Mention {
+		s += ":mention"
+	}
+	return s
+}
+
+// ErrBadTrigger is wrapped by every error of ParseTrigger.
+var ErrBadTrigger = errors.New("bad trigger")
+
+// ParseTrigger reads the text form of a trigger.
+func ParseTrigger(s string) (Trigger, error) {
+	var t Trigger
+	spec := strings.TrimSpace(s)
+	if base, opt, ok := strings.Cut(spec, ":"); ok {
+		if opt != "mention" {
+			return t, fmt.Errorf("%w %q: unknown option %q (want :mention)", ErrBadTrigger, s, opt)
+		}
+		t.Mention, spec = true, base
+	}
+	parts := strings.Split(spec, ".")
+	if len(parts) < 2 || len(parts) > 3 {
+		return t, fmt.Errorf("%w %q: want {channel}.{event}[.{action}][:mention]", ErrBadTrigger, s)
+	}
+	for _, p := range parts {
+		if p == "" || strings.ContainsAny(p, " \t>") {
+			return t, fmt.Errorf("%w %q: empty or malformed part", ErrBadTrigger, s)
+		}
+	}
+	switch ch := envelope.Channel(parts[0]); ch {
+	case envelope.ChannelSlack, envelope.ChannelGitHub, envelope.ChannelSentry, envelope.ChannelOpenProject, envelope.ChannelInternal:
+		t.Channel = ch
+	default:
+		return t, fmt.Errorf("%w %q: channel %q is not slack, github, sentry, openproject or internal", ErrBadTrigger, s, parts[0])
+	}
+	t.Event = parts[1]
+	if len(parts) == 3 {
+		t.Action = parts[2]
+	}
+	return t, nil
+}
+
+// ParseTriggers reads a list of triggers; an empty list means DefaultTriggers.
+func ParseTriggers(specs []string) ([]Trigger, error) {
+	if len(specs) == 0 {
+		specs = DefaultTriggers
+	}
+	out := make([]Trigger, 0, len(specs))
+	var errs []error
+	for _, s := range specs {
+		t, err := ParseTrigger(s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, t)
+	}
+	return out, errors.Join(errs...)
+}
+
+// Matcher decides which inbound envelopes start a task.
+type Matcher struct {
+	// Triggers are the rules; an envelope matching one of them starts a task.
+	Triggers []Trigger
+	// Mention is how users address the bot ("@relay-bot"); triggers with
+	// Mention never fire when it is empty.
+	Mention string
+	// BotUsers are the relay's own accounts (GitHub logins, Slack user ids);
+	// their messages never start a task. Compared case-insensitively, a
+	// GitHub App's "name[bot]" form included.
+	BotUsers []string
+}
+
+// Skip reasons reported by Match.
+const (
+	SkipNotUser      = "not a user message"
+	SkipSelf         = "authored by the relay"
+	SkipBot          = "authored by a bot"
+	SkipEdit         = "an edit"
+	SkipNoTrigger    = "no trigger matches"
+	SkipNoMention    = "does not mention the bot"
+	SkipNoSource     = "no meta.source"
+	SkipMissingEvent = "no event"
+)
+
+// Match reports whether e starts a task; when it does not, why (one of the
+// Skip constants).
+func (m *Matcher) Match(e *envelope.Envelope) (bool, string) {
+	if e.Role != envelope.RoleUser {
+		return false, SkipNotUser
+	}
+	if reason := m.selfAuthored(e); reason != "" {
+		return false, reason
+	}
+	src := e.Meta.Source
+	if src == nil {
+		return false, SkipNoSource
+	}
+	if src.Event == "" {
+		return false, SkipMissingEvent
+	}
+	reason := SkipNoTrigger
+	for _, t := range m.Triggers {
+		if t.Channel != e.Channel || t.Event != src.Event {
+			continue
+		}
+		if t.Action != "" && t.Action != "*" && t.Action != src.Action {
+			continue
+		}
+		if t.Mention && !m.mentions(e.Content) {
+			reason = SkipNoMention
+			continue
+		}
+		return true, ""
+	}
+	return false, reason
+}
+
+func (m *Matcher) mentions(content string) bool {
+	if m.Mention == "" {
+		return false
+	}
+	return strings.Contains(strings.ToLower(content), strings.ToLower(m.Mention))
+}
+
+// selfAuthored reports why e was written by the relay (or another bot), or "".
+func (m *Matcher) selfAuthored(e *envelope.Envelope) string {
+	if strings.Contains(e.Content, OutboundMarker) {
+		return SkipSelf
+	}
+	if e.Meta.Source != nil && m.isBotUser(e.Meta.Source.Actor) {
+		return SkipSelf
+	}
+	// GitHub: the mapper marks senders of type Bot with meta.bot.
+	if b, _ := e.Meta.Extra["bot"].(bool); b {
+		return SkipBot
+	}
+	// Slack: the mapper marks bot messages and edits in meta.slack.
+	if s, ok := e.Meta.Extra["slack"].(map[string]any); ok {
+		if b, _ := s["bot"].(bool); b {
+			return SkipBot
+		}
+		if ed, _ := s["edit"].(bool); ed {
+			return SkipEdit
+		}
+		if u, _ := s["user"].(string); m.isBotUser(u) {
+			return SkipSelf
+		}
+	}
+	return ""
+}
+
+func (m *Matcher) isBotUser(actor string) bool {
+	if actor == "" {
+		return false
+	}
+	a := strings.TrimSuffix(strings.ToLower(actor), "[bot]")
+	for _, u := range m.BotUsers {
+		if u = strings.TrimSuffix(strings.ToLower(strings.TrimPrefix(u, "@")), "[bot]"); u != "" && u == a {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,349 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/secret"
+)
+
+func TestParseTrigger(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in   string
+		want Trigger
+		err  bool
+	}{
+		{in: "slack.app_mention", want: Trigger{Channel: "slack", Event: "app_mention"}},
+		{in: "github.issues.opened", want: Trigger{Channel: "github", Event: "issues", Action: "opened"}},
+		{in: " github.issue_comment.created:mention ", want: Trigger{Channel: "github", Event: "issue_comment", Action: "created", Mention: true}},
+		{in: "sentry.issue.*", want: Trigger{Channel: "sentry", Event: "issue", Action: "*"}},
+		{in: "github", err: true},
+		{in: "jira.issue.created", err: true},
+		{in: "github..opened", err: true},
+		{in: "github.issues.opened:loud", err: true},
+		{in: "github.a.b.c", err: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParseTrigger(tc.in)
+			if tc.err {
+				if !errors.Is(err, ErrBadTrigger) {
+					t.Fatalf("got %v, want ErrBadTrigger", err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+			if again, _ := ParseTrigger(got.String()); again != got {
+				t.Errorf("String %q does not parse back: got %+v", got.String(), again)
+			}
+		})
+	}
+	if _, err := ParseTriggers(nil); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}
+
+func TestMatch(t *testing.T) {
+	t.Parallel()
+	triggers, _ := ParseTriggers(nil)
+	m := &Matcher{Triggers: triggers, Mention: "@relay-bot", BotUsers: []string{"relay-bot"}}
+	noMention := &Matcher{Triggers: triggers}
+
+	sentry := envelope.New(envelope.ChannelSentry, envelope.RoleUser, "Sentry issue created")
+	sentry.Meta.Source = &envelope.Source{Event: "issue", Action: "created"}
+	resolved := envelope.New(envelope.ChannelSentry, envelope.RoleUser, "Sentry issue resolved")
+	resolved.Meta.Source = &envelope.Source{Event: "issue", Action: "resolved"}
+	wp := envelope.New(envelope.ChannelOpenProject, envelope.RoleUser, "created work package")
+	wp.Meta.Source = &envelope.Source{Event: "work_package", Action: "created"}
+	cmd := envelope.New(envelope.ChannelSlack, envelope.RoleUser, "ran /relay summarize")
+	cmd.Meta.Source = &envelope.Source{Event: "command", Action: "/relay"}
+	assistant := githubIssueOpened()
+	assistant.Role = envelope.RoleAssistant
+	noSource := githubIssueOpened()
+	noSource.Meta.Source = nil
+	appBot := githubComment("@relay-bot hi", "relay-bot[bot]")
+	slackSelf := slackMention(false, false)
+	slackSelf.Meta.Extra["slack"].(map[string]any)["user"] = "RELAY-BOT"
+
+	cases := []struct {
+		name   string
+		m      *Matcher
+		e      *envelope.Envelope
+		want   bool
+		reason string
+	}{
+		{"github issue opened", m, githubIssueOpened(), true, ""},
+		{"comment mentioning the bot", m, githubComment("hey @relay-bot, look", "octocat"), true, ""},
+		{"comment mentioning in other case", m, githubComment("hey @RELAY-BOT", "octocat"), true, ""},
+		{"comment without mention", m, githubComment("thanks", "octocat"), false, SkipNoMention},
+		{"mention trigger without configured mention", noMention, githubComment("hey @relay-bot", "octocat"), false, SkipNoMention},
+		{"comment by the bot", m, githubComment("@relay-bot done", "relay-bot"), false, SkipSelf},
+		{"comment by the bot app", m, appBot, false, SkipSelf},
+		{"comment with the outbound marker", m, githubComment("@relay-bot <!-- relay:x -->", "octocat"), false, SkipSelf},
+		{"slack mention", m, slackMention(false, false), true, ""},
+		{"slack bot message", m, slackMention(true, false), false, SkipBot},
+		{"slack edit", m, slackMention(false, true), false, SkipEdit},
+		{"slack by the bot user", m, slackSelf, false, SkipSelf},
+		{"slack command", m, cmd, true, ""},
+		{"sentry issue created", m, sentry, true, ""},
+		{"sentry issue resolved", m, resolved, false, SkipNoTrigger},
+		{"openproject work package created", m, wp, true, ""},
+		{"assistant envelope", m, assistant, false, SkipNotUser},
+		{"no source", m, noSource, false, SkipNoSource},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, reason := tc.m.Match(tc.e)
+			if got != tc.want || reason != tc.reason {
+				t.Errorf("got %v %q, want %v %q", got, reason, tc.want, tc.reason)
+			}
+		})
+	}
+}
+
+func TestTargetOf(t *testing.T) {
+	t.Parallel()
+	cmd := envelope.New(envelope.ChannelSlack, envelope.RoleUser, "ran /relay")
+	cmd.Meta.Thread = "slack:T1/C1/cmd-123.456"
+	cmd.Meta.Set("slack", map[string]any{"team": "T1", "channel": "C1"})
+	sentry := envelope.New(envelope.ChannelSentry, envelope.RoleUser, "x")
+	sentry.Meta.Thread = "sentry:test-org/1170820242"
+	sentryMeta := envelope.New(envelope.ChannelSentry, envelope.RoleUser, "x")
+	sentryMeta.Meta.Thread = "sentry:a8e5d37a/1170820242"
+	sentryMeta.Meta.Set("sentry", map[string]any{"org": "test-org", "issue_id": "1170820242"})
+	incident := envelope.New(envelope.ChannelSentry, envelope.RoleUser, "x")
+	incident.Meta.Thread = "sentry:test-org/incident-7"
+	wp := envelope.New(envelope.ChannelOpenProject, envelope.RoleUser, "x")
+	wp.Meta.Thread = "openproject:openproject.example.com/work_packages/1528"
+	repoOnly := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "x")
+	repoOnly.Meta.Thread = "github:Codertocat/Hello-World"
+	internal := envelope.New(envelope.ChannelInternal, envelope.RoleUser, "x")
+
+	cases := []struct {
+		name string
+		e    *envelope.Envelope
+		want *envelope.Target
+	}{
+		{"github issue", githubIssueOpened(), &envelope.Target{Channel: "github", Owner: "Codertocat", Repo: "Hello-World", Number: 1}},
+		{"slack thread", slackMention(false, false), &envelope.Target{Channel: "slack", Team: "T123ABC456", SlackCh: "C0LAN2Q65", ThreadTS: "1700000000.000100"}},
+		{"slack command", cmd, &envelope.Target{Channel: "slack", Team: "T1", SlackCh: "C1"}},
+		{"sentry from thread", sentry, &envelope.Target{Channel: "sentry", Org: "test-org", IssueID: "1170820242"}},
+		{"sentry from meta", sentryMeta, &envelope.Target{Channel: "sentry", Org: "test-org", IssueID: "1170820242"}},
+		{"sentry incident", incident, nil},
+		{"openproject", wp, &envelope.Target{Channel: "openproject", Host: "openproject.example.com", WorkPackageID: 1528}},
+		{"github repository", repoOnly, nil},
+		{"internal", internal, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := TargetOf(tc.e)
+			if tc.want == nil {
+				if err == nil {
+					t.Fatalf("got %+v, want an error", got)
+				}
+				return
+			}
+			if err != nil || *got != *tc.want {
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestContentToolCalls(t *testing.T) {
+	t.Parallel()
+	known := func(n string) bool { return n == "everything__echo" || n == "retrieve_docs" }
+	cases := []struct {
+		name, in string
+		want     []LLMCall
+	}{
+		{"plain answer", "The fix is in PR #7.", nil},
+		{"object", `{"name": "everything__echo", "arguments": {"message": "hi"}}`, []LLMCall{{Name: "everything__echo", Arguments: `{"message": "hi"}`}}},
+		{"llama parameters", `{"name": "retrieve_docs", "parameters": {"query": "x"}}`, []LLMCall{{Name: "retrieve_docs", Arguments: `{"query": "x"}`}}},
+		{"string arguments", `{"name": "retrieve_docs", "arguments": "{\"query\": \"x\"}"}`, []LLMCall{{Name: "retrieve_docs", Arguments: `{"query": "x"}`}}},
+		{"function wrapper", `{"function": {"name": "retrieve_docs", "arguments": {}}}`, []LLMCall{{Name: "retrieve_docs", Arguments: `{}`}}},
+		{"tool_calls list", `{"tool_calls": [{"function": {"name": "retrieve_docs", "arguments": {"query": "a"}}}, {"name": "everything__echo"}]}`,
+			[]LLMCall{{Name: "retrieve_docs", Arguments: `{"query": "a"}`}, {Name: "everything__echo", Arguments: "{}"}}},
+		{"fenced", "```json\n{\"name\": \"retrieve_docs\", \"arguments\": {\"query\": \"q\"}}\n```", []LLMCall{{Name: "retrieve_docs", Arguments: `{"query": "q"}`}}},
+		{"hermes tags", "<tool_call>{\"name\": \"retrieve_docs\", \"arguments\": {\"query\": \"a\"}}</tool_call>\n<tool_call>{\"name\": \"everything__echo\", \"arguments\": {\"message\": \"b\"}}</tool_call>",
+			[]LLMCall{{Name: "retrieve_docs", Arguments: `{"query": "a"}`}, {Name: "everything__echo", Arguments: `{"message": "b"}`}}},
+		{"unknown tool", `{"name": "rm_rf", "arguments": {}}`, nil},
+		{"JSON answer that is no call", `{"status": "ok"}`, nil},
+		{"one unknown among known", `[{"name": "retrieve_docs"}, {"name": "nope"}]`, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := ContentToolCalls(tc.in, known)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRefs(t *testing.T) {
+	t.Parallel()
+	answer := "See [[ref:doc-1]], [[ref:mem-abc]] and again [[ref:doc-1]]; not [[ref:]] or [ref:x] or [[ref:bad id]]. Also [[ref:ghost]]."
+	if got, want := CitedRefs(answer), []string{"doc-1", "mem-abc", "ghost"}; !slices.Equal(got, want) {
+		t.Errorf("got cited %v, want %v", got, want)
+	}
+	if got, want := UnknownRefs(answer, []string{"doc-1", "mem-abc", "unused"}), []string{"ghost"}; !slices.Equal(got, want) {
+		t.Errorf("got unknown %v, want %v", got, want)
+	}
+}
+
+func TestFuncName(t *testing.T) {
+	t.Parallel()
+	cases := map[string]string{
+		"everything.echo":               "everything__echo",
+		"fs.read file":                  "fs__read_file",
+		"":                              "tool",
+		"s." + string(make([]byte, 80)): "s__" + string(repeat('_', 61)),
+	}
+	for in, want := range cases {
+		if got := FuncName(in); got != want {
+			t.Errorf("FuncName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func repeat(c byte, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = c
+	}
+	return b
+}
+
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	resp := func(k, v string) *http.Response {
+		h := http.Header{}
+		h.Set(k, v)
+		return &http.Response{Header: h}
+	}
+	cases := []struct {
+		name string
+		r    *http.Response
+		want time.Duration
+		ok   bool
+	}{
+		{"ms", resp("retry-after-ms", "250"), 250 * time.Millisecond, true},
+		{"seconds", resp("Retry-After", "2"), 2 * time.Second, true},
+		{"capped", resp("Retry-After", "3600"), time.Minute, true},
+		{"date in the past", resp("Retry-After", "Mon, 02 Jan 2006 15:04:05 GMT"), 0, true},
+		{"garbage", resp("Retry-After", "soon"), 0, false},
+		{"none", &http.Response{Header: http.Header{}}, 0, false},
+		{"no response", nil, 0, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, ok := retryAfter(tc.r, time.Minute)
+			if got != tc.want || ok != tc.ok {
+				t.Errorf("got %s %v, want %s %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestTaskIDIsStable(t *testing.T) {
+	t.Parallel()
+	a, b := TaskID("00000000-0000-4000-8000-000000000001"), TaskID("00000000-0000-4000-8000-000000000001")
+	if a != b || a == TaskID("00000000-0000-4000-8000-000000000002") {
+		t.Errorf("got %s and %s; want equal ids for one envelope and different ids for another", a, b)
+	}
+	e := envelope.New(envelope.ChannelGitHub, envelope.RoleAssistant, "x")
+	e.ID = derivedID("relay-call:t:s1-0")
+	if err := envelope.Validate(e); err != nil {
+		t.Errorf("derived id %s is not schema-valid: %v", e.ID, err)
+	}
+}
+
+func TestLeaseHeldByAnotherProcess(t *testing.T) {
+	t.Parallel()
+	h := setup(t, []reply{say("Taken over.")})
+	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testLogger(t)}, h.b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := githubIssueOpened()
+	task := &Task{ID: TaskID(origin.ID), Status: StatusRunning, Origin: origin, Role: "agent",
+		Messages: []Message{{Role: "user", Content: origin.Content}},
+		Lease:    &Lease{Owner: "crashed-process/1", Until: time.Now().Add(time.Hour)}}
+	if ok, err := svc.tasks.create(t.Context(), task); !ok || err != nil {
+		t.Fatalf("create: %v %v", ok, err)
+	}
+	err = svc.advance(t.Context(), task.ID)
+	var re *bus.RetryError
+	if !errors.As(err, &re) || !errors.Is(err, ErrLeased) || re.Delay < 59*time.Minute {
+		t.Fatalf("got %v, want a retry after the lease ends", err)
+	}
+	if n := h.llm.count(); n != 0 {
+		t.Fatalf("got %d LLM requests while leased, want 0", n)
+	}
+
+	// The lease ran out: the holder crashed; the task is taken over.
+	cur, rev, err := svc.tasks.Get(t.Context(), task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Lease.Until = time.Now().Add(-time.Second)
+	if _, err := svc.tasks.update(t.Context(), cur, rev); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.advance(t.Context(), task.ID); err != nil {
+		t.Fatalf("advance after the lease ended: %v", err)
+	}
+	if s := h.next(t); s.Content != "Taken over." {
+		t.Errorf("got %q, want the answer", s.Content)
+	}
+	done, _, _ := svc.tasks.Get(t.Context(), task.ID)
+	if done.Lease != nil || done.Status != StatusDone {
+		t.Errorf("got lease %+v status %s, want no lease and done", done.Lease, done.Status)
+	}
+}
+
+func TestOpenAISendsTheKeyAndNeverShowsIt(t *testing.T) {
+	t.Parallel()
+	const key = "sk-test-very-secret"
+	var gotAuth string
+	srv := newLLM(t, status(http.StatusUnauthorized))
+	m, err := NewOpenAI(OpenAIConfig{BaseURL: srv.URL, Model: "m", APIKey: secret.New(key), MaxTries: 3,
+		Backoff: time.Millisecond, HTTPClient: &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+			gotAuth = r.Header.Get("Authorization")
+			return http.DefaultTransport.RoundTrip(r)
+		})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Complete(t.Context(), []Message{{Role: "user", Content: "hi"}}, nil)
+	var le *LLMError
+	if !errors.As(err, &le) || le.Status != http.StatusUnauthorized || le.Attempts != 1 || !errors.Is(err, ErrLLMUnavailable) {
+		t.Fatalf("got %v, want a 401 LLMError after one attempt (not retried)", err)
+	}
+	if gotAuth != "Bearer "+key {
+		t.Errorf("got Authorization %q, want the bearer key", gotAuth)
+	}
+	if strings.Contains(err.Error(), key) || strings.Contains(fmt.Sprintf("%+v %#v", m, m), key) {
+		t.Error("the key shows in an error or in the model's printed form")
+	}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
