@@ -30,7 +30,7 @@ func configureApprovals(env *config.Env) buildFunc {
 		Channel:       env.String("SLACK_APPROVAL_CHANNEL", ""),
 		Channels:      map[string]string{},
 		Approvers:     env.List("SLACK_APPROVERS"),
-		TTL:           env.Duration("RELAY_APPROVAL_TTL", 24*time.Hour, time.Minute, 90*24*time.Hour),
+		TTL:           env.Duration("RELAY_APPROVAL_TTL", 24*time.Hour, time.Second, 90*24*time.Hour),
 		SweepInterval: env.Duration("RELAY_APPROVAL_SWEEP", time.Minute, time.Second, time.Hour),
 		GroupCacheTTL: env.Duration("RELAY_APPROVAL_GROUP_CACHE", 5*time.Minute, time.Second, 24*time.Hour),
 		Retention:     env.Duration("RELAY_APPROVAL_RETENTION", 30*24*time.Hour, time.Hour, 365*24*time.Hour),

@@ -119,8 +119,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("approvals: approver %q is not a Slack user id (U…, W…) or user-group id (S…)", a))
 		}
 	}
-	if c.TTL < time.Minute {
-		errs = append(errs, fmt.Errorf("approvals: TTL %s must be at least 1m", c.TTL))
+	if c.TTL < time.Second {
+		errs = append(errs, fmt.Errorf("approvals: TTL %s must be at least 1s", c.TTL))
 	}
 	if c.SweepInterval < time.Second {
 		errs = append(errs, fmt.Errorf("approvals: sweep interval %s must be at least 1s", c.SweepInterval))

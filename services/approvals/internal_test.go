@@ -209,7 +209,7 @@ func TestConfigValidate(t *testing.T) {
 		{"bad approver", func(c *Config) { c.Approvers = []string{"alice"} }, false},
 		{"group approver", func(c *Config) { c.Approvers = []string{"S0GROUP1"} }, true},
 		{"bad override", func(c *Config) { c.Channels = map[string]string{"github": "#general"} }, false},
-		{"short ttl", func(c *Config) { c.TTL = time.Second }, false},
+		{"short ttl", func(c *Config) { c.TTL = 500 * time.Millisecond }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

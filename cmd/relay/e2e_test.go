@@ -1,0 +1,488 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+
+	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/mappers/github"
+	"github.com/relaystation/relay/mappers/slack"
+	"github.com/relaystation/relay/tools"
+)
+
+// The end-to-end suite runs the relay as a user does (every service in one
+// process, from environment variables) against local servers that speak the
+// real APIs: a fake Slack Web API, a fake GitHub REST API, a scripted
+// OpenAI-compatible model, and the real MCP "everything" server over stdio.
+
+const (
+	e2eTeam     = "T0TEAM"
+	e2eChannel  = "C0APPROVALS"
+	e2eApprover = "U0APPROVER"
+	e2eStranger = "U0STRANGER"
+	e2eGHSecret = "gh-webhook-secret"
+	e2eSlackSec = "slack-signing-secret"
+)
+
+type stack struct {
+	t     *testing.T
+	env   map[string]string
+	base  string
+	slack *fakes.Slack
+	gh    *fakes.GitHub
+	llm   *fakes.LLM
+	nc    *nats.Conn
+	stop  func()
+}
+
+// script is the model: per scenario marker in the issue title it decides what
+// to answer. "tool" scenarios call the echo tool first.
+func script(req *fakes.ChatRequest) fakes.Reply {
+	text := req.Text()
+	switch {
+	case strings.Contains(text, "scenario:llm-down"):
+		return fakes.Reply{Status: http.StatusServiceUnavailable}
+	case strings.Contains(text, "scenario:tool-fails") && !req.HasToolResult():
+		return fakes.Reply{ToolCalls: []fakes.ToolCall{{Name: toolName(req, "get-sum"), Args: map[string]any{"a": "not a number"}}}}
+	case !req.HasToolResult() && toolName(req, "echo") != "":
+		return fakes.Reply{ToolCalls: []fakes.ToolCall{{Name: toolName(req, "echo"), Args: map[string]any{"message": "checked the logs"}}}}
+	}
+	return fakes.Reply{Text: "Thanks for the report. The tool says: checked the logs. We will look at the login crash."}
+}
+
+// toolName finds the offered function whose name ends in suffix.
+func toolName(req *fakes.ChatRequest, suffix string) string {
+	for _, n := range req.ToolNames() {
+		if strings.HasSuffix(n, suffix) {
+			return n
+		}
+	}
+	return ""
+}
+
+func npmBin(t *testing.T, name string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", "testdata", "npm", "node_modules", ".bin", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		testenv.Missing(t, "%s not installed; run scripts/setup.sh (npm ci in testdata/npm)", name)
+	}
+	return p
+}
+
+// stackEnv is the relay's environment for a stack on the given fakes.
+func stackEnv(t *testing.T, sl *fakes.Slack, gh *fakes.GitHub, llm *fakes.LLM) map[string]string {
+	dir := t.TempDir()
+	mcp := fmt.Sprintf(`{"servers": {"everything": {"command": %q, "args": ["stdio"]}}}`, npmBin(t, "mcp-server-everything"))
+	policy := "roles:\n  - role: agent\n    capabilities: [\"everything.*\"]\n"
+	must(t, os.WriteFile(filepath.Join(dir, "mcp.json"), []byte(mcp), 0o600))
+	must(t, os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(policy), 0o600))
+	env := embeddedEnv(t)
+	for k, v := range map[string]string{
+		"RELAY_MCP_CONFIG":       filepath.Join(dir, "mcp.json"),
+		"RELAY_POLICY":           filepath.Join(dir, "policy.yaml"),
+		"GITHUB_WEBHOOK_SECRET":  e2eGHSecret,
+		"SLACK_SIGNING_SECRET":   e2eSlackSec,
+		"GITHUB_API_URL":         gh.URL(),
+		"GITHUB_TOKEN":           "ghp_e2etoken000000000000000000000000000",
+		"SLACK_API_URL":          sl.URL(),
+		"SLACK_BOT_TOKEN":        "xoxb-e2e-token",
+		"SLACK_APPROVAL_CHANNEL": e2eChannel,
+		"SLACK_APPROVERS":        e2eApprover,
+		"LLM_BASE_URL":           llm.URL(),
+		"LLM_MODEL":              "scripted",
+		"RELAY_AGENT_MENTION":    "@relay-bot",
+		"RELAY_LOG_LEVEL":        "warn",
+	} {
+		env[k] = v
+	}
+	return env
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startStack runs `relay serve` in-process until the test ends.
+func startStack(t *testing.T, mod func(map[string]string)) *stack {
+	t.Helper()
+	s := &stack{t: t, slack: fakes.NewSlack(t), gh: fakes.NewGitHub(t)}
+	s.llm = fakes.NewLLM(t, script)
+	s.env = stackEnv(t, s.slack, s.gh, s.llm)
+	if mod != nil {
+		mod(s.env)
+	}
+	s.base = "http://" + s.env["RELAY_HTTP_ADDR"]
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"serve"}, config.FromMap(s.env), &syncBuffer{}, &logs) }()
+	s.stop = func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("relay exited %d; log:\n%s", code, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("relay did not stop in 30s")
+		}
+	}
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			t.Logf("relay log:\n%s", logs.String())
+		}
+	})
+	waitHTTP(t, s.base+"/readyz", http.StatusOK, 20*time.Second)
+	nc, err := nats.Connect("nats://" + s.env["RELAY_NATS_LISTEN"])
+	must(t, err)
+	t.Cleanup(nc.Close)
+	s.nc = nc
+	// The agent offers MCP tools once the runner has its session.
+	eventually(t, "the tool runner lists the everything tools", 30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		list, err := tools.ListRemote(ctx, nc, "relay", "agent")
+		return err == nil && len(list) > 0
+	})
+	return s
+}
+
+func eventually(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// issueOpened posts a real issues.opened webhook for issue number with the
+// scenario marker in its title, and returns the issue's target string.
+func (s *stack) issueOpened(number int, scenario string) string {
+	s.t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "testdata", "npm", "node_modules", "@octokit", "webhooks-examples",
+		"api.github.com", "issues", "opened.payload.json"))
+	if err != nil {
+		raw, err = os.ReadFile(filepath.Join("..", "..", "mappers", "github", "testdata", "payloads", "issues.opened.json"))
+	}
+	must(s.t, err)
+	var p map[string]any
+	must(s.t, json.Unmarshal(raw, &p))
+	issue := p["issue"].(map[string]any)
+	repo := p["repository"].(map[string]any)
+	issue["number"] = number
+	issue["title"] = "Login crashes with emoji passwords scenario:" + scenario
+	issue["html_url"] = fmt.Sprintf("%s/issues/%d", repo["html_url"], number)
+	body, _ := json.Marshal(p)
+	req, _ := http.NewRequest(http.MethodPost, s.base+"/webhooks/github", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(github.HeaderEvent, "issues")
+	req.Header.Set(github.HeaderDelivery, uuid.NewString())
+	req.Header.Set(github.HeaderHookID, "42")
+	req.Header.Set(github.HeaderSignature256, github.Sign([]byte(e2eGHSecret), body))
+	resp, err := http.DefaultClient.Do(req)
+	must(s.t, err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		s.t.Fatalf("webhook answered %d, want 200", resp.StatusCode)
+	}
+	return fmt.Sprintf("%s#%d", repo["full_name"], number)
+}
+
+// approvalPost waits for the approval message about target and returns it.
+func (s *stack) approvalPost(target string) fakes.SlackCall {
+	s.t.Helper()
+	var found fakes.SlackCall
+	eventually(s.t, "the approval message for "+target, 30*time.Second, func() bool {
+		for _, c := range s.slack.Calls("chat.postMessage") {
+			if c.Params["channel"] == e2eChannel && strings.Contains(c.Params["text"]+c.Params["blocks"], target) && len(c.Actions()) == 3 {
+				found = c
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+func action(t *testing.T, post fakes.SlackCall, suffix string) fakes.Action {
+	t.Helper()
+	for _, a := range post.Actions() {
+		if strings.HasSuffix(a.ActionID, suffix) {
+			return a
+		}
+	}
+	t.Fatalf("no %s button in %v", suffix, post.Actions())
+	return fakes.Action{}
+}
+
+// interact posts a signed interaction payload as Slack does; it returns the
+// trigger id used.
+func (s *stack) interact(payload []byte) {
+	s.t.Helper()
+	body := fakes.FormPayload(payload)
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	req, _ := http.NewRequest(http.MethodPost, s.base+"/webhooks/slack/interactions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set(slack.HeaderTimestamp, ts)
+	req.Header.Set(slack.HeaderSignature, slack.SignatureHeader(e2eSlackSec, ts, body))
+	resp, err := http.DefaultClient.Do(req)
+	must(s.t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		s.t.Fatalf("interaction answered %d, want 200", resp.StatusCode)
+	}
+}
+
+func (s *stack) click(user string, post fakes.SlackCall, suffix string) {
+	s.t.Helper()
+	s.interact(fakes.BlockActions(e2eTeam, user, e2eChannel, post.Params["_ts"], "trig-"+uuid.NewString(), action(s.t, post, suffix)))
+}
+
+func (s *stack) comments(number int) []fakes.Comment {
+	var out []fakes.Comment
+	for _, c := range s.gh.Comments() {
+		if c.Number == number {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// exactlyOneComment waits for the comment on issue number, then makes sure no
+// second one follows.
+func (s *stack) exactlyOneComment(number int) fakes.Comment {
+	s.t.Helper()
+	eventually(s.t, fmt.Sprintf("a comment on #%d", number), 30*time.Second, func() bool { return len(s.comments(number)) > 0 })
+	time.Sleep(time.Second) // a duplicate would land now
+	cs := s.comments(number)
+	if len(cs) != 1 {
+		s.t.Fatalf("got %d comments on #%d, want exactly 1: %+v", len(cs), number, cs)
+	}
+	return cs[0]
+}
+
+// updatedTo waits for a chat.update of the approval message whose text contains want.
+func (s *stack) updatedTo(post fakes.SlackCall, want string) {
+	s.t.Helper()
+	eventually(s.t, "the approval message updated to "+want, 20*time.Second, func() bool {
+		for _, c := range s.slack.Calls("chat.update") {
+			if c.Params["ts"] == post.Params["_ts"] && strings.Contains(c.Params["text"]+c.Params["blocks"], want) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestEndToEnd(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	s := startStack(t, nil)
+	var n atomic.Int32
+	next := func() int { return 1000 + int(n.Add(1)) }
+
+	t.Run("approve posts exactly one GitHub comment", func(t *testing.T) {
+		t.Parallel()
+		num := next()
+		target := s.issueOpened(num, "approve")
+		post := s.approvalPost(target)
+		if !strings.Contains(post.Params["blocks"], "checked the logs") {
+			t.Errorf("suggestion lacks the model's text: %s", post.Params["blocks"])
+		}
+		if len(s.comments(num)) != 0 {
+			t.Fatal("a comment was posted before approval")
+		}
+		s.click(e2eApprover, post, "approve")
+		c := s.exactlyOneComment(num)
+		if !strings.Contains(c.Body, "The tool says: checked the logs") {
+			t.Errorf("comment %q lacks the approved text", c.Body)
+		}
+		if c.Token != "ghp_e2etoken000000000000000000000000000" {
+			t.Errorf("comment made with token %q", c.Token)
+		}
+		s.updatedTo(post, e2eApprover)
+		// The tool really ran: the model's second request carries the echo result.
+		found := false
+		for _, r := range s.llm.Requests() {
+			if strings.Contains(r.Text(), "Echo: checked the logs") {
+				found = true
+			}
+		}
+		if !found {
+			t.Error("no model request carried the echo tool's result")
+		}
+	})
+
+	t.Run("edit then approve posts the edited text", func(t *testing.T) {
+		t.Parallel()
+		num := next()
+		post := s.approvalPost(s.issueOpened(num, "edit"))
+		s.click(e2eApprover, post, "edit")
+		var view fakes.SlackCall
+		eventually(t, "the edit modal", 20*time.Second, func() bool {
+			for _, c := range s.slack.Calls("views.open") {
+				if strings.Contains(c.Params["view"], "relay_approval_edit") && strings.Contains(c.Params["view"], fmt.Sprintf("#%d", num)) {
+					view = c
+					return true
+				}
+			}
+			return false
+		})
+		s.interact(fakes.ViewSubmission(e2eTeam, e2eApprover, "trig-"+uuid.NewString(), view,
+			map[string]map[string]string{"text_0": {"text": "Edited by the supervisor: fixed in 1.2.3."}}))
+		s.updatedTo(post, "Edited by the supervisor")
+		s.click(e2eApprover, post, "approve")
+		c := s.exactlyOneComment(num)
+		if !strings.Contains(c.Body, "Edited by the supervisor: fixed in 1.2.3.") || strings.Contains(c.Body, "checked the logs") {
+			t.Errorf("comment %q, want the edited text only", c.Body)
+		}
+	})
+
+	t.Run("reject with a reason posts nothing", func(t *testing.T) {
+		t.Parallel()
+		num := next()
+		post := s.approvalPost(s.issueOpened(num, "reject"))
+		s.click(e2eApprover, post, "reject")
+		var view fakes.SlackCall
+		eventually(t, "the reject modal", 20*time.Second, func() bool {
+			for _, c := range s.slack.Calls("views.open") {
+				if strings.Contains(c.Params["view"], "relay_approval_reject") && strings.Contains(c.Params["view"], fmt.Sprintf("#%d", num)) {
+					view = c
+					return true
+				}
+			}
+			return false
+		})
+		s.interact(fakes.ViewSubmission(e2eTeam, e2eApprover, "trig-"+uuid.NewString(), view,
+			map[string]map[string]string{"reason": {"reason": "duplicate of #7"}}))
+		s.updatedTo(post, "duplicate of #7")
+		s.click(e2eApprover, post, "approve") // too late: rejected stays rejected
+		time.Sleep(2 * time.Second)
+		if cs := s.comments(num); len(cs) != 0 {
+			t.Fatalf("got %d comments after a rejection, want 0", len(cs))
+		}
+	})
+
+	t.Run("a non-approver is refused", func(t *testing.T) {
+		t.Parallel()
+		num := next()
+		post := s.approvalPost(s.issueOpened(num, "stranger"))
+		s.click(e2eStranger, post, "approve")
+		eventually(t, "an ephemeral refusal", 20*time.Second, func() bool {
+			for _, c := range s.slack.Calls("chat.postEphemeral") {
+				if c.Params["user"] == e2eStranger {
+					return true
+				}
+			}
+			return false
+		})
+		time.Sleep(time.Second)
+		if cs := s.comments(num); len(cs) != 0 {
+			t.Fatalf("a non-approver's click posted %d comments", len(cs))
+		}
+		s.click(e2eApprover, post, "approve") // the real approver still can
+		s.exactlyOneComment(num)
+	})
+
+	t.Run("a double click posts once", func(t *testing.T) {
+		t.Parallel()
+		num := next()
+		post := s.approvalPost(s.issueOpened(num, "double"))
+		done := make(chan struct{})
+		for range 3 {
+			go func() { s.click(e2eApprover, post, "approve"); done <- struct{}{} }()
+		}
+		for range 3 {
+			<-done
+		}
+		s.exactlyOneComment(num)
+	})
+
+	t.Run("a failing tool goes back to the model", func(t *testing.T) {
+		t.Parallel()
+		num := next()
+		post := s.approvalPost(s.issueOpened(num, "tool-fails"))
+		if !strings.Contains(post.Params["blocks"], "Thanks for the report") {
+			t.Errorf("suggestion after a failed tool: %s", post.Params["blocks"])
+		}
+		sawError := false
+		for _, r := range s.llm.Requests() {
+			if strings.Contains(r.Text(), "scenario:tool-fails") && r.HasToolResult() && strings.Contains(strings.ToLower(r.Text()), "error") {
+				sawError = true
+			}
+		}
+		if !sawError {
+			t.Error("the model never saw the tool's error")
+		}
+	})
+
+	t.Run("the model down ends in a notice, not a post", func(t *testing.T) {
+		t.Parallel()
+		num := next()
+		s.issueOpened(num, "llm-down")
+		sub, err := s.nc.SubscribeSync("relay.agent.notice")
+		must(t, err)
+		defer sub.Unsubscribe()
+		js, _ := s.nc.JetStream()
+		eventually(t, "an agent.notice for the task", 60*time.Second, func() bool {
+			m, err := js.GetLastMsg("RELAY_WORK", "relay.agent.notice")
+			if err != nil {
+				return false
+			}
+			e, err := envelope.Parse(m.Data)
+			return err == nil && strings.Contains(e.Content+fmt.Sprint(e.Meta.Extra), fmt.Sprintf("/%d", num))
+		})
+		if cs := s.comments(num); len(cs) != 0 {
+			t.Fatalf("got %d comments with the model down", len(cs))
+		}
+	})
+}
+
+func TestEndToEndExpiry(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	s := startStack(t, func(env map[string]string) {
+		env["RELAY_APPROVAL_TTL"] = "3s"
+		env["RELAY_APPROVAL_SWEEP"] = "1s"
+	})
+	num := 2001
+	post := s.approvalPost(s.issueOpened(num, "expire"))
+	s.updatedTo(post, "Expired")
+	s.click(e2eApprover, post, "approve")
+	time.Sleep(2 * time.Second)
+	if cs := s.comments(num); len(cs) != 0 {
+		t.Fatalf("an expired suggestion posted %d comments", len(cs))
+	}
+}

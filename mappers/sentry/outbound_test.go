@@ -1,0 +1,143 @@
+package sentry_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/mappers/sentry"
+	"github.com/relaystation/relay/secret"
+)
+
+// obSentry is a local Sentry web API for issue comments (notes): GET lists
+// them newest first, POST creates one; issue 404 does not exist. fail answers
+// the next POSTs instead.
+type obSentry struct {
+	mu      sync.Mutex
+	notes   []map[string]any
+	creates int
+	auth    string
+	fail    []func(http.ResponseWriter)
+}
+
+func (s *obSentry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.auth = r.Header.Get("Authorization")
+	if r.URL.Path != "/api/0/issues/4711/comments/" {
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"detail":"The requested resource does not exist"}`))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	switch r.Method {
+	case http.MethodGet:
+		out := make([]map[string]any, 0, len(s.notes))
+		for i := len(s.notes) - 1; i >= 0; i-- {
+			out = append(out, s.notes[i])
+		}
+		_ = json.NewEncoder(w).Encode(out)
+	case http.MethodPost:
+		if len(s.fail) > 0 {
+			f := s.fail[0]
+			s.fail = s.fail[1:]
+			f(w)
+			return
+		}
+		var in struct{ Text string }
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Text == "" {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"detail":"text is required"}`))
+			return
+		}
+		s.creates++
+		n := map[string]any{"id": "9" + strings.Repeat("0", s.creates), "type": "note", "data": map[string]any{"text": in.Text}}
+		s.notes = append(s.notes, n)
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(n)
+	}
+}
+
+func obSentryCommenter(t *testing.T) (*obSentry, *sentry.Commenter) {
+	t.Helper()
+	fake := &obSentry{}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	c, err := sentry.NewCommenter(sentry.CommenterConfig{Token: secret.New("sntrys_test"), APIURL: srv.URL + "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake, c
+}
+
+func TestSentryCommentOnce(t *testing.T) {
+	t.Parallel()
+	fake, c := obSentryCommenter(t)
+	first, err := c.PostComment(t.Context(), "4711", "Root cause: **nil map**.", "out:task-1")
+	if err != nil || first.Existing || first.ID == "" {
+		t.Fatalf("got %+v, %v, want a new comment", first, err)
+	}
+	again, err := c.PostComment(t.Context(), "4711", "Root cause: **nil map**.", "out:task-1")
+	if err != nil || !again.Existing || again.ID != first.ID {
+		t.Fatalf("got %+v, %v, want the existing comment %s", again, err, first.ID)
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if fake.creates != 1 {
+		t.Fatalf("got %d comments created, want 1", fake.creates)
+	}
+	if got, want := fake.notes[0]["data"].(map[string]any)["text"], "Root cause: **nil map**.\n\n<!-- relay:out:task-1 -->"; got != want {
+		t.Errorf("got text %q, want %q", got, want)
+	}
+	if fake.auth != "Bearer sntrys_test" {
+		t.Errorf("got Authorization %q, want the bearer token", fake.auth)
+	}
+}
+
+func TestSentryCommentErrors(t *testing.T) {
+	t.Parallel()
+	reply := func(status int, hdr ...string) func(http.ResponseWriter) {
+		return func(w http.ResponseWriter) {
+			for i := 0; i+1 < len(hdr); i += 2 {
+				w.Header().Set(hdr[i], hdr[i+1])
+			}
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(`{"detail":"nope"}`))
+		}
+	}
+	cases := []struct {
+		name      string
+		issue     string
+		fail      func(http.ResponseWriter)
+		status    int
+		permanent bool
+		retry     time.Duration
+	}{
+		{"unknown issue", "404", nil, 404, true, 0},
+		{"rate limited", "4711", reply(429, "Retry-After", "5"), 429, false, 5 * time.Second},
+		{"server error", "4711", reply(503), 503, false, 0},
+		{"forbidden", "4711", reply(403), 403, true, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fake, c := obSentryCommenter(t)
+			if tc.fail != nil {
+				fake.fail = append(fake.fail, tc.fail)
+			}
+			_, err := c.PostComment(t.Context(), tc.issue, "x", "k")
+			var pe *sentry.PostError
+			if !errors.As(err, &pe) || pe.Status != tc.status || pe.Permanent() != tc.permanent || pe.RetryDelay() != tc.retry {
+				t.Fatalf("got %v, want status %d permanent=%v retry=%s", err, tc.status, tc.permanent, tc.retry)
+			}
+		})
+	}
+	if _, err := sentry.NewCommenter(sentry.CommenterConfig{}); !errors.Is(err, sentry.ErrNoToken) {
+		t.Fatalf("got %v without a token, want ErrNoToken", err)
+	}
+}

@@ -1,0 +1,51 @@
+package outbound
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the worker's Prometheus collectors, by destination.
+type metrics struct {
+	posted     *prometheus.CounterVec
+	failed     *prometheus.CounterVec
+	duplicates *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	notices    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		posted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_outbound_posted_total",
+			Help: "Posts made (or found already made after a crash), by destination.",
+		}, []string{"destination"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_outbound_failed_total",
+			Help: "Failed post attempts, by destination and class (rate_limited, transient, permanent).",
+		}, []string{"destination", "class"}),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_outbound_duplicates_total",
+			Help: "Messages acknowledged without posting because their idempotency key was already done.",
+		}, []string{"destination"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "relay_outbound_post_seconds",
+			Help:    "Time spent calling the destination's API per attempt, by destination.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 10),
+		}, []string{"destination"}),
+		notices: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_outbound_failure_notices_total",
+			Help: "Failure notices posted in Slack approval threads.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.posted, m.failed, m.duplicates, m.duration, m.notices} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
