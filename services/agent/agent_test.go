@@ -385,9 +385,19 @@ func TestTaskStateIsDurable(t *testing.T) {
 	trigger := githubIssueOpened()
 	h.publish(t, "in.github.issues", trigger)
 	h.next(t)
-	task, _, err := h.tasksGet(t, TaskID(trigger.ID))
-	if err != nil {
-		t.Fatal(err)
+	// The task records the publish right after it: poll for the final state.
+	var task *Task
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		task, _, err = h.tasksGet(t, TaskID(trigger.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.FinalPublished || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if task.Status != StatusDone || !task.FinalPublished || task.Step != 2 || task.Origin.ID != trigger.ID {
 		t.Errorf("got task status %s published %v step %d, want done, published, 2", task.Status, task.FinalPublished, task.Step)
