@@ -136,8 +136,10 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 			return nil, err
 		}
 		b.embedded = ns
+		// Connect over loopback TCP rather than nats.InProcessServer: the
+		// in-process pipe is unbuffered, so a briefly busy reader blocks the
+		// server's writes and trips its slow-consumer cut-off.
 		url = ns.ClientURL()
-		opts = append(opts, nats.InProcessServer(ns))
 		b.log.Info("embedded nats started", "listen", url, "store", cfg.DataDir)
 	} else {
 		opts = append(opts, nats.RetryOnFailedConnect(false), nats.Timeout(5*time.Second))

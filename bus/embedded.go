@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -47,6 +48,11 @@ func startEmbedded(dataDir, listen string, log *slog.Logger) (*server.Server, er
 		StoreDir:   filepath.Join(dataDir, "nats"),
 		NoSigs:     true,
 		MaxPayload: 8 << 20,
+		// A busy process (or a test run under the race detector on two cores)
+		// can leave a client unread for more than the 2s default; the server
+		// would then cut it off as a slow consumer and its in-flight deliveries
+		// would wait out their ack wait.
+		WriteDeadline: 10 * time.Second,
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -64,9 +70,16 @@ func startEmbedded(dataDir, listen string, log *slog.Logger) (*server.Server, er
 // natsLogger adapts slog to nats-server's Logger.
 type natsLogger struct{ log *slog.Logger }
 
-func (l *natsLogger) Noticef(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
-func (l *natsLogger) Warnf(format string, v ...any)   { l.log.Warn(fmt.Sprintf(format, v...)) }
-func (l *natsLogger) Fatalf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
-func (l *natsLogger) Errorf(format string, v ...any)  { l.log.Error(fmt.Sprintf(format, v...)) }
-func (l *natsLogger) Debugf(format string, v ...any)  {}
-func (l *natsLogger) Tracef(format string, v ...any)  {}
+func (l *natsLogger) Noticef(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if strings.Contains(msg, "Slow Consumer") {
+		l.log.Warn(msg)
+		return
+	}
+	l.log.Debug(msg)
+}
+func (l *natsLogger) Warnf(format string, v ...any)  { l.log.Warn(fmt.Sprintf(format, v...)) }
+func (l *natsLogger) Fatalf(format string, v ...any) { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l *natsLogger) Errorf(format string, v ...any) { l.log.Error(fmt.Sprintf(format, v...)) }
+func (l *natsLogger) Debugf(format string, v ...any) {}
+func (l *natsLogger) Tracef(format string, v ...any) {}

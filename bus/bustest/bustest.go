@@ -33,7 +33,7 @@ func WithMetrics(m *bus.Metrics) Option { return func(c *bus.Config) { c.Metrics
 // closed when the test ends.
 func Embedded(t testing.TB, opts ...Option) *bus.Bus {
 	t.Helper()
-	cfg := bus.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: t.Name()}
+	cfg := bus.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: t.Name(), Logger: testLogger()}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -56,7 +56,7 @@ func External(t testing.TB, opts ...Option) *bus.Bus {
 	if url == "" {
 		testenv.Missing(t, "NATS_URL is not set; start nats-server -js and set NATS_URL=nats://127.0.0.1:4222")
 	}
-	cfg := bus.Config{URL: url, Prefix: RandomPrefix(), Name: t.Name()}
+	cfg := bus.Config{URL: url, Prefix: RandomPrefix(), Name: t.Name(), Logger: testLogger()}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -75,6 +75,18 @@ func External(t testing.TB, opts ...Option) *bus.Bus {
 		b.Close()
 	})
 	return b
+}
+
+// testLogger logs the bus to stderr when RELAY_TEST_LOG is set (debug with
+// RELAY_TEST_LOG=debug), and discards otherwise.
+func testLogger() *slog.Logger {
+	switch os.Getenv("RELAY_TEST_LOG") {
+	case "":
+		return nil
+	case "debug":
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
 }
 
 // RandomPrefix returns a subject prefix unique to this call.
