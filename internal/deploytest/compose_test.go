@@ -13,6 +13,8 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 func root(t *testing.T) string {
@@ -42,7 +44,7 @@ func loadCompose(t *testing.T) *types.Project {
 func TestComposeFile(t *testing.T) {
 	t.Parallel()
 	p := loadCompose(t)
-	for _, name := range []string{"nats", "redis", "postgres", "relay"} {
+	for _, name := range []string{"nats", "redis", "postgres", "relay", "ingest", "agent", "toolrunner", "memory", "approvals", "outbound"} {
 		if _, err := p.GetService(name); err != nil {
 			t.Errorf("service %s missing: %v", name, err)
 		}
@@ -85,6 +87,27 @@ func TestComposeFile(t *testing.T) {
 	}
 	if relayServices == 0 {
 		t.Fatal("no service is built from the Dockerfile")
+	}
+	// Each worker runs its own relay subcommand; the tool runner gets its
+	// MCP servers and policy from deploy/.
+	for name, want := range map[string]string{"ingest": "ingest", "agent": "agent", "toolrunner": "toolrunner",
+		"memory": "memory", "approvals": "approvals", "outbound": "outbound", "relay": "serve"} {
+		s, _ := p.GetService(name)
+		if len(s.Command) != 1 || s.Command[0] != want {
+			t.Errorf("%s command %v, want [%s]", name, s.Command, want)
+		}
+	}
+	tr, _ := p.GetService("toolrunner")
+	for _, k := range []string{"RELAY_MCP_CONFIG", "RELAY_POLICY"} {
+		v := tr.Environment[k]
+		if v == nil {
+			t.Errorf("toolrunner lacks %s", k)
+			continue
+		}
+		local := filepath.Join(root(t), "deploy", filepath.Base(*v))
+		if _, err := os.Stat(local); err != nil {
+			t.Errorf("%s=%s: %s is not in deploy/: %v", k, *v, filepath.Base(*v), err)
+		}
 	}
 }
 
@@ -139,5 +162,28 @@ func TestEnvExampleMatchesREADME(t *testing.T) {
 		if strings.ToUpper(name) == name && strings.ContainsRune(name, '_') && !example[name] {
 			t.Errorf("README documents %s, which .env.example lacks", name)
 		}
+	}
+}
+
+// The tool runner's shipped configuration loads and lets the agent role call
+// the shipped server's tools.
+func TestDeployToolConfig(t *testing.T) {
+	t.Parallel()
+	servers, err := mcpconfig.Load(filepath.Join(root(t), "deploy", "mcp.json"), mcpconfig.Options{})
+	if err != nil {
+		t.Fatalf("deploy/mcp.json: %v", err)
+	}
+	if len(servers) == 0 {
+		t.Fatal("deploy/mcp.json lists no servers")
+	}
+	pol, err := mcpconfig.LoadPolicy(filepath.Join(root(t), "deploy", "policy.yaml"))
+	if err != nil {
+		t.Fatalf("deploy/policy.yaml: %v", err)
+	}
+	if !pol.Allowed("agent", servers[0].Name, "echo") {
+		t.Errorf("role agent may not call %s.echo", servers[0].Name)
+	}
+	if pol.Allowed("nobody", servers[0].Name, "echo") {
+		t.Error("an unknown role may call tools")
 	}
 }
