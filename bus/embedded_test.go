@@ -29,7 +29,8 @@ func TestEmbeddedRestartKeepsMessages(t *testing.T) {
 	// Consume and ack the first three before the restart.
 	var mu sync.Mutex
 	seen := map[string]bool{}
-	stop := run(t, first, bus.ConsumerConfig{Name: "agent", Subject: "in.>", Concurrency: 1}, func(_ context.Context, m *bus.Message) error {
+	// Short nak delays: the restarted server honours a pending nak delay.
+	stop := run(t, first, bus.ConsumerConfig{Name: "agent", Subject: "in.>", Concurrency: 1, MaxDeliver: 100, NakDelays: []time.Duration{100 * time.Millisecond}}, func(_ context.Context, m *bus.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(seen) >= 3 {

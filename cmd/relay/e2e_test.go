@@ -42,7 +42,7 @@ const (
 )
 
 type stack struct {
-	t     *testing.T
+	t     testing.TB
 	env   map[string]string
 	base  string
 	slack *fakes.Slack
@@ -77,7 +77,7 @@ func toolName(req *fakes.ChatRequest, suffix string) string {
 	return ""
 }
 
-func npmBin(t *testing.T, name string) string {
+func npmBin(t testing.TB, name string) string {
 	t.Helper()
 	p, err := filepath.Abs(filepath.Join("..", "..", "testdata", "npm", "node_modules", ".bin", name))
 	if err != nil {
@@ -90,7 +90,7 @@ func npmBin(t *testing.T, name string) string {
 }
 
 // stackEnv is the relay's environment for a stack on the given fakes.
-func stackEnv(t *testing.T, sl *fakes.Slack, gh *fakes.GitHub, llm *fakes.LLM) map[string]string {
+func stackEnv(t testing.TB, sl *fakes.Slack, gh *fakes.GitHub, llm *fakes.LLM) map[string]string {
 	dir := t.TempDir()
 	mcp := fmt.Sprintf(`{"servers": {"everything": {"command": %q, "args": ["stdio"]}}}`, npmBin(t, "mcp-server-everything"))
 	policy := "roles:\n  - role: agent\n    capabilities: [\"everything.*\"]\n"
@@ -118,7 +118,7 @@ func stackEnv(t *testing.T, sl *fakes.Slack, gh *fakes.GitHub, llm *fakes.LLM) m
 	return env
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +126,7 @@ func must(t *testing.T, err error) {
 }
 
 // startStack runs `relay serve` in-process until the test ends.
-func startStack(t *testing.T, mod func(map[string]string)) *stack {
+func startStack(t testing.TB, mod func(map[string]string)) *stack {
 	t.Helper()
 	s := &stack{t: t, slack: fakes.NewSlack(t), gh: fakes.NewGitHub(t)}
 	s.llm = fakes.NewLLM(t, script)
@@ -171,7 +171,7 @@ func startStack(t *testing.T, mod func(map[string]string)) *stack {
 	return s
 }
 
-func eventually(t *testing.T, what string, d time.Duration, cond func() bool) {
+func eventually(t testing.TB, what string, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -231,7 +231,7 @@ func (s *stack) approvalPost(target string) fakes.SlackCall {
 	return found
 }
 
-func action(t *testing.T, post fakes.SlackCall, suffix string) fakes.Action {
+func action(t testing.TB, post fakes.SlackCall, suffix string) fakes.Action {
 	t.Helper()
 	for _, a := range post.Actions() {
 		if strings.HasSuffix(a.ActionID, suffix) {

@@ -37,7 +37,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -47,7 +47,7 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func waitHTTP(t *testing.T, url string, want int, d time.Duration) {
+func waitHTTP(t testing.TB, url string, want int, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -66,7 +66,7 @@ func waitHTTP(t *testing.T, url string, want int, d time.Duration) {
 }
 
 // embeddedEnv are the settings of a relay with embedded defaults on free ports.
-func embeddedEnv(t *testing.T) map[string]string {
+func embeddedEnv(t testing.TB) map[string]string {
 	return map[string]string{
 		"RELAY_HTTP_ADDR":   freeAddr(t),
 		"RELAY_NATS_LISTEN": freeAddr(t),

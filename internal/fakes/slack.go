@@ -31,6 +31,15 @@ type Slack struct {
 	seq    int
 	groups map[string][]string
 	fail   map[string]string
+	hook   func(SlackCall)
+}
+
+// OnCall makes the fake call fn for every call it receives, after recording
+// it (benchmarks take their timestamps there).
+func (f *Slack) OnCall(fn func(SlackCall)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hook = fn
 }
 
 // NewSlack starts a fake Slack Web API, closed when the test ends.
@@ -104,7 +113,11 @@ func (f *Slack) serve(w http.ResponseWriter, r *http.Request) {
 	failWith := f.fail[method]
 	members, known := f.groups[params["usergroup"]]
 	seq := f.seq
+	hook := f.hook
 	f.mu.Unlock()
+	if hook != nil {
+		hook(SlackCall{Method: method, Params: params})
+	}
 
 	w.Header().Set("Content-Type", "application/json")
 	if failWith != "" {

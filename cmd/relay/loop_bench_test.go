@@ -1,0 +1,96 @@
+package main
+
+import (
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/internal/fakes"
+)
+
+// BenchmarkWebhookToSuggestion measures the whole loop with instant fakes:
+// from the gateway accepting a signed GitHub issues.opened webhook (its 200)
+// to the approval message with the agent's suggestion arriving at Slack, at
+// a sustained 100 tasks/s. Every task crosses ingest -> agent -> tool runner
+// (the real MCP echo tool over stdio) -> agent -> approvals -> Slack, plus the
+// memory worker's context lookup.
+//
+//	go test ./cmd/relay -run '^$' -bench WebhookToSuggestion -benchtime 1000x
+func BenchmarkWebhookToSuggestion(b *testing.B) {
+	s := startStack(b, nil)
+	var mu sync.Mutex
+	done := make(chan struct{}, b.N+16)
+	accepted := map[string]time.Time{}
+	arrived := map[string]time.Time{}
+	var lat []time.Duration
+	// match records a latency once both ends of a task are known.
+	match := func(key string) {
+		t0, ok1 := accepted[key]
+		t1, ok2 := arrived[key]
+		if ok1 && ok2 {
+			lat = append(lat, t1.Sub(t0))
+			delete(accepted, key)
+			delete(arrived, key)
+			done <- struct{}{}
+		}
+	}
+	num := regexp.MustCompile(`#(\d+)`)
+	s.slack.OnCall(func(c fakes.SlackCall) {
+		if c.Method != "chat.postMessage" || c.Params["channel"] != e2eChannel {
+			return
+		}
+		at := time.Now()
+		m := num.FindStringSubmatch(c.Params["text"])
+		if m == nil {
+			return
+		}
+		mu.Lock()
+		if _, dup := arrived[m[1]]; !dup {
+			arrived[m[1]] = at
+			match(m[1])
+		}
+		mu.Unlock()
+	})
+	const rate = 100
+	interval := time.Second / rate
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range b.N {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := 100000 + i
+			s.issueOpened(n, "bench")
+			key := strconv.Itoa(n)
+			at := time.Now()
+			mu.Lock()
+			accepted[key] = at
+			match(key)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	timeout := time.After(60 * time.Second)
+	for range b.N {
+		select {
+		case <-done:
+		case <-timeout:
+			b.Fatalf("only %d of %d suggestions arrived", len(lat), b.N)
+		}
+	}
+	b.StopTimer()
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
+}
