@@ -50,6 +50,8 @@ type Config struct {
 	// PublishTimeout bounds Publish when the caller's context has no deadline.
 	// Default 5s.
 	PublishTimeout time.Duration
+	// MaxAsyncPending bounds PublishAsync's unacknowledged publishes. Default 256.
+	MaxAsyncPending int
 	// Metrics, when set, records publish and consume counts and latencies.
 	Metrics *Metrics
 	// Logger; nil discards.
@@ -79,6 +81,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = 15 * time.Minute
+	}
+	if c.MaxAsyncPending == 0 {
+		c.MaxAsyncPending = 256
 	}
 	if c.PublishTimeout == 0 {
 		c.PublishTimeout = 5 * time.Second
@@ -150,7 +155,7 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 		return nil, fmt.Errorf("connect to nats %s: %w", redactURL(url), err)
 	}
 	b.nc = nc
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxAsyncPending))
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)

@@ -53,15 +53,47 @@ var ErrInvalidEnvelope = errors.New("invalid envelope")
 // *envelope.ValidationError. Without a deadline on ctx, the bus's publish
 // timeout applies.
 func (b *Bus) Publish(ctx context.Context, subject string, e *envelope.Envelope, opts ...PublishOption) (PublishResult, error) {
-	stream := b.StreamName(subject)
+	msg, err := b.buildMsg(subject, e, opts)
+	if err != nil {
+		return PublishResult{}, err
+	}
+	res, err := b.publishMsg(ctx, b.StreamName(subject), msg)
+	if err != nil {
+		return res, fmt.Errorf("publish %s to %s: %w", e.ID, subject, err)
+	}
+	return res, nil
+}
+
+// PublishAsync validates e and publishes it without waiting for the ack, for
+// producers that keep many publishes in flight. It blocks while
+// Config.MaxAsyncPending publishes are unacknowledged. The future reports the
+// ack or the error; PublishAsyncComplete tells when every publish was acked.
+func (b *Bus) PublishAsync(subject string, e *envelope.Envelope, opts ...PublishOption) (jetstream.PubAckFuture, error) {
+	msg, err := b.buildMsg(subject, e, opts)
+	if err != nil {
+		return nil, err
+	}
+	f, err := b.js.PublishMsgAsync(msg)
+	if err != nil {
+		b.countPublish(b.StreamName(subject), "error")
+		return nil, fmt.Errorf("publish %s to %s: %w", e.ID, subject, err)
+	}
+	return f, nil
+}
+
+// PublishAsyncComplete is closed when every PublishAsync so far was acknowledged.
+func (b *Bus) PublishAsyncComplete() <-chan struct{} { return b.js.PublishAsyncComplete() }
+
+// buildMsg validates e and builds its NATS message.
+func (b *Bus) buildMsg(subject string, e *envelope.Envelope, opts []PublishOption) (*nats.Msg, error) {
 	err := envelope.Check(e)
 	var data []byte
 	if err == nil {
 		data, err = e.Marshal()
 	}
 	if err != nil {
-		b.countPublish(stream, "invalid")
-		return PublishResult{}, fmt.Errorf("publish %s to %s: %w: %w", e.ID, subject, ErrInvalidEnvelope, err)
+		b.countPublish(b.StreamName(subject), "invalid")
+		return nil, fmt.Errorf("publish %s to %s: %w: %w", e.ID, subject, ErrInvalidEnvelope, err)
 	}
 	var o publishOpts
 	for _, opt := range opts {
@@ -76,11 +108,7 @@ func (b *Bus) Publish(ctx context.Context, subject string, e *envelope.Envelope,
 		msg.Header.Set(k, v)
 	}
 	msg.Header.Set(jetstream.MsgIDHeader, o.msgID)
-	res, err := b.publishMsg(ctx, stream, msg)
-	if err != nil {
-		return res, fmt.Errorf("publish %s to %s: %w", e.ID, subject, err)
-	}
-	return res, nil
+	return msg, nil
 }
 
 // publishMsg publishes an already built message and records metrics.
