@@ -129,7 +129,10 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) error 
 	// period, so shutdown drains in-flight work instead of abandoning it.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
-	stop := context.AfterFunc(ctx, func() { iter.Stop() })
+	// On shutdown, drain rather than stop the iterator: messages already pulled
+	// but not yet handled come out of Next and are handed back at once (nak
+	// without delay), instead of waiting out their ack wait.
+	stop := context.AfterFunc(ctx, func() { iter.Drain() })
 	defer stop()
 
 	sem := make(chan struct{}, cfg.Concurrency)
@@ -137,13 +140,28 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) error 
 	for {
 		msg, err := iter.Next()
 		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				break
+			}
+			if ctx.Err() != nil {
+				iter.Stop()
 				break
 			}
 			log.Warn("fetch failed", "err", err)
 			continue
 		}
-		sem <- struct{}{}
+		if ctx.Err() != nil {
+			_ = msg.Nak()
+			b.outcome(cfg.Name, "returned")
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			_ = msg.Nak()
+			b.outcome(cfg.Name, "returned")
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()

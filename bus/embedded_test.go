@@ -30,7 +30,7 @@ func TestEmbeddedRestartKeepsMessages(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	// Short nak delays: the restarted server honours a pending nak delay.
-	stop := run(t, first, bus.ConsumerConfig{Name: "agent", Subject: "in.>", Concurrency: 1, MaxDeliver: 100, NakDelays: []time.Duration{100 * time.Millisecond}}, func(_ context.Context, m *bus.Message) error {
+	stop := run(t, first, bus.ConsumerConfig{Name: "agent", Subject: "in.>", Concurrency: 1, MaxDeliver: 100, AckWait: 2 * time.Second, Heartbeat: 500 * time.Millisecond, NakDelays: []time.Duration{100 * time.Millisecond}}, func(_ context.Context, m *bus.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(seen) >= 3 {

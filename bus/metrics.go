@@ -28,7 +28,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"stream"}),
 		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "relay_bus_consumed_total",
-			Help: "Messages handled, by consumer and outcome (ack, nak, term, skip).",
+			Help: "Messages handled, by consumer and outcome (ack, nak, term, skip, returned at shutdown).",
 		}, []string{"consumer", "outcome"}),
 		handleTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "relay_bus_handle_seconds",
