@@ -32,6 +32,7 @@ type Slack struct {
 	groups map[string][]string
 	fail   map[string]string
 	hook   func(SlackCall)
+	wsURL  string
 }
 
 // OnCall makes the fake call fn for every call it receives, after recording
@@ -65,6 +66,15 @@ func (f *Slack) Fail(method, slackErr string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fail[method] = slackErr
+}
+
+// SetSocketURL makes apps.connections.open answer {"ok":true,"url":wsURL},
+// the Socket Mode WebSocket to dial; "" (the default) makes it answer
+// unknown_method like any method the fake does not speak.
+func (f *Slack) SetSocketURL(wsURL string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.wsURL = wsURL
 }
 
 // Calls returns the recorded calls of method ("" for all), in order.
@@ -114,6 +124,7 @@ func (f *Slack) serve(w http.ResponseWriter, r *http.Request) {
 	members, known := f.groups[params["usergroup"]]
 	seq := f.seq
 	hook := f.hook
+	wsURL := f.wsURL
 	f.mu.Unlock()
 	if hook != nil {
 		hook(SlackCall{Method: method, Params: params})
@@ -142,6 +153,12 @@ func (f *Slack) serve(w http.ResponseWriter, r *http.Request) {
 			resp = map[string]any{"ok": false, "error": "no_such_subteam"}
 		} else {
 			resp = map[string]any{"ok": true, "users": members}
+		}
+	case "apps.connections.open":
+		if wsURL == "" {
+			resp = map[string]any{"ok": false, "error": "unknown_method"}
+		} else {
+			resp = map[string]any{"ok": true, "url": wsURL}
 		}
 	default:
 		resp = map[string]any{"ok": false, "error": "unknown_method"}

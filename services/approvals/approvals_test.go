@@ -10,11 +10,12 @@ import (
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/services/approvals"
 )
 
 // blocksOf decodes the blocks parameter of a chat call.
-func blocksOf(t testing.TB, c slackCall) []map[string]any {
+func blocksOf(t testing.TB, c fakes.SlackCall) []map[string]any {
 	t.Helper()
 	var b []map[string]any
 	if err := json.Unmarshal([]byte(c.Params["blocks"]), &b); err != nil {
@@ -24,7 +25,7 @@ func blocksOf(t testing.TB, c slackCall) []map[string]any {
 }
 
 // blockText is every text in the blocks of a chat call, decoded, one per line.
-func blockText(t testing.TB, c slackCall) string {
+func blockText(t testing.TB, c fakes.SlackCall) string {
 	t.Helper()
 	var out []string
 	var walk func(v any)
@@ -51,7 +52,7 @@ func blockText(t testing.TB, c slackCall) string {
 }
 
 // buttons returns action_id -> value of the message's buttons.
-func buttons(t testing.TB, c slackCall) map[string]string {
+func buttons(t testing.TB, c fakes.SlackCall) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, b := range blocksOf(t, c) {
@@ -311,7 +312,7 @@ func TestNonApproverRefused(t *testing.T) {
 func TestUserGroupApprover(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *approvals.Config) { c.Approvers = []string{"S0LEADS01", "S0GONE01"} })
-	h.slack.setGroup("S0LEADS01", "U0LEAD01", "U0LEAD02")
+	h.slack.SetGroup("S0LEADS01", "U0LEAD01", "U0LEAD02")
 	task, _ := h.suggestion(github7, "Group-approved answer.")
 	ts := h.messageTS(1)
 	h.interact(click("U0NOBODY", approvals.ActionApprove, task, ts))
@@ -379,7 +380,7 @@ func TestRestartKeepsPendingApprovals(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	b := bustest.Embedded(t, bustest.WithDataDir(dir))
-	h := &harness{t: t, bus: b, slack: newFakeSlack(t)}
+	h := &harness{t: t, bus: b, slack: fakes.NewSlack(t)}
 	h.cfg = approvals.Config{BotToken: h.cfgToken(), APIURL: h.slack.URL(), Channel: approvalCh, Approvers: []string{approver}, SweepInterval: time.Hour}
 	h.start()
 	task, _ := h.suggestion(github7, "Survives a restart.")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/secret"
 	"github.com/relaystation/relay/services/approvals"
 )
@@ -27,8 +28,13 @@ func BenchmarkSuggestionToPosted(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			bb := bustest.Embedded(b)
-			fake := newFakeSlack(b)
-			fake.posted = make(chan slackCall, 1024)
+			fake := fakes.NewSlack(b)
+			posted := make(chan fakes.SlackCall, 1024)
+			fake.OnCall(func(c fakes.SlackCall) {
+				if c.Method == "chat.postMessage" {
+					posted <- c
+				}
+			})
 			svc, err := approvals.New(b.Context(), approvals.Config{
 				BotToken: secret.New("xoxb-bench"), APIURL: fake.URL(), Channel: approvalCh, Approvers: []string{approver},
 				Concurrency: 16, SweepInterval: time.Hour,
@@ -47,7 +53,7 @@ func BenchmarkSuggestionToPosted(b *testing.B) {
 			got := make(chan struct{})
 			go func() {
 				for n := 0; n < b.N; n++ {
-					c := <-fake.posted
+					c := <-posted
 					task := buttons(b, c)[approvals.ActionApprove]
 					mu.Lock()
 					lat = append(lat, time.Since(sent[task]))

@@ -17,6 +17,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/mappers"
 	slackmapper "github.com/relaystation/relay/mappers/slack"
 	"github.com/relaystation/relay/secret"
@@ -34,7 +35,7 @@ const (
 type harness struct {
 	t      *testing.T
 	bus    *bus.Bus
-	slack  *fakeSlack
+	slack  *fakes.Slack
 	svc    *approvals.Service
 	cfg    approvals.Config
 	offset atomic.Int64 // added to the clock, to expire suggestions
@@ -43,7 +44,7 @@ type harness struct {
 
 func newHarness(t *testing.T, mod ...func(*approvals.Config)) *harness {
 	t.Helper()
-	h := &harness{t: t, bus: bustest.Embedded(t), slack: newFakeSlack(t)}
+	h := &harness{t: t, bus: bustest.Embedded(t), slack: fakes.NewSlack(t)}
 	h.cfg = approvals.Config{
 		BotToken:      secret.New("xoxb-test"),
 		APIURL:        h.slack.URL(),
@@ -122,7 +123,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 }
 
 // posted waits for the n-th chat.postMessage and returns it.
-func (h *harness) posted(n int) slackCall {
+func (h *harness) posted(n int) fakes.SlackCall {
 	h.t.Helper()
 	waitFor(h.t, "chat.postMessage #"+strconv.Itoa(n), func() bool { return len(h.slack.Calls("chat.postMessage")) >= n })
 	return h.slack.Calls("chat.postMessage")[n-1]

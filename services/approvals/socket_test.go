@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/secret"
 	"github.com/relaystation/relay/services/approvals"
 )
@@ -69,7 +70,7 @@ func (f *fakeSocket) acked() []string {
 func TestSocketModeRelaysLikeWebhooks(t *testing.T) {
 	t.Parallel()
 	b := bustest.Embedded(t)
-	api := newFakeSlack(t)
+	api := fakes.NewSlack(t)
 	interactive := click(approver, approvals.ActionApprove, "task-1", "1700000000.000001")
 	mention := map[string]any{
 		"token": "x", "team_id": team, "api_app_id": "A0APP01", "type": "event_callback",
@@ -84,9 +85,7 @@ func TestSocketModeRelaysLikeWebhooks(t *testing.T) {
 		map[string]any{"envelope_id": "env-event", "type": "events_api", "payload": mention, "retry_attempt": 0},
 		map[string]any{"envelope_id": "env-command", "type": "slash_commands", "payload": command},
 	)
-	api.mu.Lock()
-	api.wsURL = ws.url()
-	api.mu.Unlock()
+	api.SetSocketURL(ws.url())
 
 	sm, err := approvals.NewSocketMode(approvals.SocketConfig{
 		AppToken: secret.New("xapp-1-test"), BotToken: secret.New("xoxb-test"), APIURL: api.URL(), PingInterval: time.Minute, Logger: testLogger(t),
