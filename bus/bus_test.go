@@ -64,6 +64,21 @@ func run(t *testing.T, b *bus.Bus, cfg bus.ConsumerConfig, h bus.HandlerFunc) co
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- b.Consume(ctx, cfg, h) }()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		// On failure, say what the server thinks of the consumer.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if c, err := b.JetStream().Consumer(ctx, b.StreamName(cfg.Subject), cfg.Name); err == nil {
+			if info, err := c.Info(ctx); err == nil {
+				t.Logf("consumer %s: pending %d, ack pending %d, waiting pulls %d, redelivered %d, delivered %d/%d, ack floor %d",
+					cfg.Name, info.NumPending, info.NumAckPending, info.NumWaiting, info.NumRedelivered,
+					info.Delivered.Consumer, info.Delivered.Stream, info.AckFloor.Stream)
+			}
+		}
+	})
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {

@@ -117,9 +117,15 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) error 
 	cons, err := b.js.CreateOrUpdateConsumer(setupCtx, stream, cc)
 	cancel()
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // shut down before the consumer existed: nothing to drain
+		}
 		return fmt.Errorf("create consumer %s on %s: %w", cfg.Name, stream, err)
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Concurrency))
+	// Short pull requests: should a pull ever go unanswered (a dropped
+	// connection, a server restart), the next one follows within seconds
+	// instead of the default 30.
+	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Concurrency), jetstream.PullExpiry(5*time.Second))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", cfg.Name, err)
 	}
