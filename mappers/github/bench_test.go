@@ -1,18 +1,23 @@
 package github_test
 
 import (
-	"os"
 	"testing"
+
+	"github.com/relaystation/relay/mappers"
+	"github.com/relaystation/relay/mappers/mapperstest"
 )
+
+// issuesOpened is a real 13.5 kB issues webhook, signed.
+func issuesOpened(b *testing.B) *mappers.Request {
+	b.Helper()
+	r := request("issues", "d", mapperstest.ReadFile(b, "testdata/payloads/issues.opened.json"))
+	b.SetBytes(int64(len(r.Body)))
+	return r
+}
 
 // BenchmarkVerify measures signature verification of a real 13.5 kB issues webhook.
 func BenchmarkVerify(b *testing.B) {
-	body, err := os.ReadFile("testdata/payloads/issues.opened.json")
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, r := newProvider(), request("issues", "d", body)
-	b.SetBytes(int64(len(body)))
+	p, r := newProvider(), issuesOpened(b)
 	for b.Loop() {
 		if err := p.Verify(r); err != nil {
 			b.Fatal(err)
@@ -22,12 +27,7 @@ func BenchmarkVerify(b *testing.B) {
 
 // BenchmarkMap measures the mapping (go-github typed decode) of the same webhook.
 func BenchmarkMap(b *testing.B) {
-	body, err := os.ReadFile("testdata/payloads/issues.opened.json")
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, r := newProvider(), request("issues", "d", body)
-	b.SetBytes(int64(len(body)))
+	p, r := newProvider(), issuesOpened(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := p.Map(r); err != nil {

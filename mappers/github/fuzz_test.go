@@ -1,10 +1,7 @@
 package github_test
 
 import (
-	"errors"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,6 +10,7 @@ import (
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/github"
+	"github.com/relaystation/relay/mappers/mapperstest"
 )
 
 // FuzzVerify checks that Verify never panics, accepts exactly what go-github's
@@ -36,11 +34,8 @@ func FuzzVerify(f *testing.F) {
 		if err == nil && (ref != nil || !strings.HasPrefix(sig, "sha256=")) {
 			t.Fatalf("Verify accepted %q that go-github refuses (%v) or is not sha256", sig, ref)
 		}
+		mapperstest.CheckSignatureError(t, err)
 		if err != nil {
-			var se *mappers.SignatureError
-			if !errors.As(err, &se) {
-				t.Fatalf("got %T %v, want a *mappers.SignatureError", err, err)
-			}
 			if ref == nil && strings.HasPrefix(sig, "sha256=") && len(sig) == len("sha256=")+64 && strings.ToLower(sig) == sig {
 				t.Fatalf("Verify refused %q that go-github accepts: %v", sig, err)
 			}
@@ -51,14 +46,10 @@ func FuzzVerify(f *testing.F) {
 // FuzzMap checks that Map never panics and gives either a *mappers.ParseError
 // or exactly one schema-valid envelope.
 func FuzzMap(f *testing.F) {
-	files, _ := filepath.Glob("testdata/payloads/*.json")
-	for _, file := range files {
-		b, err := os.ReadFile(file)
-		if err != nil || len(b) > 20000 {
-			continue
+	for _, pl := range mapperstest.Payloads(f, "testdata/payloads/*.json") {
+		if len(pl.Body) <= 20000 {
+			f.Add(pl.Stem(), pl.Body)
 		}
-		event, _, _ := strings.Cut(filepath.Base(file), ".")
-		f.Add(event, b)
 	}
 	for _, ev := range gh.MessageTypes() { // every typed event, empty and with null objects
 		f.Add(ev, []byte(`{}`))
@@ -72,22 +63,9 @@ func FuzzMap(f *testing.F) {
 		h := http.Header{}
 		h.Set(github.HeaderEvent, event)
 		h.Set(github.HeaderDelivery, "d")
-		res, err := p.Map(&mappers.Request{Header: h, Body: body})
-		if err != nil {
-			var pe *mappers.ParseError
-			if !errors.As(err, &pe) {
-				t.Fatalf("got %T %v, want a *mappers.ParseError", err, err)
-			}
-			return
-		}
-		if len(res.Items) != 1 {
+		res, ok := mapperstest.FuzzMap(t, p, &mappers.Request{Header: h, Body: body}, envelope.ChannelGitHub)
+		if ok && len(res.Items) != 1 {
 			t.Fatalf("got %d items, want 1", len(res.Items))
-		}
-		if err := envelope.Validate(res.Items[0].Envelope); err != nil {
-			t.Fatalf("invalid envelope for %q %q: %v", event, body, err)
-		}
-		if strings.ContainsAny(res.Items[0].Subject, " *>\t") {
-			t.Fatalf("subject %q has NATS special characters", res.Items[0].Subject)
 		}
 	})
 }

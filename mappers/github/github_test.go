@@ -1,17 +1,13 @@
 package github_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"flag"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	gh "github.com/google/go-github/v60/github"
 
@@ -19,19 +15,15 @@ import (
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/github"
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/secret"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden envelopes in testdata/golden")
 
 const testSecret = "It's a Secret to Everybody"
 
 // received is the fixed receive time of golden requests; envelopes take their
 // timestamp from it.
-var received = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-
-// fixedID replaces the random envelope id in golden files.
-const fixedID = "00000000-0000-4000-8000-000000000000"
+var received = mapperstest.Received
 
 func newProvider() *github.Provider {
 	return github.New(github.Config{Secret: secret.New(testSecret)})
@@ -47,77 +39,18 @@ func request(event, delivery string, body []byte) *mappers.Request {
 	return &mappers.Request{Header: h, Body: body, Received: received}
 }
 
-// golden is what a golden file holds: where the envelope goes and the envelope.
-type golden struct {
-	Subject  string          `json:"subject"`
-	MsgID    string          `json:"msg_id"`
-	Envelope json.RawMessage `json:"envelope"`
-}
-
 // TestGolden maps every payload in testdata/payloads and compares the result
 // with testdata/golden (go test -update rewrites them). Every golden envelope
 // must validate against the schema.
 func TestGolden(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("testdata/payloads/*.json")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no payloads in testdata/payloads: %v", err)
-	}
 	p := newProvider()
-	for _, file := range files {
-		name := strings.TrimSuffix(filepath.Base(file), ".json")
+	for _, pl := range mapperstest.Payloads(t, "testdata/payloads/*.json") {
+		name := strings.TrimSuffix(pl.Name, ".json")
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			body, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			event, _, _ := strings.Cut(name, ".")
-			r := request(event, "delivery-"+name, body)
-			if err := p.Verify(r); err != nil {
-				t.Fatalf("Verify: %v", err)
-			}
-			res, err := p.Map(r)
-			if err != nil {
-				t.Fatalf("Map: %v", err)
-			}
-			if len(res.Items) != 1 {
-				t.Fatalf("got %d items, want 1", len(res.Items))
-			}
-			it := res.Items[0]
-			it.Envelope.ID = fixedID
-			env, err := json.MarshalIndent(it.Envelope, "  ", "  ")
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := json.MarshalIndent(golden{Subject: it.Subject, MsgID: it.MsgID, Envelope: env}, "", "  ")
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, '\n')
-			path := filepath.Join("testdata", "golden", name+".json")
-			if *update {
-				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("read golden (run go test -update): %v", err)
-			}
-			var g golden
-			if err := json.Unmarshal(want, &g); err != nil {
-				t.Fatalf("golden %s: %v", path, err)
-			}
-			if err := envelope.ValidateJSON(g.Envelope); err != nil {
-				t.Errorf("golden %s is not a valid envelope: %v", path, err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("envelope of %s differs from %s (run go test -update to accept):\ngot:\n%s\nwant:\n%s", file, path, got, want)
-			}
+			r := request(pl.Stem(), "delivery-"+name, pl.Body)
+			mapperstest.GoldenItem(t, p, r, filepath.Join("testdata", "golden", name+".json"))
 		})
 	}
 }
@@ -377,13 +310,7 @@ func TestMapParseErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := p.Map(request(tc.event, "d", []byte(tc.body)))
-			var pe *mappers.ParseError
-			if !errors.As(err, &pe) {
-				t.Fatalf("got %v, want a *mappers.ParseError", err)
-			}
-			if pe.Provider != "github" {
-				t.Errorf("got provider %q, want github", pe.Provider)
-			}
+			mapperstest.CheckParseError(t, "github", err)
 		})
 	}
 }

@@ -1,15 +1,12 @@
 package openproject_test
 
 import (
-	"errors"
-	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/relaystation/relay/envelope"
-	"github.com/relaystation/relay/mappers"
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/openproject"
 )
 
@@ -20,57 +17,23 @@ func FuzzVerify(f *testing.F) {
 	f.Add([]byte("x"), "sha1="+strings.Repeat("ab", 20))
 	p := newProvider(f, "")
 	f.Fuzz(func(t *testing.T, body []byte, sig string) {
-		h := http.Header{}
-		h.Set(openproject.HeaderSignature, sig)
-		r := &mappers.Request{Header: h, Body: body}
-		err := p.Verify(r)
-		good := openproject.SignatureHeader(testSecret, body)
-		if err == nil && !strings.EqualFold(sig, good) {
-			t.Fatalf("accepted %q, want only %q", sig, good)
-		}
-		var se *mappers.SignatureError
-		if err != nil && !errors.As(err, &se) {
-			t.Fatalf("got %T %v, want *mappers.SignatureError", err, err)
-		}
-		h.Set(openproject.HeaderSignature, good)
-		if err := p.Verify(r); err != nil {
-			t.Fatalf("refused a correctly signed body: %v", err)
-		}
+		mapperstest.FuzzSignature(t, p, openproject.HeaderSignature, body, sig, openproject.SignatureHeader(testSecret, body))
 	})
 }
 
 // FuzzMap: no input panics; the result is a *mappers.ParseError or one
 // schema-valid envelope on in.openproject.{event}.
 func FuzzMap(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("testdata", "payloads", "*.json"))
-	for _, file := range files {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
+	for _, pl := range mapperstest.Payloads(f, filepath.Join("testdata", "payloads", "*.json")) {
+		f.Add(pl.Body)
 	}
 	f.Add([]byte(`{"action":"time_entry:created","time_entry":{"id":1,"_links":{"entity":{"href":"/api/v3/work_packages/99999999999999999999"}}}}`))
 	f.Add([]byte(`{"action":":","a":{"_links":{"workPackage":{"href":"/work_packages/-1"}}}}`))
 	p := newProvider(f, "https://op.example.com/")
 	f.Fuzz(func(t *testing.T, body []byte) {
-		res, err := p.Map(signed(body))
-		if err != nil {
-			var pe *mappers.ParseError
-			if !errors.As(err, &pe) {
-				t.Fatalf("got %T %v, want *mappers.ParseError", err, err)
-			}
-			return
-		}
-		if len(res.Items) != 1 {
+		res, ok := mapperstest.FuzzMap(t, p, signed(body), envelope.ChannelOpenProject)
+		if ok && len(res.Items) != 1 {
 			t.Fatalf("got %d items, want 1", len(res.Items))
-		}
-		it := res.Items[0]
-		if !strings.HasPrefix(it.Subject, "in.openproject.") || strings.Count(it.Subject, ".") != 2 || it.MsgID == "" {
-			t.Fatalf("got subject %q msg id %q", it.Subject, it.MsgID)
-		}
-		if err := envelope.Validate(it.Envelope); err != nil {
-			t.Fatalf("invalid envelope: %v", err)
 		}
 	})
 }

@@ -1,34 +1,26 @@
 package openproject_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"flag"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/mappers"
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/openproject"
 	"github.com/relaystation/relay/secret"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden envelopes in testdata/golden")
-
 const (
 	testSecret = "op-webhook-secret-0123456789"
 	baseURL    = "https://openproject.example.com"
-	fixedID    = "00000000-0000-4000-8000-000000000000"
 )
 
-var received = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+var received = mapperstest.Received
 
 func newProvider(t testing.TB, base string) *openproject.Provider {
 	t.Helper()
@@ -48,116 +40,22 @@ func signed(body []byte) *mappers.Request {
 
 func payload(t testing.TB, file string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "payloads", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-type goldenItem struct {
-	Subject  string          `json:"subject"`
-	MsgID    string          `json:"msg_id"`
-	Envelope json.RawMessage `json:"envelope"`
-}
-
-type goldenDoc struct {
-	Items []goldenItem `json:"items"`
-}
-
-func encode(t *testing.T, v any, indent string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", indent)
-	if err := enc.Encode(v); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-// canonical is the envelope's wire JSON (envelope.Marshal) re-encoded with
-// sorted keys and without HTML escaping: the same document, independent of the
-// encoder's field order and escaping, and readable in a diff.
-func canonical(t *testing.T, e *envelope.Envelope) []byte {
-	t.Helper()
-	wire, err := e.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(wire))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		t.Fatalf("envelope wire form: %v", err)
-	}
-	return encode(t, v, "")
-}
-
-func render(t *testing.T, res mappers.Result) []byte {
-	t.Helper()
-	doc := goldenDoc{Items: []goldenItem{}}
-	for _, it := range res.Items {
-		id, err := uuid.Parse(it.Envelope.ID)
-		if err != nil || id.Version() != 4 {
-			t.Fatalf("envelope id %q is not a UUID v4", it.Envelope.ID)
-		}
-		it.Envelope.ID = fixedID
-		doc.Items = append(doc.Items, goldenItem{Subject: it.Subject, MsgID: it.MsgID, Envelope: canonical(t, it.Envelope)})
-	}
-	return encode(t, doc, "  ")
+	return mapperstest.ReadFile(t, filepath.Join("testdata", "payloads", file))
 }
 
 func TestGolden(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob(filepath.Join("testdata", "payloads", "*.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no payloads: %v", err)
-	}
 	p := newProvider(t, baseURL)
-	for _, f := range files {
-		file := filepath.Base(f)
-		t.Run(file, func(t *testing.T) {
+	for _, pl := range mapperstest.Payloads(t, filepath.Join("testdata", "payloads", "*.json")) {
+		t.Run(pl.Name, func(t *testing.T) {
 			t.Parallel()
-			r := signed(payload(t, file))
-			if err := p.Verify(r); err != nil {
-				t.Fatalf("Verify: %v", err)
-			}
-			res, err := p.Map(r)
-			if err != nil {
-				t.Fatalf("Map: %v", err)
-			}
-			got := render(t, res)
-			golden := filepath.Join("testdata", "golden", file)
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("read golden (run with -update to create): %v", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("envelopes differ from %s (rerun with -update if intended)\ngot:\n%s\nwant:\n%s", golden, got, want)
-			}
-			var doc goldenDoc
-			if err := json.Unmarshal(want, &doc); err != nil {
-				t.Fatalf("golden %s: %v", golden, err)
-			}
+			golden := filepath.Join("testdata", "golden", pl.Name)
+			doc := mapperstest.GoldenDoc(t, p, signed(pl.Body), golden)
 			if len(doc.Items) != 1 {
 				t.Fatalf("golden %s has %d items, want 1", golden, len(doc.Items))
 			}
-			event, _, _ := strings.Cut(file, ".")
-			for i, it := range doc.Items {
-				if err := envelope.ValidateJSON(it.Envelope); err != nil {
-					t.Errorf("golden %s item %d: %v", golden, i, err)
-				}
-				if it.Subject != "in.openproject."+event || !strings.HasPrefix(it.MsgID, "openproject:"+event+":") {
-					t.Errorf("golden %s item %d: subject %q, msg id %q", golden, i, it.Subject, it.MsgID)
-				}
-			}
+			event := pl.Stem()
+			mapperstest.CheckGoldenItems(t, golden, doc, "in.openproject."+event, "openproject:"+event+":")
 		})
 	}
 }
@@ -200,18 +98,8 @@ func TestMapping(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.file+"/base="+tt.base, func(t *testing.T) {
 			t.Parallel()
-			res, err := newProvider(t, tt.base).Map(signed(payload(t, tt.file)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(res.Items) != 1 {
-				t.Fatalf("got %d items, want 1", len(res.Items))
-			}
-			it := res.Items[0]
+			it := mapperstest.MapOne(t, newProvider(t, tt.base), signed(payload(t, tt.file)))
 			e := it.Envelope
-			if err := envelope.Validate(e); err != nil {
-				t.Fatal(err)
-			}
 			if e.Meta.Thread != tt.thread {
 				t.Errorf("got thread %q, want %q", e.Meta.Thread, tt.thread)
 			}
@@ -328,10 +216,7 @@ func TestMapRejectsBadBodies(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := p.Map(signed([]byte(tt.body)))
-			var pe *mappers.ParseError
-			if !errors.As(err, &pe) || pe.Provider != "openproject" {
-				t.Errorf("got %v, want an openproject *mappers.ParseError", err)
-			}
+			mapperstest.CheckParseError(t, "openproject", err)
 		})
 	}
 }

@@ -1,25 +1,17 @@
 package sentry_test
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/relaystation/relay/mappers/mapperstest"
+)
 
 // BenchmarkVerifyMap measures verification and mapping of the documented
 // issue and error webhooks.
 func BenchmarkVerifyMap(b *testing.B) {
 	for _, file := range []string{"issue.created.json", "error.created.json"} {
 		b.Run(file, func(b *testing.B) {
-			resource, body := payload(b, file)
-			r := signed(resource, body)
-			p := newProvider("test-org")
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := p.Verify(r); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := p.Map(r); err != nil {
-					b.Fatal(err)
-				}
-			}
+			mapperstest.BenchVerifyMap(b, newProvider("test-org"), signed(payload(b, file)))
 		})
 	}
 }

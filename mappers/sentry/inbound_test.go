@@ -1,32 +1,22 @@
 package sentry_test
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"flag"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/mappers"
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/sentry"
 	"github.com/relaystation/relay/secret"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden envelopes in testdata/golden")
-
 const testSecret = "b6c2a1e0f9d84c7ab2f3e4d5c6b7a8f9"
 
-var received = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-
-const fixedID = "00000000-0000-4000-8000-000000000000"
+var received = mapperstest.Received
 
 func newProvider(org string) *sentry.Provider {
 	return sentry.New(sentry.Config{Secret: secret.New(testSecret), Org: org, Now: func() time.Time { return received }})
@@ -44,117 +34,22 @@ func signed(resource string, body []byte) *mappers.Request {
 // file name up to the first dot.
 func payload(t testing.TB, file string) (resource string, body []byte) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "payloads", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resource, _, _ = strings.Cut(file, ".")
-	return resource, b
-}
-
-type goldenItem struct {
-	Subject  string          `json:"subject"`
-	MsgID    string          `json:"msg_id"`
-	Envelope json.RawMessage `json:"envelope"`
-}
-
-type goldenDoc struct {
-	Items []goldenItem `json:"items"`
-}
-
-func encode(t *testing.T, v any, indent string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", indent)
-	if err := enc.Encode(v); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-// canonical is the envelope's wire JSON (envelope.Marshal) re-encoded with
-// sorted keys and without HTML escaping: the same document, independent of the
-// encoder's field order and escaping, and readable in a diff.
-func canonical(t *testing.T, e *envelope.Envelope) []byte {
-	t.Helper()
-	wire, err := e.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(wire))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		t.Fatalf("envelope wire form: %v", err)
-	}
-	return encode(t, v, "")
-}
-
-func render(t *testing.T, res mappers.Result) []byte {
-	t.Helper()
-	doc := goldenDoc{Items: []goldenItem{}}
-	for _, it := range res.Items {
-		id, err := uuid.Parse(it.Envelope.ID)
-		if err != nil || id.Version() != 4 {
-			t.Fatalf("envelope id %q is not a UUID v4", it.Envelope.ID)
-		}
-		it.Envelope.ID = fixedID
-		doc.Items = append(doc.Items, goldenItem{Subject: it.Subject, MsgID: it.MsgID, Envelope: canonical(t, it.Envelope)})
-	}
-	return encode(t, doc, "  ")
+	return mapperstest.Stem(file), mapperstest.ReadFile(t, filepath.Join("testdata", "payloads", file))
 }
 
 func TestGolden(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob(filepath.Join("testdata", "payloads", "*.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no payloads: %v", err)
-	}
 	p := newProvider("test-org")
-	for _, f := range files {
-		file := filepath.Base(f)
-		t.Run(file, func(t *testing.T) {
+	for _, pl := range mapperstest.Payloads(t, filepath.Join("testdata", "payloads", "*.json")) {
+		t.Run(pl.Name, func(t *testing.T) {
 			t.Parallel()
-			resource, body := payload(t, file)
-			r := signed(resource, body)
-			if err := p.Verify(r); err != nil {
-				t.Fatalf("Verify: %v", err)
-			}
-			res, err := p.Map(r)
-			if err != nil {
-				t.Fatalf("Map: %v", err)
-			}
-			got := render(t, res)
-			golden := filepath.Join("testdata", "golden", file)
-			if *update {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("read golden (run with -update to create): %v", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("envelopes differ from %s (rerun with -update if intended)\ngot:\n%s\nwant:\n%s", golden, got, want)
-			}
-			var doc goldenDoc
-			if err := json.Unmarshal(want, &doc); err != nil {
-				t.Fatalf("golden %s: %v", golden, err)
-			}
+			resource := pl.Stem()
+			golden := filepath.Join("testdata", "golden", pl.Name)
+			doc := mapperstest.GoldenDoc(t, p, signed(resource, pl.Body), golden)
 			if len(doc.Items) != 1 {
 				t.Fatalf("golden %s has %d items, want 1", golden, len(doc.Items))
 			}
-			for i, it := range doc.Items {
-				if err := envelope.ValidateJSON(it.Envelope); err != nil {
-					t.Errorf("golden %s item %d: %v", golden, i, err)
-				}
-				if it.Subject != "in.sentry."+resource || !strings.HasPrefix(it.MsgID, "sentry:"+resource+":") {
-					t.Errorf("golden %s item %d: subject %q, msg id %q", golden, i, it.Subject, it.MsgID)
-				}
-			}
+			mapperstest.CheckGoldenItems(t, golden, doc, "in.sentry."+resource, "sentry:"+resource+":")
 		})
 	}
 }
@@ -200,18 +95,8 @@ func TestMapping(t *testing.T) {
 		t.Run(tt.file+"/org="+tt.org, func(t *testing.T) {
 			t.Parallel()
 			resource, body := payload(t, tt.file)
-			res, err := newProvider(tt.org).Map(signed(resource, body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(res.Items) != 1 {
-				t.Fatalf("got %d items, want 1", len(res.Items))
-			}
-			it := res.Items[0]
+			it := mapperstest.MapOne(t, newProvider(tt.org), signed(resource, body))
 			e := it.Envelope
-			if err := envelope.Validate(e); err != nil {
-				t.Fatal(err)
-			}
 			if e.Meta.Thread != tt.thread {
 				t.Errorf("got thread %q, want %q", e.Meta.Thread, tt.thread)
 			}
@@ -292,10 +177,7 @@ func TestMapRejectsBadBodies(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := p.Map(signed(tt.resource, []byte(tt.body)))
-			var pe *mappers.ParseError
-			if !errors.As(err, &pe) || pe.Provider != "sentry" {
-				t.Errorf("got %v, want a sentry *mappers.ParseError", err)
-			}
+			mapperstest.CheckParseError(t, "sentry", err)
 		})
 	}
 }

@@ -2,6 +2,8 @@ package slack_test
 
 import (
 	"testing"
+
+	"github.com/relaystation/relay/mappers/mapperstest"
 )
 
 // BenchmarkVerifyMap measures one Events API app_mention: verification and
@@ -13,18 +15,7 @@ func BenchmarkVerifyMap(b *testing.B) {
 		{"interactions", "testdata/interactions/block_actions_approve_in_thread.json"},
 	} {
 		b.Run(tc.route, func(b *testing.B) {
-			r := signed(tc.route, body(b, tc.route, tc.file))
-			p := newProvider()
-			b.SetBytes(int64(len(r.Body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := p.Verify(r); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := p.Map(r); err != nil {
-					b.Fatal(err)
-				}
-			}
+			mapperstest.BenchVerifyMap(b, newProvider(), signed(tc.route, body(b, tc.route, tc.file)))
 		})
 	}
 }

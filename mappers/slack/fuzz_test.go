@@ -1,9 +1,7 @@
 package slack_test
 
 import (
-	"errors"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/mappers"
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/slack"
 )
 
@@ -33,12 +32,7 @@ func FuzzVerify(f *testing.F) {
 		if err == nil && sig != good {
 			t.Fatalf("accepted signature %q for body %q, want only %q", sig, body, good)
 		}
-		if err != nil {
-			var se *mappers.SignatureError
-			if !errors.As(err, &se) {
-				t.Fatalf("got %T %v, want *mappers.SignatureError", err, err)
-			}
-		}
+		mapperstest.CheckSignatureError(t, err)
 		h.Set(slack.HeaderSignature, good)
 		err = p.Verify(r)
 		n, perr := strconv.ParseInt(ts, 10, 64)
@@ -56,12 +50,8 @@ func FuzzVerify(f *testing.F) {
 // items whose envelopes are schema-valid, with subjects under in.slack.
 func FuzzMap(f *testing.F) {
 	for _, route := range []string{slack.RouteEvents, slack.RouteCommands, slack.RouteInteractions} {
-		files, _ := filepath.Glob(filepath.Join("testdata", route, "*"))
-		for _, file := range files {
-			b, err := os.ReadFile(file)
-			if err != nil {
-				f.Fatal(err)
-			}
+		for _, pl := range mapperstest.Payloads(f, filepath.Join("testdata", route, "*")) {
+			b := pl.Body
 			if route == slack.RouteInteractions {
 				b = []byte("payload=" + string(b))
 			}
@@ -72,24 +62,14 @@ func FuzzMap(f *testing.F) {
 	f.Add("interactions", []byte(`payload={"type":"view_submission","view":{"id":"V1","private_metadata":"{\"thread\":\"x\"}","state":{"values":{"b":{"a":{}}}}}}`))
 	p := newProvider()
 	f.Fuzz(func(t *testing.T, route string, body []byte) {
-		res, err := p.Map(signed(route, body))
-		if err != nil {
-			var pe *mappers.ParseError
-			if !errors.As(err, &pe) {
-				t.Fatalf("got %T %v, want *mappers.ParseError", err, err)
-			}
+		res, ok := mapperstest.FuzzMap(t, p, signed(route, body), envelope.ChannelSlack)
+		if !ok {
 			return
 		}
 		if len(res.Items) == 0 && res.Reply == nil {
 			t.Fatal("no items and no reply")
 		}
 		for _, it := range res.Items {
-			if !strings.HasPrefix(it.Subject, "in.slack.") || strings.Count(it.Subject, ".") != 2 || it.MsgID == "" {
-				t.Fatalf("got subject %q msg id %q", it.Subject, it.MsgID)
-			}
-			if err := envelope.Validate(it.Envelope); err != nil {
-				t.Fatalf("invalid envelope: %v", err)
-			}
 			if len(it.Envelope.Content) > mappers.MaxContent+len("…") {
 				t.Fatalf("content of %d bytes", len(it.Envelope.Content))
 			}

@@ -3,34 +3,25 @@ package slack_test
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"flag"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/mappers"
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/slack"
 	"github.com/relaystation/relay/secret"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden envelopes in testdata/golden")
-
 const testSecret = "8f742231b10e8888abcd99yyyzzz85a5"
 
 // received is the fixed receive time of every golden request.
-var received = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-
-// fixedID replaces the random envelope id in goldens; it is a valid UUID v4.
-const fixedID = "00000000-0000-4000-8000-000000000000"
+var received = mapperstest.Received
 
 func newProvider() *slack.Provider {
 	return slack.New(slack.Config{Secret: secret.New(testSecret), Now: func() time.Time { return received }})
@@ -48,10 +39,7 @@ func signed(route string, body []byte) *mappers.Request {
 // body reads a payload file and shapes it as Slack sends it on route.
 func body(t testing.TB, route, path string) []byte {
 	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := mapperstest.ReadFile(t, path)
 	if route == slack.RouteInteractions {
 		var c bytes.Buffer
 		if err := json.Compact(&c, raw); err != nil {
@@ -62,124 +50,20 @@ func body(t testing.TB, route, path string) []byte {
 	return raw
 }
 
-type goldenReply struct {
-	Status      int    `json:"status"`
-	ContentType string `json:"content_type"`
-	Body        string `json:"body"`
-}
-
-type goldenItem struct {
-	Subject  string          `json:"subject"`
-	MsgID    string          `json:"msg_id"`
-	Envelope json.RawMessage `json:"envelope"`
-}
-
-type goldenDoc struct {
-	Reply *goldenReply `json:"reply,omitempty"`
-	Items []goldenItem `json:"items"`
-}
-
-// canonical is the envelope's wire JSON (envelope.Marshal) re-encoded with
-// sorted keys and without HTML escaping: the same document, independent of the
-// encoder's field order and escaping, and readable in a diff.
-func canonical(t *testing.T, e *envelope.Envelope) []byte {
-	t.Helper()
-	wire, err := e.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(wire))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		t.Fatalf("envelope wire form: %v", err)
-	}
-	return encode(t, v, "")
-}
-
-func render(t *testing.T, res mappers.Result) []byte {
-	t.Helper()
-	doc := goldenDoc{Items: []goldenItem{}}
-	if res.Reply != nil {
-		doc.Reply = &goldenReply{Status: res.Reply.Status, ContentType: res.Reply.ContentType, Body: string(res.Reply.Body)}
-	}
-	for _, it := range res.Items {
-		id, err := uuid.Parse(it.Envelope.ID)
-		if err != nil || id.Version() != 4 {
-			t.Fatalf("envelope id %q is not a UUID v4", it.Envelope.ID)
-		}
-		it.Envelope.ID = fixedID
-		doc.Items = append(doc.Items, goldenItem{Subject: it.Subject, MsgID: it.MsgID, Envelope: canonical(t, it.Envelope)})
-	}
-	return encode(t, doc, "  ")
-}
-
-// encode writes v as JSON without HTML escaping, so goldens read like Slack's
-// own markup ("<@U123>").
-func encode(t *testing.T, v any, indent string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", indent)
-	if err := enc.Encode(v); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
 func TestGolden(t *testing.T) {
 	t.Parallel()
 	p := newProvider()
 	for _, route := range []string{slack.RouteEvents, slack.RouteCommands, slack.RouteInteractions} {
-		files, err := filepath.Glob(filepath.Join("testdata", route, "*"))
-		if err != nil || len(files) == 0 {
-			t.Fatalf("no payloads for %s: %v", route, err)
-		}
-		for _, f := range files {
-			name := strings.TrimSuffix(filepath.Base(f), filepath.Ext(f))
+		for _, pl := range mapperstest.Payloads(t, filepath.Join("testdata", route, "*")) {
+			name := strings.TrimSuffix(pl.Name, filepath.Ext(pl.Name))
 			t.Run(route+"/"+name, func(t *testing.T) {
 				t.Parallel()
-				r := signed(route, body(t, route, f))
-				if err := p.Verify(r); err != nil {
-					t.Fatalf("Verify: %v", err)
-				}
-				res, err := p.Map(r)
-				if err != nil {
-					t.Fatalf("Map: %v", err)
-				}
-				got := render(t, res)
 				golden := filepath.Join("testdata", "golden", route, name+".json")
-				if *update {
-					if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
-						t.Fatal(err)
-					}
-					if err := os.WriteFile(golden, got, 0o644); err != nil {
-						t.Fatal(err)
-					}
-				}
-				want, err := os.ReadFile(golden)
-				if err != nil {
-					t.Fatalf("read golden (run with -update to create): %v", err)
-				}
-				if !bytes.Equal(got, want) {
-					t.Errorf("envelopes differ from %s (rerun with -update if intended)\ngot:\n%s\nwant:\n%s", golden, got, want)
-				}
-				var doc goldenDoc
-				if err := json.Unmarshal(want, &doc); err != nil {
-					t.Fatalf("golden %s: %v", golden, err)
-				}
+				doc := mapperstest.GoldenDoc(t, p, signed(route, body(t, route, pl.Path)), golden)
 				if len(doc.Items) == 0 && doc.Reply == nil {
 					t.Errorf("golden %s has neither items nor a reply", golden)
 				}
-				for i, it := range doc.Items {
-					if err := envelope.ValidateJSON(it.Envelope); err != nil {
-						t.Errorf("golden %s item %d: %v", golden, i, err)
-					}
-					if !strings.HasPrefix(it.Subject, "in.slack.") || it.MsgID == "" {
-						t.Errorf("golden %s item %d: subject %q, msg id %q", golden, i, it.Subject, it.MsgID)
-					}
-				}
+				mapperstest.CheckGoldenItems(t, golden, doc, "in.slack.", "slack:")
 			})
 		}
 	}
@@ -192,17 +76,7 @@ func mapOne(t *testing.T, route, file string, mutate func(*mappers.Request)) map
 	if mutate != nil {
 		mutate(r)
 	}
-	res, err := newProvider().Map(r)
-	if err != nil {
-		t.Fatalf("Map %s: %v", file, err)
-	}
-	if len(res.Items) != 1 {
-		t.Fatalf("Map %s: got %d items, want 1", file, len(res.Items))
-	}
-	if err := envelope.Validate(res.Items[0].Envelope); err != nil {
-		t.Fatalf("Map %s: %v", file, err)
-	}
-	return res.Items[0]
+	return mapperstest.MapOne(t, newProvider(), r)
 }
 
 func slackMeta(t *testing.T, e *envelope.Envelope) map[string]any {
@@ -394,10 +268,7 @@ func TestMapRejectsBadBodies(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := p.Map(signed(tt.route, []byte(tt.body)))
-			var pe *mappers.ParseError
-			if !errors.As(err, &pe) || pe.Provider != "slack" {
-				t.Errorf("got %v, want a slack *mappers.ParseError", err)
-			}
+			mapperstest.CheckParseError(t, "slack", err)
 		})
 	}
 }

@@ -1,7 +1,6 @@
 package slack_test
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	slackapi "github.com/slack-go/slack"
 
 	"github.com/relaystation/relay/mappers"
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/slack"
 	"github.com/relaystation/relay/secret"
 )
@@ -26,25 +26,25 @@ func TestVerify(t *testing.T) {
 		sig, ts string
 		body    []byte
 		clock   bool  // leave Received zero so the provider's clock is used
-		want    error // nil, mappers.ErrNoSecret, or errSig for a *SignatureError
+		want    error // nil, mappers.ErrNoSecret, or mapperstest.ErrSignature
 	}{
 		{name: "valid", secret: testSecret, sig: good, ts: ts, body: body},
 		{name: "valid, receive time from the clock", secret: testSecret, sig: good, ts: ts, body: body, clock: true},
 		{name: "4m59s old", secret: testSecret, sig: slack.SignatureHeader(testSecret, at(-299*time.Second), body), ts: at(-299 * time.Second), body: body},
 		{name: "no secret", secret: "", sig: good, ts: ts, body: body, want: mappers.ErrNoSecret},
-		{name: "missing signature", secret: testSecret, ts: ts, body: body, want: errSig},
-		{name: "missing timestamp", secret: testSecret, sig: good, body: body, want: errSig},
-		{name: "wrong secret", secret: "other", sig: good, ts: ts, body: body, want: errSig},
-		{name: "tampered body", secret: testSecret, sig: good, ts: ts, body: append([]byte(" "), body...), want: errSig},
-		{name: "timestamp swapped", secret: testSecret, sig: good, ts: at(time.Second), body: body, want: errSig},
-		{name: "stale 6 minutes", secret: testSecret, sig: slack.SignatureHeader(testSecret, at(-6*time.Minute), body), ts: at(-6 * time.Minute), body: body, want: errSig},
-		{name: "future 6 minutes", secret: testSecret, sig: slack.SignatureHeader(testSecret, at(6*time.Minute), body), ts: at(6 * time.Minute), body: body, want: errSig},
-		{name: "huge timestamp", secret: testSecret, sig: slack.SignatureHeader(testSecret, "9223372036854775807", body), ts: "9223372036854775807", body: body, want: errSig},
-		{name: "negative timestamp", secret: testSecret, sig: slack.SignatureHeader(testSecret, "-9223372036854775808", body), ts: "-9223372036854775808", body: body, want: errSig},
-		{name: "timestamp not a number", secret: testSecret, sig: slack.SignatureHeader(testSecret, "soon", body), ts: "soon", body: body, want: errSig},
-		{name: "v1 prefix", secret: testSecret, sig: "v1=" + good[3:], ts: ts, body: body, want: errSig},
-		{name: "not hex", secret: testSecret, sig: "v0=zz", ts: ts, body: body, want: errSig},
-		{name: "short digest", secret: testSecret, sig: good[:20], ts: ts, body: body, want: errSig},
+		{name: "missing signature", secret: testSecret, ts: ts, body: body, want: mapperstest.ErrSignature},
+		{name: "missing timestamp", secret: testSecret, sig: good, body: body, want: mapperstest.ErrSignature},
+		{name: "wrong secret", secret: "other", sig: good, ts: ts, body: body, want: mapperstest.ErrSignature},
+		{name: "tampered body", secret: testSecret, sig: good, ts: ts, body: append([]byte(" "), body...), want: mapperstest.ErrSignature},
+		{name: "timestamp swapped", secret: testSecret, sig: good, ts: at(time.Second), body: body, want: mapperstest.ErrSignature},
+		{name: "stale 6 minutes", secret: testSecret, sig: slack.SignatureHeader(testSecret, at(-6*time.Minute), body), ts: at(-6 * time.Minute), body: body, want: mapperstest.ErrSignature},
+		{name: "future 6 minutes", secret: testSecret, sig: slack.SignatureHeader(testSecret, at(6*time.Minute), body), ts: at(6 * time.Minute), body: body, want: mapperstest.ErrSignature},
+		{name: "huge timestamp", secret: testSecret, sig: slack.SignatureHeader(testSecret, "9223372036854775807", body), ts: "9223372036854775807", body: body, want: mapperstest.ErrSignature},
+		{name: "negative timestamp", secret: testSecret, sig: slack.SignatureHeader(testSecret, "-9223372036854775808", body), ts: "-9223372036854775808", body: body, want: mapperstest.ErrSignature},
+		{name: "timestamp not a number", secret: testSecret, sig: slack.SignatureHeader(testSecret, "soon", body), ts: "soon", body: body, want: mapperstest.ErrSignature},
+		{name: "v1 prefix", secret: testSecret, sig: "v1=" + good[3:], ts: ts, body: body, want: mapperstest.ErrSignature},
+		{name: "not hex", secret: testSecret, sig: "v0=zz", ts: ts, body: body, want: mapperstest.ErrSignature},
+		{name: "short digest", secret: testSecret, sig: good[:20], ts: ts, body: body, want: mapperstest.ErrSignature},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,29 +62,8 @@ func TestVerify(t *testing.T) {
 				rcv = time.Time{}
 			}
 			err := p.Verify(&mappers.Request{Route: "events", Header: h, Body: tt.body, Received: rcv})
-			checkVerifyErr(t, err, tt.want)
+			mapperstest.CheckVerifyErr(t, "slack", err, tt.want)
 		})
-	}
-}
-
-var errSig = errors.New("a *mappers.SignatureError")
-
-func checkVerifyErr(t *testing.T, err, want error) {
-	t.Helper()
-	switch want {
-	case nil:
-		if err != nil {
-			t.Errorf("got %v, want nil", err)
-		}
-	case errSig:
-		var se *mappers.SignatureError
-		if !errors.As(err, &se) || se.Provider != "slack" || se.Reason == "" {
-			t.Errorf("got %v, want a slack *mappers.SignatureError", err)
-		}
-	default:
-		if !errors.Is(err, want) {
-			t.Errorf("got %v, want %v", err, want)
-		}
 	}
 }
 
