@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/envelope"
@@ -122,58 +123,79 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) error 
 		}
 		return fmt.Errorf("create consumer %s on %s: %w", cfg.Name, stream, err)
 	}
-	// Short pull requests: should a pull ever go unanswered (a dropped
-	// connection, a server restart), the next one follows within seconds
-	// instead of the default 30.
-	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Concurrency), jetstream.PullExpiry(5*time.Second))
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", cfg.Name, err)
-	}
 	log := b.log.With("consumer", cfg.Name)
 
 	// Handlers run on a context that survives ctx's cancellation for the grace
 	// period, so shutdown drains in-flight work instead of abandoning it.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
-	// On shutdown, drain rather than stop the iterator: messages already pulled
-	// but not yet handled come out of Next and are handed back at once (nak
-	// without delay), instead of waiting out their ack wait.
-	stop := context.AfterFunc(ctx, func() { iter.Drain() })
-	defer stop()
 
+	// The pull loop: reserve the free handler slots, fetch at most that many
+	// messages with one short pull request, hand each to a handler as it
+	// arrives, give back the slots the pull did not fill, repeat. Every pull
+	// ends by itself within pullWait, so nothing client-side can leave the
+	// consumer without an outstanding pull for long.
 	sem := make(chan struct{}, cfg.Concurrency)
 	var wg sync.WaitGroup
-	for {
-		msg, err := iter.Next()
-		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				break
-			}
-			if ctx.Err() != nil {
-				iter.Stop()
-				break
-			}
-			log.Warn("fetch failed", "err", err)
-			continue
-		}
-		if ctx.Err() != nil {
-			_ = msg.Nak()
-			b.outcome(cfg.Name, "returned")
-			continue
-		}
+	retry := 0
+	for ctx.Err() == nil {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			_ = msg.Nak()
-			b.outcome(cfg.Name, "returned")
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			b.handle(hctx, &cfg, stream, msg, h, log)
-		}()
+		slots := 1
+		for slots < cfg.Concurrency {
+			select {
+			case sem <- struct{}{}:
+				slots++
+				continue
+			default:
+			}
+			break
+		}
+		fctx, fcancel := context.WithTimeout(ctx, pullWait)
+		batch, err := cons.Fetch(slots, jetstream.FetchContext(fctx))
+		if err != nil {
+			fcancel()
+			for range slots {
+				<-sem
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			retry++
+			log.Warn("pull failed; retrying", "err", err)
+			sleepCtx(ctx, nakDelay([]time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}, uint64(retry)))
+			continue
+		}
+		retry = 0
+		for msg := range batch.Messages() {
+			slots--
+			if ctx.Err() != nil {
+				// Pulled during shutdown: hand it back at once rather than
+				// leaving it to its ack wait.
+				_ = msg.Nak()
+				b.outcome(cfg.Name, "returned")
+				<-sem
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				b.handle(hctx, &cfg, stream, msg, h, log)
+			}()
+		}
+		fcancel()
+		for range slots {
+			<-sem
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) &&
+			!errors.Is(err, context.Canceled) && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			log.Debug("pull ended", "err", err)
+		}
 	}
+
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
@@ -278,5 +300,19 @@ func firstLine(s string) string {
 func (b *Bus) outcome(consumer, o string) {
 	if b.metrics != nil {
 		b.metrics.consumed.WithLabelValues(consumer, o).Inc()
+	}
+}
+
+// pullWait bounds one pull request. Messages are handed over as they arrive;
+// the bound only decides how soon an idle or unanswered pull is replaced.
+const pullWait = 5 * time.Second
+
+// sleepCtx sleeps for d or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }

@@ -49,7 +49,9 @@ func TestEmbeddedRestartKeepsMessages(t *testing.T) {
 		t.Error("duplicate window forgot a delivery id across the restart")
 	}
 	after := map[string]bool{}
-	run(t, second, bus.ConsumerConfig{Name: "agent", Subject: "in.>"}, func(_ context.Context, m *bus.Message) error {
+	// Same ack wait as before the restart: deliveries pending at the restart
+	// come back after it.
+	run(t, second, bus.ConsumerConfig{Name: "agent", Subject: "in.>", AckWait: 2 * time.Second, Heartbeat: 500 * time.Millisecond}, func(_ context.Context, m *bus.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		after[m.Envelope.ID] = true
