@@ -5,19 +5,17 @@ package github
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"time"
 
 	gh "github.com/google/go-github/v60/github"
 
+	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/secret"
 )
 
@@ -93,24 +91,6 @@ type Comment struct {
 	Existing bool
 }
 
-var safeKey = regexp.MustCompile(`^[A-Za-z0-9:._/@+=-]{1,200}$`)
-
-// Marker returns the hidden HTML comment that identifies the comment of an
-// idempotency key. A key with characters outside [A-Za-z0-9:._/@+=-] (or
-// "--", which would end the HTML comment) is replaced by its SHA-256.
-func Marker(key string) string {
-	if !safeKey.MatchString(key) || strings.Contains(key, "--") {
-		sum := sha256.Sum256([]byte(key))
-		key = "sha256:" + hex.EncodeToString(sum[:])
-	}
-	return "<!-- relay:" + key + " -->"
-}
-
-// CommentBody is body with the key's marker appended.
-func CommentBody(body, key string) string {
-	return strings.TrimRight(body, "\n") + "\n\n" + Marker(key)
-}
-
 // PostComment comments body on issue or pull request owner/repo#number, once
 // for key: when a comment with the key's marker exists among the comments
 // updated since since (zero: all), it is returned with Existing set and
@@ -125,7 +105,7 @@ func (c *Commenter) PostComment(ctx context.Context, owner, repo string, number 
 		if found != nil {
 			return *found, nil
 		}
-		body = CommentBody(body, key)
+		body = mappers.WithMarker(body, key)
 	}
 	cm, resp, err := c.client.Issues.CreateComment(ctx, owner, repo, number, &gh.IssueComment{Body: gh.String(body)})
 	if err != nil {
@@ -137,7 +117,7 @@ func (c *Commenter) PostComment(ctx context.Context, owner, repo string, number 
 // FindComment returns the comment carrying key's marker among the comments
 // of owner/repo#number updated since since, or nil.
 func (c *Commenter) FindComment(ctx context.Context, owner, repo string, number int, key string, since time.Time) (*Comment, error) {
-	marker := Marker(key)
+	marker := mappers.Marker(key)
 	opts := &gh.IssueListCommentsOptions{ListOptions: gh.ListOptions{PerPage: 100}}
 	if !since.IsZero() {
 		opts.Since = &since
@@ -192,12 +172,8 @@ func (e *PostError) Permanent() bool {
 	switch {
 	case errors.As(e.Err, &rl), errors.As(e.Err, &ab):
 		return false
-	case e.Status == 0, e.Status >= 500:
-		return false
-	case e.Status == http.StatusTooManyRequests, e.Status == http.StatusRequestTimeout, e.Status == http.StatusConflict:
-		return false
 	}
-	return e.Status >= 400
+	return mappers.PermanentStatus(e.Status)
 }
 
 // RetryDelay is how long GitHub asked to wait, or 0.
@@ -228,22 +204,7 @@ func classify(op string, resp *gh.Response, err error) error {
 		}
 	case errors.As(err, &er) && er.Response != nil:
 		pe.Status = er.Response.StatusCode
-		pe.RetryAfter = retryAfter(er.Response.Header.Get("Retry-After"))
+		pe.RetryAfter = mappers.RetryAfter(er.Response.Header.Get("Retry-After"), time.Now())
 	}
 	return pe
-}
-
-// retryAfter reads Retry-After in seconds or as an HTTP date; 0 when absent.
-func retryAfter(v string) time.Duration {
-	if v == "" {
-		return 0
-	}
-	var n int64
-	if _, err := fmt.Sscanf(v, "%d", &n); err == nil && n > 0 {
-		return time.Duration(min(n, 86400)) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && time.Until(t) > 0 {
-		return min(time.Until(t), 24*time.Hour)
-	}
-	return 0
 }

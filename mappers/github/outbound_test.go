@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/github"
 	"github.com/relaystation/relay/secret"
 )
@@ -127,7 +128,7 @@ func TestPostCommentOnce(t *testing.T) {
 	ctx := t.Context()
 	start := time.Now().Add(-time.Minute)
 	// 250 older comments (three pages), some quoting another key's marker.
-	fake.seed(7, 250, start.Add(time.Second), func(i int) string { return fmt.Sprintf("comment %d %s", i, github.Marker("out:other")) })
+	fake.seed(7, 250, start.Add(time.Second), func(i int) string { return fmt.Sprintf("comment %d %s", i, mappers.Marker("out:other")) })
 
 	first, err := c.PostComment(ctx, "octo", "hello", 7, "The **answer**.", "out:task-1", start)
 	if err != nil {
@@ -216,20 +217,5 @@ func TestPostCommentErrors(t *testing.T) {
 	}
 	if _, err := github.NewCommenter(github.CommenterConfig{Token: secret.New("x"), APIURL: "not a url"}); err == nil {
 		t.Fatal("got nil error for a bad API URL")
-	}
-}
-
-func TestMarker(t *testing.T) {
-	t.Parallel()
-	cases := map[string]string{
-		"out:1b4e28ba-2fa1-11d2-883f-0016d3cca427": "<!-- relay:out:1b4e28ba-2fa1-11d2-883f-0016d3cca427 -->",
-		"bad --> key": "<!-- relay:sha256:",
-		"a--b":        "<!-- relay:sha256:",
-		"":            "<!-- relay:sha256:",
-	}
-	for key, want := range cases {
-		if got := github.Marker(key); !strings.HasPrefix(got, want) || strings.Count(got, "--") != 2 {
-			t.Errorf("Marker(%q): got %q, want prefix %q and no inner --", key, got, want)
-		}
 	}
 }

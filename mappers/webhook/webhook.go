@@ -31,6 +31,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relaystation/relay/mappers"
 )
 
 // Header names of the Standard Webhooks specification.
@@ -269,7 +271,7 @@ func (s *Sender) Send(ctx context.Context, url, id string, body []byte) (Deliver
 		Op:         op,
 		Status:     resp.StatusCode,
 		Body:       strings.TrimSpace(string(snippet)),
-		RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now()),
+		RetryAfter: mappers.RetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now()),
 	}
 }
 
@@ -301,51 +303,18 @@ func (e *SendError) Error() string {
 
 func (e *SendError) Unwrap() error { return e.Err }
 
-// Permanent reports whether retrying cannot help: a 4xx other than 408, 425
-// and 429, a 3xx (redirects are not followed), or a request that cannot be built.
+// Permanent reports whether retrying cannot help (mappers.PermanentStatus: a
+// 3xx, as redirects are not followed, or a 4xx other than 408, 409, 425 and
+// 429), or a request that cannot be built.
 func (e *SendError) Permanent() bool {
 	if e.permanent {
 		return true
 	}
-	return PermanentStatus(e.Status)
+	return mappers.PermanentStatus(e.Status)
 }
 
 // RetryDelay is the receiver's Retry-After, or 0.
 func (e *SendError) RetryDelay() time.Duration { return e.RetryAfter }
-
-// PermanentStatus reports whether an HTTP status means retrying cannot help:
-// 3xx and 4xx except 408 Request Timeout, 425 Too Early and 429 Too Many
-// Requests. 0 (no answer) and 5xx are transient.
-func PermanentStatus(code int) bool {
-	switch {
-	case code == 0, code >= 500:
-		return false
-	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests:
-		return false
-	}
-	return code >= 300
-}
-
-// ParseRetryAfter reads a Retry-After header: delay seconds or an HTTP date.
-// It returns 0 when the header is absent or unreadable.
-func ParseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n <= 0 {
-			return 0
-		}
-		return time.Duration(min(n, 24*3600)) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return min(d, 24*time.Hour)
-		}
-	}
-	return 0
-}
 
 func truncate(s string, n int) string {
 	if len(s) <= n {

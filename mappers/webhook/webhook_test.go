@@ -248,24 +248,6 @@ func TestSenderNetworkErrorIsTransient(t *testing.T) {
 	}
 }
 
-func TestParseRetryAfter(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	cases := map[string]time.Duration{
-		"":     0,
-		"30":   30 * time.Second,
-		"-1":   0,
-		"soon": 0,
-		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
-		now.Add(-time.Minute).Format(http.TimeFormat):     0,
-	}
-	for in, want := range cases {
-		if got := webhook.ParseRetryAfter(in, now); got != want {
-			t.Errorf("ParseRetryAfter(%q): got %s, want %s", in, got, want)
-		}
-	}
-}
-
 // FuzzVerify: Verify never panics and never accepts a signature made with
 // another key or over another body.
 func FuzzVerify(f *testing.F) {

@@ -64,6 +64,7 @@ import (
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/github"
 	"github.com/relaystation/relay/mappers/openproject"
 	"github.com/relaystation/relay/mappers/sentry"
@@ -592,8 +593,7 @@ func Reason(err error) string {
 	var (
 		ge *github.PostError
 		se *slack.PostError
-		ne *sentry.PostError
-		oe *openproject.PostError
+		ae *mappers.APIError
 		we *webhook.SendError
 	)
 	status := func(code int, detail string) string {
@@ -610,10 +610,8 @@ func Reason(err error) string {
 		return se.Code
 	case errors.As(err, &se) && se.Status != 0:
 		return status(se.Status, "")
-	case errors.As(err, &ne) && ne.Status != 0:
-		return status(ne.Status, ne.Detail)
-	case errors.As(err, &oe) && oe.Status != 0:
-		return status(oe.Status, oe.Message)
+	case errors.As(err, &ae) && ae.Status != 0:
+		return status(ae.Status, ae.Message)
 	case errors.As(err, &we) && we.Status != 0:
 		return status(we.Status, "")
 	}

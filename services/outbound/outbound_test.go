@@ -519,7 +519,8 @@ func TestReason(t *testing.T) {
 	}{
 		{&github.PostError{Status: 404}, "404 Not Found"},
 		{&slack.PostError{Code: "channel_not_found"}, "channel_not_found"},
-		{&sentry.PostError{Status: 403, Detail: "no access"}, "403 Forbidden (no access)"},
+		{&sentry.PostError{Provider: "sentry", Status: 403, Message: "no access"}, "403 Forbidden (no access)"},
+		{&openproject.PostError{Provider: "openproject", Status: 422, Message: "Comment can't be blank."}, "422 Unprocessable Entity (Comment can't be blank.)"},
 		{&webhook.SendError{Status: 410}, "410 Gone"},
 		{errors.New("plain"), "plain"},
 	}

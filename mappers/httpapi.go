@@ -1,0 +1,194 @@
+package mappers
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// PermanentStatus reports whether an HTTP status means retrying cannot help:
+// 3xx and 4xx except 408 Request Timeout, 409 Conflict (a concurrent update),
+// 425 Too Early and 429 Too Many Requests. 0 (no answer) and 5xx are transient.
+func PermanentStatus(code int) bool {
+	switch {
+	case code == 0, code >= 500:
+		return false
+	case code == http.StatusRequestTimeout, code == http.StatusConflict,
+		code == http.StatusTooEarly, code == http.StatusTooManyRequests:
+		return false
+	}
+	return code >= 300
+}
+
+// RetryAfter reads a Retry-After header, delay seconds or an HTTP date,
+// capped at a day. It returns 0 when the header is absent, unreadable or past.
+func RetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		return time.Duration(min(n, 24*3600)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return min(d, 24*time.Hour)
+		}
+	}
+	return 0
+}
+
+// APIError is a failed call to a provider's HTTP API.
+type APIError struct {
+	// Provider names the API ("sentry", "openproject").
+	Provider string
+	// Op is the method and URL.
+	Op string
+	// Status is the HTTP status; 0 when there was no answer.
+	Status int
+	// Message is the provider's error text.
+	Message string
+	// RetryAfter is the provider's Retry-After, when it sent one.
+	RetryAfter time.Duration
+	// Err is the transport or decoding error.
+	Err error
+	// invalid marks a request that could not be built.
+	invalid bool
+}
+
+func (e *APIError) Error() string {
+	switch {
+	case e.Err != nil:
+		return fmt.Sprintf("%s %s: %v", e.Provider, e.Op, e.Err)
+	case e.Message != "":
+		return fmt.Sprintf("%s %s: %d %s: %s", e.Provider, e.Op, e.Status, http.StatusText(e.Status), e.Message)
+	}
+	return fmt.Sprintf("%s %s: %d %s", e.Provider, e.Op, e.Status, http.StatusText(e.Status))
+}
+
+func (e *APIError) Unwrap() error { return e.Err }
+
+// Permanent reports whether retrying cannot help (see PermanentStatus); a
+// request that could not be built is permanent, a lost answer is not.
+func (e *APIError) Permanent() bool {
+	if e.invalid {
+		return true
+	}
+	if e.Status >= 200 && e.Status < 300 {
+		return false // the call worked; only its answer did not decode
+	}
+	return PermanentStatus(e.Status)
+}
+
+// RetryDelay is the provider's Retry-After, or 0.
+func (e *APIError) RetryDelay() time.Duration { return e.RetryAfter }
+
+// JSONAPI calls a provider's JSON HTTP API. It is safe for concurrent use.
+type JSONAPI struct {
+	// Provider names the API in errors.
+	Provider string
+	// Client does the requests.
+	Client *http.Client
+	// Authorize sets the request's credentials.
+	Authorize func(*http.Request)
+	// Accept is the Accept header; default application/json.
+	Accept string
+	// MaxBody bounds the answer read; default 8 MiB.
+	MaxBody int64
+	// Message extracts the provider's error text from an error answer;
+	// default the start of the body.
+	Message func(body []byte) string
+}
+
+// Do sends body (JSON, may be nil) with method to u and decodes a 2xx answer
+// into out (when not nil). Every error is an *APIError.
+func (a *JSONAPI) Do(ctx context.Context, method, u string, body []byte, out any) error {
+	op := method + " " + u
+	fail := func(e *APIError) error { e.Provider, e.Op = a.Provider, op; return e }
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return fail(&APIError{Err: err, invalid: true})
+	}
+	if a.Authorize != nil {
+		a.Authorize(req)
+	}
+	req.Header.Set("Accept", cmp(a.Accept, "application/json"))
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := a.Client.Do(req)
+	if err != nil {
+		return fail(&APIError{Err: err})
+	}
+	defer resp.Body.Close()
+	limit := a.MaxBody
+	if limit <= 0 {
+		limit = 8 << 20
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	if err != nil {
+		return fail(&APIError{Err: err})
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		msg := BodyText(data)
+		if a.Message != nil {
+			msg = a.Message(data)
+		}
+		return fail(&APIError{Status: resp.StatusCode, Message: msg,
+			RetryAfter: RetryAfter(resp.Header.Get("Retry-After"), time.Now())})
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fail(&APIError{Status: resp.StatusCode, Err: fmt.Errorf("decode answer: %w", err)})
+		}
+	}
+	return nil
+}
+
+// BodyText is the start of an answer body, for error messages.
+func BodyText(b []byte) string {
+	return Trim(strings.TrimSpace(string(b)), 200)
+}
+
+func cmp(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+var safeKey = regexp.MustCompile(`^[A-Za-z0-9:._/@+=-]{1,200}$`)
+
+// Marker returns the hidden HTML comment that identifies the comment an
+// outbound formatter posted for an idempotency key, so a retry can find it on
+// the provider before posting again. A key with characters outside
+// [A-Za-z0-9:._/@+=-] (or "--", which would end the HTML comment) is replaced
+// by its SHA-256.
+func Marker(key string) string {
+	if !safeKey.MatchString(key) || strings.Contains(key, "--") {
+		sum := sha256.Sum256([]byte(key))
+		key = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return "<!-- relay:" + key + " -->"
+}
+
+// WithMarker is text with the key's marker appended on its own paragraph.
+func WithMarker(text, key string) string {
+	return strings.TrimRight(text, "\n") + "\n\n" + Marker(key)
+}
