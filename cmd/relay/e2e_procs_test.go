@@ -15,6 +15,7 @@ import (
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
 )
 
@@ -97,9 +98,7 @@ func (p *proc) kill(t *testing.T) {
 // workers between the suggestion and the approval.
 func TestSeparateProcesses(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("end-to-end with processes")
-	}
+	testenv.SkipShort(t, "end-to-end with processes")
 	bin := relayBinary(t)
 	nb := bustest.Embedded(t) // the NATS server the processes share
 	s := &stack{t: t, slack: fakes.NewSlack(t), gh: fakes.NewGitHub(t)}

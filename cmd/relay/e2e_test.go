@@ -304,9 +304,7 @@ func (s *stack) updatedTo(post fakes.SlackCall, want string) {
 
 func TestEndToEnd(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("end-to-end")
-	}
+	testenv.SkipShort(t, "end-to-end")
 	s := startStack(t, nil)
 	var n atomic.Int32
 	next := func() int { return 1000 + int(n.Add(1)) }
@@ -470,9 +468,7 @@ func TestEndToEnd(t *testing.T) {
 
 func TestEndToEndExpiry(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("end-to-end")
-	}
+	testenv.SkipShort(t, "end-to-end")
 	s := startStack(t, func(env map[string]string) {
 		env["RELAY_APPROVAL_TTL"] = "3s"
 		env["RELAY_APPROVAL_SWEEP"] = "1s"

@@ -17,6 +17,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
@@ -233,9 +234,7 @@ func TestDLQCommands(t *testing.T) {
 // would: it becomes ready with no servers configured and exits 0 on SIGTERM.
 func TestBinarySIGTERM(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
+	testenv.SkipShort(t, "builds the binary")
 	bin := filepath.Join(t.TempDir(), "relay")
 	build := exec.Command("go", "build", "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {

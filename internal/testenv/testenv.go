@@ -28,3 +28,16 @@ func Getenv(name, def string) string {
 	}
 	return def
 }
+
+// SkipShort skips a long test under -short on a developer's machine; in CI,
+// where nothing may be skipped, -short is a failure.
+func SkipShort(t testing.TB, what string) {
+	t.Helper()
+	if !testing.Short() {
+		return
+	}
+	if InCI() {
+		t.Fatalf("CI=true and -short: %s may not be skipped in CI", what)
+	}
+	t.Skipf("skipping under -short: %s", what)
+}
