@@ -1,10 +1,8 @@
 package github_test
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +10,6 @@ import (
 	gh "github.com/google/go-github/v60/github"
 
 	"github.com/relaystation/relay/envelope"
-	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/github"
 	"github.com/relaystation/relay/mappers/mapperstest"
@@ -55,106 +52,13 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-// example is one payload of @octokit/webhooks-examples.
-type example struct {
-	Event   string
-	Payload json.RawMessage
-}
-
-// octokitExamples reads every example of the npm package
-// @octokit/webhooks-examples (api.github.com), installed by scripts/setup.sh.
-func octokitExamples(t testing.TB) []example {
-	t.Helper()
-	path := filepath.Join("..", "..", "testdata", "npm", "node_modules", "@octokit", "webhooks-examples", "api.github.com", "index.json")
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		testenv.Missing(t, "npm fixtures: run scripts/setup.sh (npm ci in testdata/npm): %v", err)
-	}
-	var index []struct {
-		Name     string            `json:"name"`
-		Examples []json.RawMessage `json:"examples"`
-	}
-	if err := json.Unmarshal(raw, &index); err != nil {
-		t.Fatalf("parse %s: %v", path, err)
-	}
-	var out []example
-	for _, ev := range index {
-		for _, p := range ev.Examples {
-			out = append(out, example{Event: ev.Name, Payload: p})
-		}
-	}
-	return out
-}
-
-// expectedThread derives the thread key from the raw JSON independently of the
-// mapper: the issue, pull request or discussion number when the payload has one.
-func expectedThread(t *testing.T, event string, payload []byte) (thread string, action string) {
-	t.Helper()
-	var p struct {
-		Action     string `json:"action"`
-		Repository *struct {
-			FullName string `json:"full_name"`
-		} `json:"repository"`
-		Organization *struct{ Login string } `json:"organization"`
-		Installation *struct {
-			Account *struct{ Login string } `json:"account"`
-		} `json:"installation"`
-		Number      int                   `json:"number"`
-		Issue       *struct{ Number int } `json:"issue"`
-		PullRequest *struct{ Number int } `json:"pull_request"`
-		Discussion  *struct{ Number int } `json:"discussion"`
-		CheckRun    *struct {
-			PullRequests []struct{ Number int } `json:"pull_requests"`
-		} `json:"check_run"`
-		CheckSuite *struct {
-			PullRequests []struct{ Number int } `json:"pull_requests"`
-		} `json:"check_suite"`
-		WorkflowRun *struct {
-			PullRequests []struct{ Number int } `json:"pull_requests"`
-		} `json:"workflow_run"`
-	}
-	if err := json.Unmarshal(payload, &p); err != nil {
-		t.Fatalf("decode example: %v", err)
-	}
-	n := 0
-	switch {
-	case p.Issue != nil:
-		n = p.Issue.Number
-	case p.PullRequest != nil:
-		n = p.PullRequest.Number
-	case p.Discussion != nil:
-		n = p.Discussion.Number
-	case p.CheckRun != nil && len(p.CheckRun.PullRequests) > 0:
-		n = p.CheckRun.PullRequests[0].Number
-	case p.CheckSuite != nil && len(p.CheckSuite.PullRequests) > 0:
-		n = p.CheckSuite.PullRequests[0].Number
-	case p.WorkflowRun != nil && len(p.WorkflowRun.PullRequests) > 0:
-		n = p.WorkflowRun.PullRequests[0].Number
-	}
-	if n == 0 && strings.HasPrefix(event, "pull_request") {
-		n = p.Number
-	}
-	switch {
-	case p.Repository != nil && n > 0:
-		owner, repo, _ := strings.Cut(p.Repository.FullName, "/")
-		return envelope.GitHubThread(owner, repo, n), p.Action
-	case p.Repository != nil:
-		return "github:" + p.Repository.FullName, p.Action
-	case p.Organization != nil:
-		return "github:" + p.Organization.Login, p.Action
-	case p.Installation != nil && p.Installation.Account != nil:
-		return "github:" + p.Installation.Account.Login, p.Action
-	}
-	return "", p.Action
-}
-
 // TestOctokitExamples maps every example of @octokit/webhooks-examples: each
 // gives one schema-valid envelope on in.github.{event} with the thread of its
 // issue, pull request or discussion and the payload's action.
 func TestOctokitExamples(t *testing.T) {
 	t.Parallel()
 	p := newProvider()
-	exs := octokitExamples(t)
+	exs := mapperstest.OctokitExamples(t)
 	if len(exs) < 300 {
 		t.Fatalf("got %d examples, want the whole api.github.com set (300+)", len(exs))
 	}
@@ -176,7 +80,7 @@ func TestOctokitExamples(t *testing.T) {
 		if err := envelope.Validate(it.Envelope); err != nil {
 			t.Errorf("example %d (%s): %v", i, ex.Event, err)
 		}
-		thread, action := expectedThread(t, ex.Event, ex.Payload)
+		thread, action := mapperstest.GitHubThread(t, ex.Event, ex.Payload)
 		if it.Envelope.Meta.Thread != thread {
 			t.Errorf("example %d (%s): thread %q, want %q", i, ex.Event, it.Envelope.Meta.Thread, thread)
 		}

@@ -6,13 +6,10 @@ import (
 	"crypto/hmac"
 	"crypto/sha1"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -27,9 +24,9 @@ import (
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/httpserver"
-	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/github"
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/secret"
 	"github.com/relaystation/relay/services/ingest"
 )
@@ -163,89 +160,6 @@ func storedIn(t *testing.T, b *bus.Bus) uint64 {
 	return info.State.Msgs
 }
 
-type example struct {
-	event   string
-	payload []byte
-}
-
-func octokitExamples(t *testing.T) []example {
-	t.Helper()
-	path := filepath.Join("..", "..", "testdata", "npm", "node_modules", "@octokit", "webhooks-examples", "api.github.com", "index.json")
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		testenv.Missing(t, "npm fixtures: run scripts/setup.sh (npm ci in testdata/npm): %v", err)
-	}
-	var index []struct {
-		Name     string            `json:"name"`
-		Examples []json.RawMessage `json:"examples"`
-	}
-	if err := json.Unmarshal(raw, &index); err != nil {
-		t.Fatalf("parse %s: %v", path, err)
-	}
-	var out []example
-	for _, ev := range index {
-		for _, p := range ev.Examples {
-			out = append(out, example{event: ev.Name, payload: p})
-		}
-	}
-	return out
-}
-
-// wantThread derives an example's thread from its JSON: the issue, pull
-// request or discussion (or the pull request of a run or check), else the
-// repository, organization or installation account.
-func wantThread(t *testing.T, payload []byte) string {
-	t.Helper()
-	type prs struct {
-		PullRequests []struct{ Number int } `json:"pull_requests"`
-	}
-	var p struct {
-		Repository *struct {
-			FullName string `json:"full_name"`
-		} `json:"repository"`
-		Organization *struct{ Login string } `json:"organization"`
-		Installation *struct {
-			Account *struct{ Login string } `json:"account"`
-		} `json:"installation"`
-		Issue       *struct{ Number int } `json:"issue"`
-		PullRequest *struct{ Number int } `json:"pull_request"`
-		Discussion  *struct{ Number int } `json:"discussion"`
-		CheckRun    *prs                  `json:"check_run"`
-		CheckSuite  *prs                  `json:"check_suite"`
-		WorkflowRun *prs                  `json:"workflow_run"`
-	}
-	if err := json.Unmarshal(payload, &p); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	switch {
-	case p.Issue != nil:
-		n = p.Issue.Number
-	case p.PullRequest != nil:
-		n = p.PullRequest.Number
-	case p.Discussion != nil:
-		n = p.Discussion.Number
-	default:
-		for _, r := range []*prs{p.CheckRun, p.CheckSuite, p.WorkflowRun} {
-			if r != nil && len(r.PullRequests) > 0 {
-				n = r.PullRequests[0].Number
-			}
-		}
-	}
-	switch {
-	case p.Repository != nil && n > 0:
-		owner, repo, _ := strings.Cut(p.Repository.FullName, "/")
-		return envelope.GitHubThread(owner, repo, n)
-	case p.Repository != nil:
-		return "github:" + p.Repository.FullName
-	case p.Organization != nil:
-		return "github:" + p.Organization.Login
-	case p.Installation != nil && p.Installation.Account != nil:
-		return "github:" + p.Installation.Account.Login
-	}
-	return ""
-}
-
 // TestOctokitExamplesOverHTTP signs and posts every @octokit/webhooks-examples
 // payload to the running gateway and consumes exactly one schema-valid
 // envelope per webhook on relay.in.github.{event}, in the right thread.
@@ -253,7 +167,7 @@ func TestOctokitExamplesOverHTTP(t *testing.T) {
 	t.Parallel()
 	b := bustest.Embedded(t)
 	gw := startGateway(t, b, ingest.Config{}, githubProvider())
-	exs := octokitExamples(t)
+	exs := mapperstest.OctokitExamples(t)
 	if len(exs) < 300 {
 		t.Fatalf("got %d examples, want the whole api.github.com set", len(exs))
 	}
@@ -263,9 +177,9 @@ func TestOctokitExamplesOverHTTP(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for i := range work {
-				code, body := do(t, githubRequest(t, gw.url, exs[i].event, deliveries[i], exs[i].payload))
+				code, body := do(t, githubRequest(t, gw.url, exs[i].Event, deliveries[i], exs[i].Payload))
 				if code != http.StatusOK {
-					t.Errorf("example %d (%s): got %d %q, want 200", i, exs[i].event, code, body)
+					t.Errorf("example %d (%s): got %d %q, want 200", i, exs[i].Event, code, body)
 				}
 			}
 		})
@@ -283,18 +197,18 @@ func TestOctokitExamplesOverHTTP(t *testing.T) {
 	for i, ex := range exs {
 		msgs := got[deliveries[i]]
 		if len(msgs) != 1 {
-			t.Errorf("example %d (%s): got %d envelopes, want exactly 1", i, ex.event, len(msgs))
+			t.Errorf("example %d (%s): got %d envelopes, want exactly 1", i, ex.Event, len(msgs))
 			continue
 		}
 		m := msgs[0]
-		if want := "in.github." + ex.event; m.Subject != want {
+		if want := "in.github." + ex.Event; m.Subject != want {
 			t.Errorf("example %d: subject %q, want %q", i, m.Subject, want)
 		}
 		if err := envelope.ValidateJSON(m.Data); err != nil {
-			t.Errorf("example %d (%s): %v", i, ex.event, err)
+			t.Errorf("example %d (%s): %v", i, ex.Event, err)
 		}
-		if th, want := m.Envelope.Meta.Thread, wantThread(t, ex.payload); th != want {
-			t.Errorf("example %d (%s): thread %q, want %q", i, ex.event, th, want)
+		if th, want := m.Envelope.Meta.Thread, threadOf(t, ex); th != want {
+			t.Errorf("example %d (%s): thread %q, want %q", i, ex.Event, th, want)
 		}
 		if id, want := m.Header.Get(jetstream.MsgIDHeader), "github:42:"+deliveries[i]; id != want {
 			t.Errorf("example %d: Nats-Msg-Id %q, want %q", i, id, want)
@@ -596,4 +510,11 @@ func TestNewRejects(t *testing.T) {
 			}
 		})
 	}
+}
+
+// threadOf is the thread an example belongs to, read from its JSON
+// independently of the mapper.
+func threadOf(t *testing.T, ex mapperstest.OctokitExample) string {
+	thread, _ := mapperstest.GitHubThread(t, ex.Event, ex.Payload)
+	return thread
 }
