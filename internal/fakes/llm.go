@@ -34,6 +34,7 @@ type ChatRequest struct {
 			Description string `json:"description"`
 		} `json:"function"`
 	} `json:"tools"`
+	ToolChoice any `json:"tool_choice"`
 }
 
 // ToolNames lists the functions offered.
@@ -43,6 +44,20 @@ func (r *ChatRequest) ToolNames() []string {
 		out = append(out, t.Function.Name)
 	}
 	return out
+}
+
+// LastTool returns the content of the last tool message, as text.
+func (r *ChatRequest) LastTool() string {
+	for i := len(r.Messages) - 1; i >= 0; i-- {
+		if r.Messages[i].Role == "tool" {
+			if s, ok := r.Messages[i].Content.(string); ok && s != "" {
+				return s
+			}
+			b, _ := json.Marshal(r.Messages[i].Content)
+			return string(b)
+		}
+	}
+	return ""
 }
 
 // HasToolResult reports whether the conversation already holds a tool answer.

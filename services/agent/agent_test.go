@@ -12,12 +12,13 @@ import (
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/fakes"
 )
 
 // replyContent replies with a tool call written into the content, as some
 // llama.cpp and Ollama templates do.
 func replyContent(text string) reply {
-	return func(w http.ResponseWriter, _ *chatReq) {
+	return func(w http.ResponseWriter, _ *fakes.ChatRequest) {
 		writeJSON(w, completion(map[string]any{"role": "assistant", "content": text}))
 	}
 }
@@ -92,7 +93,7 @@ func TestToolLoop(t *testing.T) {
 			if len(reqs) != 2 {
 				t.Fatalf("got %d LLM requests, want 2", len(reqs))
 			}
-			if got := reqs[0].toolNames(); !slices.Equal(got, []string{"retrieve_docs", "everything__echo"}) {
+			if got := reqs[0].ToolNames(); !slices.Equal(got, []string{"retrieve_docs", "everything__echo"}) {
 				t.Errorf("got offered tools %v, want retrieve_docs and everything__echo", got)
 			}
 			if reqs[0].ToolChoice != nil {
@@ -102,7 +103,7 @@ func TestToolLoop(t *testing.T) {
 			if !strings.Contains(sys, "[[ref:mem-readme]]") || !strings.Contains(sys, "README typos") || !strings.Contains(sys, "GitHub Codertocat/Hello-World#1") {
 				t.Errorf("system prompt lacks refs, session or target:\n%s", sys)
 			}
-			if got := reqs[1].lastTool(); got != "Echo: hi" {
+			if got := reqs[1].LastTool(); got != "Echo: hi" {
 				t.Errorf("got tool output %q given to the model, want %q", got, "Echo: hi")
 			}
 			h.none(t)
@@ -144,7 +145,7 @@ func TestRetrieveDocsIsAnsweredByTheAgent(t *testing.T) {
 	if n := len(h.runner.received()); n != 0 {
 		t.Errorf("got %d tool.call envelopes, want 0 (retrieve_docs is local)", n)
 	}
-	if out := h.llm.requests()[1].lastTool(); !strings.Contains(out, "[[ref:doc-style]]") {
+	if out := h.llm.requests()[1].LastTool(); !strings.Contains(out, "[[ref:doc-style]]") {
 		t.Errorf("got retrieve_docs output %q, want the doc ref", out)
 	}
 }
@@ -160,7 +161,7 @@ func TestToolFailureGoesBackToTheModel(t *testing.T) {
 	if s.Role != envelope.RoleAssistant {
 		t.Fatalf("got %s envelope %q, want a suggestion", s.Role, s.Content)
 	}
-	if got := h.llm.requests()[1].lastTool(); !strings.HasPrefix(got, "error: server everything is offline") {
+	if got := h.llm.requests()[1].LastTool(); !strings.HasPrefix(got, "error: server everything is offline") {
 		t.Errorf("got tool output %q, want the error", got)
 	}
 }
@@ -254,7 +255,7 @@ func TestRestartMidTaskResumes(t *testing.T) {
 	if n := h.llm.count(); n != 2 {
 		t.Errorf("got %d LLM requests, want 2 (step 1 not repeated)", n)
 	}
-	if got := h.llm.requests()[1].lastTool(); got != "Echo: later" {
+	if got := h.llm.requests()[1].LastTool(); got != "Echo: later" {
 		t.Errorf("got tool output %q, want Echo: later", got)
 	}
 }

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/fakes"
 )
 
 // loopReply answers like a model that calls everything.echo once and then
 // answers: stateless, so concurrent tasks can share it.
-func loopReply(w http.ResponseWriter, r *chatReq) {
-	if r.lastTool() == "" {
+func loopReply(w http.ResponseWriter, r *fakes.ChatRequest) {
+	if r.LastTool() == "" {
 		callTool("everything__echo", map[string]any{"message": "bench"})(w, r)
 		return
 	}

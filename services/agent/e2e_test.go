@@ -56,10 +56,10 @@ func TestWithRealToolRunner(t *testing.T) {
 		t.Fatalf("got %q, want the answer", s.Content)
 	}
 	reqs := h.llm.requests()
-	if got := reqs[0].toolNames(); len(got) != 2 || got[1] != "everything__echo" {
+	if got := reqs[0].ToolNames(); len(got) != 2 || got[1] != "everything__echo" {
 		t.Errorf("got offered tools %v, want retrieve_docs and everything__echo only (the role's capability)", got)
 	}
-	if got := reqs[1].lastTool(); got != "Echo: hi" {
+	if got := reqs[1].LastTool(); got != "Echo: hi" {
 		t.Errorf("got tool output %q, want Echo: hi", got)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/memory"
 	"github.com/relaystation/relay/memory/longterm"
 	"github.com/relaystation/relay/memory/remote"
@@ -28,54 +29,8 @@ import (
 
 // ---- a scripted OpenAI-compatible chat endpoint ----
 
-// chatReq is the part of a chat completion request the tests look at.
-type chatReq struct {
-	Model    string `json:"model"`
-	Messages []struct {
-		Role       string `json:"role"`
-		Content    any    `json:"content"`
-		ToolCallID string `json:"tool_call_id"`
-		ToolCalls  []struct {
-			ID       string `json:"id"`
-			Function struct {
-				Name      string `json:"name"`
-				Arguments string `json:"arguments"`
-			} `json:"function"`
-		} `json:"tool_calls"`
-	} `json:"messages"`
-	Tools []struct {
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	} `json:"tools"`
-	ToolChoice any `json:"tool_choice"`
-}
-
-func (r *chatReq) toolNames() []string {
-	var out []string
-	for _, t := range r.Tools {
-		out = append(out, t.Function.Name)
-	}
-	return out
-}
-
-// lastTool returns the content of the last tool message.
-func (r *chatReq) lastTool() string {
-	for i := len(r.Messages) - 1; i >= 0; i-- {
-		if r.Messages[i].Role == "tool" {
-			s, _ := r.Messages[i].Content.(string)
-			if s == "" {
-				b, _ := json.Marshal(r.Messages[i].Content)
-				s = string(b)
-			}
-			return s
-		}
-	}
-	return ""
-}
-
 // reply answers one chat request.
-type reply func(w http.ResponseWriter, r *chatReq)
+type reply func(w http.ResponseWriter, r *fakes.ChatRequest)
 
 // llmServer answers requests with the script in order; the last entry
 // repeats. It records every request and when it came.
@@ -83,7 +38,7 @@ type llmServer struct {
 	URL    string
 	mu     sync.Mutex
 	script []reply
-	reqs   []*chatReq
+	reqs   []*fakes.ChatRequest
 	times  []time.Time
 }
 
@@ -93,7 +48,7 @@ func newLLM(t testing.TB, script ...reply) *llmServer {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		var req chatReq
+		var req fakes.ChatRequest
 		if err := json.Unmarshal(body, &req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -112,10 +67,10 @@ func newLLM(t testing.TB, script ...reply) *llmServer {
 	return l
 }
 
-func (l *llmServer) requests() []*chatReq {
+func (l *llmServer) requests() []*fakes.ChatRequest {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]*chatReq(nil), l.reqs...)
+	return append([]*fakes.ChatRequest(nil), l.reqs...)
 }
 
 func (l *llmServer) count() int { return len(l.requests()) }
@@ -145,7 +100,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 
 // callTool replies with a native tool call.
 func callTool(name string, args map[string]any) reply {
-	return func(w http.ResponseWriter, r *chatReq) {
+	return func(w http.ResponseWriter, r *fakes.ChatRequest) {
 		a, _ := json.Marshal(args)
 		writeJSON(w, completion(map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{
 			map[string]any{"id": fmt.Sprintf("call_%d", len(r.Messages)), "type": "function",
@@ -156,14 +111,14 @@ func callTool(name string, args map[string]any) reply {
 
 // say replies with a final message.
 func say(text string) reply {
-	return func(w http.ResponseWriter, _ *chatReq) {
+	return func(w http.ResponseWriter, _ *fakes.ChatRequest) {
 		writeJSON(w, completion(map[string]any{"role": "assistant", "content": text}))
 	}
 }
 
 // status replies with an HTTP error status and headers.
 func status(code int, headers ...string) reply {
-	return func(w http.ResponseWriter, _ *chatReq) {
+	return func(w http.ResponseWriter, _ *fakes.ChatRequest) {
 		for i := 0; i+1 < len(headers); i += 2 {
 			w.Header().Set(headers[i], headers[i+1])
 		}
