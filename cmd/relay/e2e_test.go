@@ -289,6 +289,23 @@ func (s *stack) exactlyOneComment(number int) fakes.Comment {
 	return cs[0]
 }
 
+// modal waits for the modal with callback id callback that the approvals
+// worker opened about issue number.
+func (s *stack) modal(callback string, number int) fakes.SlackCall {
+	s.t.Helper()
+	var view fakes.SlackCall
+	eventually(s.t, "the "+callback+" modal", 20*time.Second, func() bool {
+		for _, c := range s.slack.Calls("views.open") {
+			if strings.Contains(c.Params["view"], callback) && strings.Contains(c.Params["view"], fmt.Sprintf("#%d", number)) {
+				view = c
+				return true
+			}
+		}
+		return false
+	})
+	return view
+}
+
 // updatedTo waits for a chat.update of the approval message whose text contains want.
 func (s *stack) updatedTo(post fakes.SlackCall, want string) {
 	s.t.Helper()
@@ -346,16 +363,7 @@ func TestEndToEnd(t *testing.T) {
 		num := next()
 		post := s.approvalPost(s.issueOpened(num, "edit"))
 		s.click(e2eApprover, post, "edit")
-		var view fakes.SlackCall
-		eventually(t, "the edit modal", 20*time.Second, func() bool {
-			for _, c := range s.slack.Calls("views.open") {
-				if strings.Contains(c.Params["view"], "relay_approval_edit") && strings.Contains(c.Params["view"], fmt.Sprintf("#%d", num)) {
-					view = c
-					return true
-				}
-			}
-			return false
-		})
+		view := s.modal("relay_approval_edit", num)
 		s.interact(fakes.ViewSubmission(e2eTeam, e2eApprover, "trig-"+uuid.NewString(), view,
 			map[string]map[string]string{"text_0": {"text": "Edited by the supervisor: fixed in 1.2.3."}}))
 		s.updatedTo(post, "Edited by the supervisor")
@@ -371,16 +379,7 @@ func TestEndToEnd(t *testing.T) {
 		num := next()
 		post := s.approvalPost(s.issueOpened(num, "reject"))
 		s.click(e2eApprover, post, "reject")
-		var view fakes.SlackCall
-		eventually(t, "the reject modal", 20*time.Second, func() bool {
-			for _, c := range s.slack.Calls("views.open") {
-				if strings.Contains(c.Params["view"], "relay_approval_reject") && strings.Contains(c.Params["view"], fmt.Sprintf("#%d", num)) {
-					view = c
-					return true
-				}
-			}
-			return false
-		})
+		view := s.modal("relay_approval_reject", num)
 		s.interact(fakes.ViewSubmission(e2eTeam, e2eApprover, "trig-"+uuid.NewString(), view,
 			map[string]map[string]string{"reason": {"reason": "duplicate of #7"}}))
 		s.updatedTo(post, "duplicate of #7")
