@@ -289,6 +289,13 @@ func (s *stack) exactlyOneComment(number int) fakes.Comment {
 	return cs[0]
 }
 
+// with is the stack seen from test t (a subtest), so its helpers fail t.
+func (s *stack) with(t testing.TB) *stack {
+	c := *s
+	c.t = t
+	return &c
+}
+
 // modal waits for the modal with callback id callback that the approvals
 // worker opened about issue number.
 func (s *stack) modal(callback string, number int) fakes.SlackCall {
@@ -328,6 +335,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("approve posts exactly one GitHub comment", func(t *testing.T) {
 		t.Parallel()
+		s := s.with(t)
 		num := next()
 		target := s.issueOpened(num, "approve")
 		post := s.approvalPost(target)
@@ -360,6 +368,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("edit then approve posts the edited text", func(t *testing.T) {
 		t.Parallel()
+		s := s.with(t)
 		num := next()
 		post := s.approvalPost(s.issueOpened(num, "edit"))
 		s.click(e2eApprover, post, "edit")
@@ -376,6 +385,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("reject with a reason posts nothing", func(t *testing.T) {
 		t.Parallel()
+		s := s.with(t)
 		num := next()
 		post := s.approvalPost(s.issueOpened(num, "reject"))
 		s.click(e2eApprover, post, "reject")
@@ -392,6 +402,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("a non-approver is refused", func(t *testing.T) {
 		t.Parallel()
+		s := s.with(t)
 		num := next()
 		post := s.approvalPost(s.issueOpened(num, "stranger"))
 		s.click(e2eStranger, post, "approve")
@@ -413,6 +424,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("a double click posts once", func(t *testing.T) {
 		t.Parallel()
+		s := s.with(t)
 		num := next()
 		post := s.approvalPost(s.issueOpened(num, "double"))
 		done := make(chan struct{})
@@ -427,6 +439,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("a failing tool goes back to the model", func(t *testing.T) {
 		t.Parallel()
+		s := s.with(t)
 		num := next()
 		post := s.approvalPost(s.issueOpened(num, "tool-fails"))
 		if !strings.Contains(post.Params["blocks"], "Thanks for the report") {
@@ -445,6 +458,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("the model down ends in a notice, not a post", func(t *testing.T) {
 		t.Parallel()
+		s := s.with(t)
 		num := next()
 		s.issueOpened(num, "llm-down")
 		sub, err := s.nc.SubscribeSync("relay.agent.notice")
