@@ -145,3 +145,17 @@ func TestJSONAPI(t *testing.T) {
 		t.Errorf("no answer: got %v, want a transient *APIError", err)
 	}
 }
+
+func TestID(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]mappers.ID{`"abc"`: "abc", `42`: "42", `null`: "", `1e3`: "1e3"} {
+		var got mappers.ID
+		if err := json.Unmarshal([]byte(in), &got); err != nil || got != want {
+			t.Errorf("ID %s: got %q (%v), want %q", in, got, err, want)
+		}
+	}
+	var bad mappers.ID
+	if err := json.Unmarshal([]byte(`{}`), &bad); err == nil {
+		t.Error("an object decoded as an ID")
+	}
+}

@@ -10,6 +10,8 @@
 package mappers
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -111,3 +113,29 @@ func Trim(s string, n int) string {
 
 // MaxContent is the default bound on bodies copied into an envelope's content.
 const MaxContent = 4000
+
+// ID is an identifier a provider sends as a JSON string or number (Sentry
+// and OpenProject do both); it reads either into its decimal or string form.
+type ID string
+
+// UnmarshalJSON reads a string, a number or null.
+func (v *ID) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case len(b) == 0 || string(b) == "null":
+		*v = ""
+	case b[0] == '"':
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*v = ID(s)
+	default:
+		var n json.Number
+		if err := json.Unmarshal(b, &n); err != nil {
+			return fmt.Errorf("id is neither a string nor a number: %s", b)
+		}
+		*v = ID(n.String())
+	}
+	return nil
+}

@@ -84,28 +84,7 @@ func New(cfg Config) *Provider {
 func (p *Provider) Name() string { return Name }
 
 // id is an API v3 id, a number (or, defensively, a string).
-type id string
-
-func (v *id) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	switch {
-	case len(b) == 0 || string(b) == "null":
-		*v = ""
-	case b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		*v = id(s)
-	default:
-		var n json.Number
-		if err := json.Unmarshal(b, &n); err != nil {
-			return fmt.Errorf("id is neither a number nor a string: %s", b)
-		}
-		*v = id(n.String())
-	}
-	return nil
-}
+type id = mappers.ID
 
 // text is a Formattable ({"format","raw","html"}) or a plain string.
 type text string

@@ -65,28 +65,7 @@ func (p *Provider) Name() string { return Name }
 
 // id is a Sentry identifier, sent as a string or a number depending on the
 // resource.
-type id string
-
-func (v *id) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	switch {
-	case len(b) == 0 || string(b) == "null":
-		*v = ""
-	case b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		*v = id(s)
-	default:
-		var n json.Number
-		if err := json.Unmarshal(b, &n); err != nil {
-			return fmt.Errorf("id is neither a string nor a number: %s", b)
-		}
-		*v = id(n.String())
-	}
-	return nil
-}
+type id = mappers.ID
 
 type hook struct {
 	Action       string `json:"action"`
