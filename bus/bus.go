@@ -113,6 +113,7 @@ type Bus struct {
 	js       jetstream.JetStream
 	embedded *server.Server
 	metrics  *Metrics
+	names    streamNames
 }
 
 // Connect connects to cfg.URL, or starts the embedded server when it is empty,
@@ -122,7 +123,7 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Bus{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics}
+	b := &Bus{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, names: newStreamNames(cfg.Prefix)}
 	url := cfg.URL
 	opts := []nats.Option{
 		nats.Name(cfg.Name),

@@ -42,7 +42,21 @@ func (b *Bus) StreamName(rel string) string {
 }
 
 func (b *Bus) streamName(kind string) string {
-	return strings.ToUpper(strings.ReplaceAll(b.cfg.Prefix, "-", "_")) + "_" + kind
+	switch kind {
+	case streamIn:
+		return b.names.in
+	case streamDLQ:
+		return b.names.dlq
+	}
+	return b.names.work
+}
+
+// streamNames are the prefix's stream names, fixed at Connect.
+type streamNames struct{ in, work, dlq string }
+
+func newStreamNames(prefix string) streamNames {
+	p := strings.ToUpper(strings.ReplaceAll(prefix, "-", "_")) + "_"
+	return streamNames{in: p + streamIn, work: p + streamWork, dlq: p + streamDLQ}
 }
 
 func (b *Bus) streams() []jetstream.StreamConfig {
