@@ -14,15 +14,8 @@ const Redacted = "[REDACTED]"
 // minSecretLen keeps short values ("1", "yes") from being treated as secrets.
 const minSecretLen = 6
 
-// tokenRE matches common token shapes: GitHub tokens, Slack tokens, AWS
-// access key ids and secret keys, PEM private keys.
-var tokenRE = regexp.MustCompile(`gh[pousr]_[A-Za-z0-9]{30,}` +
-	`|github_pat_[A-Za-z0-9_]{22,}` +
-	`|xox[abeoprs]-[A-Za-z0-9-]{10,}` +
-	`|xapp-[0-9]+-[A-Za-z0-9-]{10,}` +
-	`|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b` +
-	`|(?i:aws_secret_access_key)["']?\s*[:=]\s*["']?[A-Za-z0-9/+=]{40}` +
-	`|-----BEGIN[A-Z ]*PRIVATE KEY-----[\s\S]*?-----END[A-Z ]*PRIVATE KEY-----`)
+// tokenRE is the shared set of credential shapes (secret.TokenPattern).
+var tokenRE = secret.TokenPattern
 
 // bearerRE keeps the scheme word and removes the credential.
 var bearerRE = regexp.MustCompile(`(?i)\b(bearer|token)(\s+)[A-Za-z0-9\-._~+/]{8,}=*`)
@@ -72,7 +65,7 @@ func (r *Redactor) String(s string) (string, bool) {
 			}
 		}
 	}
-	if !mayHoldToken(s) {
+	if !secret.MayHoldToken(s) && !mayHoldBearer(s) {
 		return s, changed
 	}
 	if tokenRE.MatchString(s) {
@@ -114,13 +107,9 @@ func (r *Redactor) Value(v any) (any, bool) {
 	return v, false
 }
 
-// tokenHints are substrings every token shape above contains; text without
-// any of them skips the regular expressions.
-var tokenHints = []string{"gh", "github_pat_", "xox", "xapp-", "AKIA", "ASIA", "ws_secret_access_key", "WS_SECRET_ACCESS_KEY",
-	"PRIVATE KEY", "earer", "EARER", "oken", "OKEN"}
-
-func mayHoldToken(s string) bool {
-	for _, h := range tokenHints {
+// mayHoldBearer is false when bearerRE cannot match s.
+func mayHoldBearer(s string) bool {
+	for _, h := range []string{"earer", "EARER", "oken", "OKEN"} {
 		if strings.Contains(s, h) {
 			return true
 		}

@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"unicode"
+
+	"github.com/relaystation/relay/secret"
 )
 
 // Kind names what was removed; it is also the replacement label.
@@ -65,17 +67,8 @@ func New(names []string) *Scrubber {
 }
 
 var (
-	reTokens = []*regexp.Regexp{
-		regexp.MustCompile(`\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}\b`),
-		regexp.MustCompile(`\bgithub_pat_[A-Za-z0-9_]{20,}\b`),
-		regexp.MustCompile(`\bxox[abposr]-[A-Za-z0-9-]{10,}\b`),
-		regexp.MustCompile(`\bxapp-[A-Za-z0-9-]{10,}\b`),
-		regexp.MustCompile(`\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}\b`),
-		regexp.MustCompile(`\b(?:AKIA|ASIA)[A-Z0-9]{16}\b`),
-		regexp.MustCompile(`\bglpat-[A-Za-z0-9_-]{20,}\b`),
-		regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\b`),
-		regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)`),
-	}
+	// Credentials: the shapes the tool runner redacts too.
+	reTokens = []*regexp.Regexp{secret.TokenPattern}
 	// "Bearer xyz", "token: xyz", "api_key=xyz", "password = xyz": keep the
 	// label, drop the value.
 	reBearer = regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{12,}`)
