@@ -2,6 +2,7 @@ package mappers
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -128,7 +129,7 @@ func (a *JSONAPI) Do(ctx context.Context, method, u string, body []byte, out any
 	if a.Authorize != nil {
 		a.Authorize(req)
 	}
-	req.Header.Set("Accept", cmp(a.Accept, "application/json"))
+	req.Header.Set("Accept", cmp.Or(a.Accept, "application/json"))
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -164,13 +165,6 @@ func (a *JSONAPI) Do(ctx context.Context, method, u string, body []byte, out any
 // BodyText is the start of an answer body, for error messages.
 func BodyText(b []byte) string {
 	return Trim(strings.TrimSpace(string(b)), 200)
-}
-
-func cmp(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 var safeKey = regexp.MustCompile(`^[A-Za-z0-9:._/@+=-]{1,200}$`)

@@ -2,6 +2,7 @@ package openproject
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -297,7 +298,7 @@ func (p *Provider) describe(event, verb, key string, r *resource) described {
 		var s string
 		if verb == "created" {
 			d.actor = r.person("author")
-			s = firstNonEmpty(d.actor, "someone") + " created " + wpRef()
+			s = cmp.Or(d.actor, "someone") + " created " + wpRef()
 		} else {
 			s = wpRef() + " was " + pastTense(verb)
 		}
@@ -320,29 +321,29 @@ func (p *Provider) describe(event, verb, key string, r *resource) described {
 			}
 			d.wpSubject = wp.Subject
 		}
-		d.wpSubject = firstNonEmpty(r.link("workPackage").Title, d.wpSubject)
+		d.wpSubject = cmp.Or(r.link("workPackage").Title, d.wpSubject)
 		d.actor = r.person("user")
 		d.url = p.webURL("/work_packages/%d/activity", d.wp)
 		target := "a work package"
 		if d.wp > 0 {
 			target = wpRef()
 		}
-		d.content = body(firstNonEmpty(d.actor, "someone")+" commented on "+target, r.Comment)
+		d.content = body(cmp.Or(d.actor, "someone")+" commented on "+target, r.Comment)
 	case "project":
 		d.url = p.webURL("/projects/%s", r.Identifier)
-		s := "project '" + firstNonEmpty(r.Name, r.Identifier, string(r.ID)) + "'"
+		s := "project '" + cmp.Or(r.Name, r.Identifier, string(r.ID)) + "'"
 		if r.Identifier != "" && r.Identifier != r.Name {
 			s += " (" + r.Identifier + ")"
 		}
 		d.content = body(s+" was "+pastTense(verb), r.Description)
 	case "time_entry":
-		d.wp = workPackageID(firstNonEmpty(r.link("workPackage").Href, r.link("entity").Href))
-		d.wpSubject = firstNonEmpty(r.link("workPackage").Title, r.link("entity").Title)
+		d.wp = workPackageID(cmp.Or(r.link("workPackage").Href, r.link("entity").Href))
+		d.wpSubject = cmp.Or(r.link("workPackage").Title, r.link("entity").Title)
 		d.actor = r.person("user")
 		d.url = p.webURL("/work_packages/%d", d.wp)
-		s := firstNonEmpty(d.actor, "someone") + " logged " + firstNonEmpty(r.Hours, "time")
+		s := cmp.Or(d.actor, "someone") + " logged " + cmp.Or(r.Hours, "time")
 		if verb != "created" {
-			s = "time entry #" + string(r.ID) + " was " + pastTense(verb) + ": " + firstNonEmpty(d.actor, "someone") + " logged " + firstNonEmpty(r.Hours, "time")
+			s = "time entry #" + string(r.ID) + " was " + pastTense(verb) + ": " + cmp.Or(d.actor, "someone") + " logged " + cmp.Or(r.Hours, "time")
 		}
 		if d.wp > 0 {
 			s += " on " + wpRef()
@@ -363,7 +364,7 @@ func (p *Provider) describe(event, verb, key string, r *resource) described {
 		}
 		d.actor = r.person("author")
 		d.url = p.webURL("/work_packages/%d", d.wp)
-		s := firstNonEmpty(d.actor, "someone") + " attached " + firstNonEmpty(r.FileName, "a file")
+		s := cmp.Or(d.actor, "someone") + " attached " + cmp.Or(r.FileName, "a file")
 		facts := nonEmpty(r.ContentType)
 		if r.FileSize != nil {
 			facts = append(facts, r.FileSize.String()+" bytes")
@@ -379,8 +380,8 @@ func (p *Provider) describe(event, verb, key string, r *resource) described {
 		d.content = body(s, r.Description)
 	default:
 		d.wp = workPackageID(r.link("workPackage").Href)
-		title := firstNonEmpty(r.Subject, r.Name, r.FileName, r.link("self").Title)
-		s := "OpenProject " + event + " " + firstNonEmpty(verb, "event")
+		title := cmp.Or(r.Subject, r.Name, r.FileName, r.link("self").Title)
+		s := "OpenProject " + event + " " + cmp.Or(verb, "event")
 		if r.ID != "" {
 			s += " #" + string(r.ID)
 		}
@@ -407,7 +408,7 @@ func (p *Provider) msgID(action, key string, r *resource, raw []byte) string {
 		case "activity", "attachment":
 			return base
 		case "project", "time_entry":
-			if v := firstNonEmpty(r.UpdatedAt, r.CreatedAt); v != "" {
+			if v := cmp.Or(r.UpdatedAt, r.CreatedAt); v != "" {
 				return base + ":" + v
 			}
 		}
@@ -506,13 +507,4 @@ func setIf(m map[string]any, k, v string) {
 	if v != "" {
 		m[k] = v
 	}
-}
-
-func firstNonEmpty(ss ...string) string {
-	for _, s := range ss {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
 }

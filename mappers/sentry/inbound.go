@@ -2,6 +2,7 @@ package sentry
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -287,11 +288,11 @@ func mapIssue(h *hook, actor string) (mapped, error) {
 	if is == nil || is.ID == "" {
 		return mapped{}, errors.New("data.issue.id missing")
 	}
-	name := firstNonEmpty(is.ShortID, "#"+string(is.ID))
+	name := cmp.Or(is.ShortID, "#"+string(is.ID))
 	var b strings.Builder
-	fmt.Fprintf(&b, "Sentry issue %s '%s' was %s", name, is.Title, firstNonEmpty(h.Action, "changed"))
+	fmt.Fprintf(&b, "Sentry issue %s '%s' was %s", name, is.Title, cmp.Or(h.Action, "changed"))
 	if h.Action == "assigned" && is.AssignedTo != nil {
-		fmt.Fprintf(&b, " to %s", firstNonEmpty(is.AssignedTo.Name, is.AssignedTo.Email))
+		fmt.Fprintf(&b, " to %s", cmp.Or(is.AssignedTo.Name, is.AssignedTo.Email))
 	}
 	if h.Actor.Type == "user" && actor != "" {
 		fmt.Fprintf(&b, " by %s", actor)
@@ -310,7 +311,7 @@ func mapIssue(h *hook, actor string) (mapped, error) {
 	setIf(extra, "api_url", is.URL)
 	return mapped{
 		role: envelope.RoleUser, content: b.String(), objectID: string(is.ID), issueID: string(is.ID),
-		url: firstNonEmpty(is.WebURL, is.Permalink), extra: extra,
+		url: cmp.Or(is.WebURL, is.Permalink), extra: extra,
 	}, nil
 }
 
@@ -328,16 +329,16 @@ func mapEventAlert(h *hook) (mapped, error) {
 		rule = d.IssueAlert.Title
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Sentry alert rule '%s' %s", rule, firstNonEmpty(h.Action, "triggered"))
+	fmt.Fprintf(&b, "Sentry alert rule '%s' %s", rule, cmp.Or(h.Action, "triggered"))
 	if ev.IssueID != "" {
 		fmt.Fprintf(&b, " for issue %s", ev.IssueID)
 	}
-	b.WriteString(": " + firstNonEmpty(ev.Title, ev.Message, ev.EventID))
+	b.WriteString(": " + cmp.Or(ev.Title, ev.Message, ev.EventID))
 	b.WriteString(details(ev.Level, "", ev.Culprit))
 	extra := eventExtra(ev)
 	setIf(extra, "rule", rule)
 	return mapped{
-		role: envelope.RoleUser, content: b.String(), objectID: firstNonEmpty(ev.EventID, string(ev.IssueID)),
+		role: envelope.RoleUser, content: b.String(), objectID: cmp.Or(ev.EventID, string(ev.IssueID)),
 		issueID: string(ev.IssueID), url: ev.WebURL, extra: extra,
 	}, nil
 }
@@ -356,10 +357,10 @@ func mapError(h *hook) (mapped, error) {
 	if ev.IssueID != "" {
 		fmt.Fprintf(&b, " in issue %s", ev.IssueID)
 	}
-	b.WriteString(" " + firstNonEmpty(h.Action, "created") + ": " + firstNonEmpty(ev.Title, ev.Message, ev.EventID))
+	b.WriteString(" " + cmp.Or(h.Action, "created") + ": " + cmp.Or(ev.Title, ev.Message, ev.EventID))
 	b.WriteString(details(ev.Level, "", ev.Culprit))
 	return mapped{
-		role: envelope.RoleUser, content: b.String(), objectID: firstNonEmpty(ev.EventID, string(ev.IssueID)),
+		role: envelope.RoleUser, content: b.String(), objectID: cmp.Or(ev.EventID, string(ev.IssueID)),
 		issueID: string(ev.IssueID), url: ev.WebURL, extra: eventExtra(ev),
 	}, nil
 }
@@ -385,10 +386,10 @@ func mapMetricAlert(h *hook) (mapped, error) {
 	if ma == nil || ma.ID == "" {
 		return mapped{}, errors.New("data.metric_alert.id missing")
 	}
-	rule := firstNonEmpty(ma.AlertRule.Name, ma.Title)
+	rule := cmp.Or(ma.AlertRule.Name, ma.Title)
 	var b strings.Builder
-	fmt.Fprintf(&b, "Sentry metric alert '%s' is %s", rule, firstNonEmpty(h.Action, "changed"))
-	if t := firstNonEmpty(d.DescriptionTitle, ma.Title); t != "" {
+	fmt.Fprintf(&b, "Sentry metric alert '%s' is %s", rule, cmp.Or(h.Action, "changed"))
+	if t := cmp.Or(d.DescriptionTitle, ma.Title); t != "" {
 		b.WriteString(": " + t)
 	}
 	if d.DescriptionText != "" {
@@ -423,7 +424,7 @@ func mapComment(h *hook, actor string) (mapped, error) {
 	if verb == "" {
 		verb = h.Action + " a comment on"
 	}
-	who := firstNonEmpty(actor, "someone")
+	who := cmp.Or(actor, "someone")
 	content := fmt.Sprintf("%s %s Sentry issue %s", who, verb, d.IssueID)
 	if d.ProjectSlug != "" {
 		content += " in project " + d.ProjectSlug
@@ -436,7 +437,7 @@ func mapComment(h *hook, actor string) (mapped, error) {
 	setIf(extra, "project", d.ProjectSlug)
 	setIf(extra, "comment_timestamp", d.Timestamp)
 	return mapped{
-		role: envelope.RoleUser, content: content, objectID: firstNonEmpty(string(d.CommentID), string(d.IssueID)),
+		role: envelope.RoleUser, content: content, objectID: cmp.Or(string(d.CommentID), string(d.IssueID)),
 		issueID: string(d.IssueID), extra: extra,
 	}, nil
 }
@@ -454,7 +455,7 @@ func mapInstallation(h *hook, actor string) (mapped, error) {
 	if verb == "" {
 		verb = h.Action
 	}
-	content := fmt.Sprintf("%s %s the Sentry integration %s", firstNonEmpty(actor, "someone"), verb, firstNonEmpty(in.App.Slug, in.App.UUID))
+	content := fmt.Sprintf("%s %s the Sentry integration %s", cmp.Or(actor, "someone"), verb, cmp.Or(in.App.Slug, in.App.UUID))
 	if in.Organization.Slug != "" {
 		content += " in organization " + in.Organization.Slug
 	}
@@ -468,7 +469,7 @@ func mapInstallation(h *hook, actor string) (mapped, error) {
 	setIf(extra, "app", in.App.Slug)
 	setIf(extra, "app_uuid", in.App.UUID)
 	return mapped{
-		role: envelope.RoleSystem, content: content, objectID: firstNonEmpty(in.UUID, h.Installation.UUID), extra: extra,
+		role: envelope.RoleSystem, content: content, objectID: cmp.Or(in.UUID, h.Installation.UUID), extra: extra,
 	}, nil
 }
 
@@ -487,7 +488,7 @@ func mapGeneric(resource string, h *hook, actor string) mapped {
 	if issue == "" && d.Issue != nil {
 		issue = string(d.Issue.ID)
 	}
-	content := fmt.Sprintf("Sentry %s %s", resource, firstNonEmpty(h.Action, "event"))
+	content := fmt.Sprintf("Sentry %s %s", resource, cmp.Or(h.Action, "event"))
 	if actor != "" {
 		content += " by " + actor
 	}
@@ -542,13 +543,4 @@ func setIf(m map[string]any, k, v string) {
 	if v != "" {
 		m[k] = v
 	}
-}
-
-func firstNonEmpty(ss ...string) string {
-	for _, s := range ss {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
 }

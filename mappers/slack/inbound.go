@@ -2,6 +2,7 @@ package slack
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -212,9 +213,9 @@ func (p *Provider) mapCallback(r *mappers.Request, o *outerEvent) (mappers.Resul
 
 	team := o.TeamID
 	e := p.envelope(r, roleFor(in.Type), messageContent(&m))
-	e.Meta.Source = &envelope.Source{Event: in.Type, Action: in.Subtype, DeliveryID: o.EventID, Actor: firstNonEmpty(m.user, m.botID)}
-	if m.channel != "" && firstNonEmpty(m.threadTS, m.ts) != "" {
-		e.Meta.Thread = envelope.SlackThread(team, m.channel, firstNonEmpty(m.threadTS, m.ts))
+	e.Meta.Source = &envelope.Source{Event: in.Type, Action: in.Subtype, DeliveryID: o.EventID, Actor: cmp.Or(m.user, m.botID)}
+	if m.channel != "" && cmp.Or(m.threadTS, m.ts) != "" {
+		e.Meta.Thread = envelope.SlackThread(team, m.channel, cmp.Or(m.threadTS, m.ts))
 	}
 	extra := map[string]any{
 		"team":     team,
@@ -277,7 +278,7 @@ func genericMessage(in *innerEvent) message {
 			m.user, m.text, m.ts, m.threadTS = nm.User, nm.Text, nm.TS, nm.ThreadTS
 			if nm.BotID != "" || nm.BotProfile != nil || nm.Subtype == "bot_message" {
 				m.bot = true
-				m.botID = firstNonEmpty(nm.BotID, m.botID)
+				m.botID = cmp.Or(nm.BotID, m.botID)
 				if nm.BotProfile != nil {
 					m.botName = nm.BotProfile.Name
 				}
@@ -285,10 +286,10 @@ func genericMessage(in *innerEvent) message {
 		}
 	case "message_deleted":
 		m.deleted = true
-		m.ts = firstNonEmpty(in.DeletedTS, m.ts)
+		m.ts = cmp.Or(in.DeletedTS, m.ts)
 		if pm := in.PreviousMessage; pm != nil {
 			m.user, m.text, m.threadTS = pm.User, pm.Text, pm.ThreadTS
-			m.ts = firstNonEmpty(pm.TS, m.ts)
+			m.ts = cmp.Or(pm.TS, m.ts)
 		}
 	}
 	if in.Item != nil && m.channel == "" { // reactions, pins
@@ -309,14 +310,14 @@ func typedMessage(m *message, data any) {
 		}
 		if ev.Message != nil && ev.Message.BotProfile != nil {
 			m.bot = true
-			m.botName = firstNonEmpty(m.botName, ev.Message.BotProfile.Name)
+			m.botName = cmp.Or(m.botName, ev.Message.BotProfile.Name)
 		}
 		m.bot = m.bot || ev.BotID != "" || ev.SubType == "bot_message"
 	case *slackevents.AppMentionEvent:
 		m.bot = m.bot || ev.BotID != ""
 		m.edit = m.edit || ev.Edited != nil
-		m.threadTS = firstNonEmpty(ev.ThreadTimeStamp, m.threadTS)
-		m.ts = firstNonEmpty(ev.TimeStamp, m.ts)
+		m.threadTS = cmp.Or(ev.ThreadTimeStamp, m.threadTS)
+		m.ts = cmp.Or(ev.TimeStamp, m.ts)
 	}
 }
 
@@ -326,7 +327,7 @@ func messageContent(m *message) string {
 		who = "someone"
 	}
 	if m.bot {
-		who = "bot " + firstNonEmpty(m.botName, m.botID, m.user, "(unknown)")
+		who = "bot " + cmp.Or(m.botName, m.botID, m.user, "(unknown)")
 	}
 	where := ""
 	if m.channel != "" {
@@ -421,15 +422,15 @@ func (p *Provider) mapInteraction(r *mappers.Request) (mappers.Result, error) {
 	if typ == "" {
 		return mappers.Result{}, parseErr(errors.New("interaction payload without a type"))
 	}
-	team := firstNonEmpty(ic.Team.ID, ic.User.TeamID, ic.View.TeamID)
-	channel := firstNonEmpty(ic.Channel.ID, ic.Container.ChannelID)
-	messageTS := firstNonEmpty(ic.Container.MessageTs, ic.Message.Timestamp, ic.MessageTs)
-	threadTS := firstNonEmpty(ic.Container.ThreadTs, ic.Message.ThreadTimestamp, ic.OriginalMessage.ThreadTimestamp)
+	team := cmp.Or(ic.Team.ID, ic.User.TeamID, ic.View.TeamID)
+	channel := cmp.Or(ic.Channel.ID, ic.Container.ChannelID)
+	messageTS := cmp.Or(ic.Container.MessageTs, ic.Message.Timestamp, ic.MessageTs)
+	threadTS := cmp.Or(ic.Container.ThreadTs, ic.Message.ThreadTimestamp, ic.OriginalMessage.ThreadTimestamp)
 
 	actions := interactionActions(&ic)
 	extra := map[string]any{"type": typ, "team": team, "bot": false, "edit": false}
 	setIf(extra, "user", ic.User.ID)
-	setIf(extra, "user_name", firstNonEmpty(ic.User.Name, ic.User.Profile.DisplayName))
+	setIf(extra, "user_name", cmp.Or(ic.User.Name, ic.User.Profile.DisplayName))
 	setIf(extra, "channel", channel)
 	setIf(extra, "message_ts", messageTS)
 	setIf(extra, "thread_ts", threadTS)
@@ -475,8 +476,8 @@ func (p *Provider) mapInteraction(r *mappers.Request) (mappers.Result, error) {
 		extra["view"] = view
 		thread, task = fromPrivateMetadata(ic.View.PrivateMetadata)
 	}
-	if thread == "" && channel != "" && firstNonEmpty(threadTS, messageTS) != "" {
-		thread = envelope.SlackThread(team, channel, firstNonEmpty(threadTS, messageTS))
+	if thread == "" && channel != "" && cmp.Or(threadTS, messageTS) != "" {
+		thread = envelope.SlackThread(team, channel, cmp.Or(threadTS, messageTS))
 	}
 
 	e := p.envelope(r, envelope.RoleUser, interactionContent(&ic, typ, channel, actions))
@@ -486,7 +487,7 @@ func (p *Provider) mapInteraction(r *mappers.Request) (mappers.Result, error) {
 	if len(actions) > 0 {
 		action, _ = actions[0]["action_id"].(string)
 	}
-	e.Meta.Source = &envelope.Source{Event: typ, Action: trim(firstNonEmpty(action, ic.View.CallbackID)), DeliveryID: trim(ic.TriggerID), Actor: trim(ic.User.ID)}
+	e.Meta.Source = &envelope.Source{Event: typ, Action: trim(cmp.Or(action, ic.View.CallbackID)), DeliveryID: trim(ic.TriggerID), Actor: trim(ic.User.ID)}
 	e.Meta.Set(MetaKey, trimAll(extra))
 
 	id := "slack:" + team + ":" + typ + ":" + ic.TriggerID
@@ -626,7 +627,7 @@ func interactionContent(ic *slackapi.InteractionCallback, typ, channel string, a
 		for _, a := range actions {
 			label, _ := a["text"].(string)
 			id, _ := a["action_id"].(string)
-			s := firstNonEmpty(label, id)
+			s := cmp.Or(label, id)
 			if label != "" && id != "" && label != id {
 				s = label + " (" + id + ")"
 			}
@@ -637,13 +638,13 @@ func interactionContent(ic *slackapi.InteractionCallback, typ, channel string, a
 		}
 		return who + " chose " + strings.Join(parts, ", ") + where
 	case slackapi.InteractionTypeViewSubmission:
-		s := who + " submitted the form " + firstNonEmpty(ic.View.CallbackID, ic.View.ID, "(unnamed)")
+		s := who + " submitted the form " + cmp.Or(ic.View.CallbackID, ic.View.ID, "(unnamed)")
 		if ic.View.State != nil && len(ic.View.State.Values) > 0 {
 			s += ": " + stateString(ic.View.State.Values)
 		}
 		return s
 	case slackapi.InteractionTypeViewClosed:
-		return who + " closed the form " + firstNonEmpty(ic.View.CallbackID, ic.View.ID, "(unnamed)")
+		return who + " closed the form " + cmp.Or(ic.View.CallbackID, ic.View.ID, "(unnamed)")
 	case slackapi.InteractionTypeShortcut, slackapi.InteractionTypeMessageAction:
 		s := who + " used the shortcut " + ic.CallbackID + where
 		if ic.Message.Text != "" {
@@ -735,15 +736,6 @@ func setIf(m map[string]any, k, v string) {
 	if v != "" {
 		m[k] = v
 	}
-}
-
-func firstNonEmpty(ss ...string) string {
-	for _, s := range ss {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
 }
 
 // rawString returns a JSON string's value, or "" for any other JSON value.
