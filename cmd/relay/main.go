@@ -1,6 +1,7 @@
 // Command relay runs the relay station: every service in one process
 // (`relay serve`, the default) or one service alone (`relay ingest`, ...), and
-// the operator commands (`relay dlq ...`). See the README for settings.
+// the operator commands (`relay dlq ...`). See the README for settings; the
+// commands' wiring lives in internal/cli.
 package main
 
 import (
@@ -10,11 +11,12 @@ import (
 	"syscall"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], config.OS(), os.Stdout, os.Stderr)
+	code := cli.Run(ctx, os.Args[1:], config.OS(), os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

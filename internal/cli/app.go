@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -138,8 +138,8 @@ func (a *app) clientBus(ctx context.Context) (*bus.Bus, error) {
 	return b, nil
 }
 
-// run runs one relay command and returns the process exit code.
-func run(ctx context.Context, args []string, env *config.Env, stdout, stderr io.Writer) int {
+// Run runs one relay command and returns the process exit code.
+func Run(ctx context.Context, args []string, env *config.Env, stdout, stderr io.Writer) int {
 	log, err := newLogger(env, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "relay:", err)

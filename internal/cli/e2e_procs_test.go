@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func relayBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "relay")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/relaystation/relay/cmd/relay").CombinedOutput()
 		if err != nil {
 			buildErr = &exitError{code: 1, msg: string(out)}
 		}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -138,7 +138,7 @@ func startStack(t testing.TB, mod func(map[string]string)) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	var logs syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"serve"}, config.FromMap(s.env), &syncBuffer{}, &logs) }()
+	go func() { done <- Run(ctx, []string{"serve"}, config.FromMap(s.env), &syncBuffer{}, &logs) }()
 	s.stop = func() {
 		cancel()
 		select {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"regexp"
@@ -18,7 +18,7 @@ import (
 // (the real MCP echo tool over stdio) -> agent -> approvals -> Slack, plus the
 // memory worker's context lookup.
 //
-//	go test ./cmd/relay -run '^$' -bench WebhookToSuggestion -benchtime 1000x
+//	go test ./internal/cli -run '^$' -bench WebhookToSuggestion -benchtime 1000x
 func BenchmarkWebhookToSuggestion(b *testing.B) {
 	s := startStack(b, nil)
 	var mu sync.Mutex

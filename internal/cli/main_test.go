@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -83,7 +83,7 @@ func TestServeEmbeddedReadyAndGracefulStop(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	start := time.Now()
-	go func() { done <- run(ctx, nil, config.FromMap(env), &syncBuffer{}, &stderr) }()
+	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &stderr) }()
 	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, 5*time.Second)
 	t.Logf("ready after %s", time.Since(start))
 	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/healthz", http.StatusOK, time.Second)
@@ -135,7 +135,7 @@ func TestInvalidSettingsStopStartup(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var stderr syncBuffer
-			code := run(t.Context(), nil, config.FromMap(tc.env), &syncBuffer{}, &stderr)
+			code := Run(t.Context(), nil, config.FromMap(tc.env), &syncBuffer{}, &stderr)
 			if code == 0 {
 				t.Fatal("got exit 0, want failure")
 			}
@@ -158,7 +158,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var stderr syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, nil, config.FromMap(env), &syncBuffer{}, &stderr) }()
+	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &stderr) }()
 	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, 10*time.Second)
 	cancel()
 	<-done
@@ -173,7 +173,7 @@ func TestDLQCommands(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, nil, config.FromMap(env), &syncBuffer{}, &syncBuffer{}) }()
+	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &syncBuffer{}) }()
 	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, 10*time.Second)
 
 	// A worker in another process dead-letters a message.
@@ -196,7 +196,7 @@ func TestDLQCommands(t *testing.T) {
 	}()
 	cli := func(args ...string) (int, string, string) {
 		var out, errb syncBuffer
-		code := run(t.Context(), args, config.FromMap(env), &out, &errb)
+		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
 		return code, out.String(), errb.String()
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -236,7 +236,7 @@ func TestBinarySIGTERM(t *testing.T) {
 	t.Parallel()
 	testenv.SkipShort(t, "builds the binary")
 	bin := filepath.Join(t.TempDir(), "relay")
-	build := exec.Command("go", "build", "-o", bin, ".")
+	build := exec.Command("go", "build", "-o", bin, "github.com/relaystation/relay/cmd/relay")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -273,7 +273,7 @@ func TestOtherServicesSettingsAreKnown(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"RELAY_MCP_CONFIG": "/nonexistent/mcp.json", "RELAY_MEMORY_DIMENSIONS": "384", "RELAY_TYPO": "1"}
 	var stderr syncBuffer
-	code := run(t.Context(), []string{"dlq", "list"}, config.FromMap(env), &syncBuffer{}, &stderr)
+	code := Run(t.Context(), []string{"dlq", "list"}, config.FromMap(env), &syncBuffer{}, &stderr)
 	if code == 0 {
 		t.Fatal("got exit 0 with RELAY_TYPO set")
 	}
