@@ -236,10 +236,11 @@ func TestBinarySIGTERM(t *testing.T) {
 	t.Parallel()
 	testenv.SkipShort(t, "builds the binary")
 	bin := filepath.Join(t.TempDir(), "relay")
-	build := exec.Command("go", "build", "-o", bin, "github.com/relaystation/relay/cmd/relay")
+	build := exec.Command("go", "build", "-buildvcs=auto", "-o", bin, "github.com/relaystation/relay/cmd/relay")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	checkBinaryVersion(t, bin)
 	env := embeddedEnv(t)
 	cmd := exec.Command(bin)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
