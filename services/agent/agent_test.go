@@ -13,6 +13,7 @@ import (
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // replyContent replies with a tool call written into the content, as some
@@ -240,7 +241,7 @@ func TestRestartMidTaskResumes(t *testing.T) {
 		withRunner(&fakeRunner{hold: hold}))
 	// The setup's agent is stopped once its call is out; a new one finishes.
 	h.publish(t, "in.github.issues", githubIssueOpened())
-	waitFor(t, 10*time.Second, "the tool call", func() bool { return len(h.runner.received()) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the tool call", func() bool { return len(h.runner.received()) == 1 })
 	h.drained(t, ConsumerInbound, "in.x")
 	h.stopAll(t)
 	if n := h.llm.count(); n != 1 {
