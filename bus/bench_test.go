@@ -77,13 +77,7 @@ func BenchmarkPublish(b *testing.B) {
 		}
 		i := 0
 		for b.Loop() {
-			if i%2 == 0 {
-				busOnce()
-				rawOnce()
-			} else {
-				rawOnce()
-				busOnce()
-			}
+			alternate(i, busOnce, rawOnce)
 			i++
 		}
 		report(b, wrap, raw)
@@ -118,18 +112,23 @@ func BenchmarkPublish(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			if i%chunk == 0 {
-				if (i/chunk)%2 == 0 {
-					busChunk()
-					rawChunk()
-				} else {
-					rawChunk()
-					busChunk()
-				}
+				alternate(i/chunk, busChunk, rawChunk)
 			}
 			i++
 		}
 		report(b, wrap, raw)
 	})
+}
+
+// alternate runs x then y on even turns and y then x on odd ones.
+func alternate(turn int, x, y func()) {
+	if turn%2 == 0 {
+		x()
+		y()
+		return
+	}
+	y()
+	x()
 }
 
 func report(b *testing.B, wrap, raw []time.Duration) {

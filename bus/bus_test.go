@@ -14,6 +14,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // The conformance suite runs every case against an in-process server and
@@ -92,17 +93,6 @@ func run(t *testing.T, b *bus.Bus, cfg bus.ConsumerConfig, h bus.HandlerFunc) co
 	return stop
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func publish(t *testing.T, b *bus.Bus, subj string, e *envelope.Envelope, opts ...bus.PublishOption) bus.PublishResult {
 	t.Helper()
 	res, err := b.Publish(t.Context(), subj, e, opts...)
@@ -149,7 +139,7 @@ func testDedup(t *testing.T, b *bus.Bus) {
 		n.Add(1)
 		return nil
 	})
-	waitFor(t, "two messages", 20*time.Second, func() bool { return n.Load() >= 2 })
+	testenv.WaitFor(t, 20*time.Second, "two messages", func() bool { return n.Load() >= 2 })
 	time.Sleep(200 * time.Millisecond) // a third would arrive now
 	if got := n.Load(); got != 2 {
 		t.Errorf("got %d messages, want 2", got)
@@ -187,7 +177,7 @@ func testNakDelay(t *testing.T, b *bus.Bus) {
 			}
 			return nil
 		})
-	waitFor(t, "third delivery", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(times) >= 3 })
+	testenv.WaitFor(t, 10*time.Second, "third delivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(times) >= 3 })
 	mu.Lock()
 	defer mu.Unlock()
 	if d := times[1].Sub(times[0]); d < 250*time.Millisecond {
@@ -214,7 +204,7 @@ func assertDLQ(t *testing.T, b *bus.Bus, want int) []bus.StoredDeadLetter {
 func waitDLQ(t *testing.T, b *bus.Bus, want int) []bus.StoredDeadLetter {
 	t.Helper()
 	var dls []bus.StoredDeadLetter
-	waitFor(t, fmt.Sprintf("%d dead letters", want), 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("%d dead letters", want), func() bool {
 		var err error
 		dls, err = b.DeadLetters(t.Context(), 0)
 		return err == nil && len(dls) >= want
@@ -343,7 +333,7 @@ func testReplay(t *testing.T, b *bus.Bus) {
 	if err != nil || res.Duplicate {
 		t.Fatalf("replay: %v (duplicate %v)", err, res.Duplicate)
 	}
-	waitFor(t, "agent handles the replay", 10*time.Second, func() bool { return agentCalls.Load() == 2 })
+	testenv.WaitFor(t, 10*time.Second, "agent handles the replay", func() bool { return agentCalls.Load() == 2 })
 	assertDLQ(t, b, 0)
 	time.Sleep(300 * time.Millisecond)
 	if n := memoryCalls.Load(); n != 1 {
@@ -373,7 +363,7 @@ func testCompeting(t *testing.T, b *bus.Bus) {
 			return nil
 		})
 	}
-	waitFor(t, "all messages", 15*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == n })
+	testenv.WaitFor(t, 15*time.Second, "all messages", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == n })
 	mu.Lock()
 	defer mu.Unlock()
 	for id, c := range seen {
@@ -391,7 +381,7 @@ func testFanOut(t *testing.T, b *bus.Bus) {
 	var agent, memory atomic.Int32
 	run(t, b, bus.ConsumerConfig{Name: "agent", Subject: "in.>"}, func(context.Context, *bus.Message) error { agent.Add(1); return nil })
 	run(t, b, bus.ConsumerConfig{Name: "memory", Subject: "in.>"}, func(context.Context, *bus.Message) error { memory.Add(1); return nil })
-	waitFor(t, "both worker types", 10*time.Second, func() bool { return agent.Load() == 1 && memory.Load() == 1 })
+	testenv.WaitFor(t, 10*time.Second, "both worker types", func() bool { return agent.Load() == 1 && memory.Load() == 1 })
 }
 
 func testHeartbeat(t *testing.T, b *bus.Bus) {
@@ -435,7 +425,7 @@ func testShutdownDrains(t *testing.T, b *bus.Bus) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "ack recorded", 5*time.Second, func() bool {
+	testenv.WaitFor(t, 5*time.Second, "ack recorded", func() bool {
 		info, err := cons.Info(t.Context())
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
 	})

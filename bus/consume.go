@@ -96,9 +96,31 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) error 
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	stream, cons, err := b.createConsumer(ctx, &cfg)
+	if err != nil || cons == nil {
+		return err
+	}
+	// Handlers run on a context that survives ctx's cancellation for the grace
+	// period, so shutdown drains in-flight work instead of abandoning it.
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	p := &puller{
+		b: b, cfg: &cfg, stream: stream, cons: cons, h: h,
+		log: b.log.With("consumer", cfg.Name),
+		sem: make(chan struct{}, cfg.Concurrency),
+	}
+	p.run(ctx, hctx)
+	p.drain(hcancel)
+	return nil
+}
+
+// createConsumer creates or updates the durable consumer of cfg and returns
+// it with its stream's name. It returns a nil consumer and no error when ctx
+// ended before the consumer existed: there is nothing to drain then.
+func (b *Bus) createConsumer(ctx context.Context, cfg *ConsumerConfig) (string, jetstream.Consumer, error) {
 	stream := b.StreamName(cfg.Subject)
 	if stream == "" {
-		return fmt.Errorf("consumer %s: no relay stream covers subject %s", cfg.Name, cfg.Subject)
+		return "", nil, fmt.Errorf("consumer %s: no relay stream covers subject %s", cfg.Name, cfg.Subject)
 	}
 	cc := jetstream.ConsumerConfig{
 		Durable:       cfg.Name,
@@ -119,93 +141,131 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) error 
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil // shut down before the consumer existed: nothing to drain
+			return "", nil, nil
 		}
-		return fmt.Errorf("create consumer %s on %s: %w", cfg.Name, stream, err)
+		return "", nil, fmt.Errorf("create consumer %s on %s: %w", cfg.Name, stream, err)
 	}
-	log := b.log.With("consumer", cfg.Name)
+	return stream, cons, nil
+}
 
-	// Handlers run on a context that survives ctx's cancellation for the grace
-	// period, so shutdown drains in-flight work instead of abandoning it.
-	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer hcancel()
+// puller is the pull loop of one Consume call: reserve the free handler
+// slots, fetch at most that many messages with one short pull request, hand
+// each to a handler as it arrives, give back the slots the pull did not fill,
+// repeat. Every pull ends by itself within pullWait, so nothing client-side
+// can leave the consumer without an outstanding pull for long.
+type puller struct {
+	b      *Bus
+	cfg    *ConsumerConfig
+	stream string
+	cons   jetstream.Consumer
+	h      Handler
+	log    *slog.Logger
+	sem    chan struct{}  // one token per running handler or reserved slot
+	wg     sync.WaitGroup // running handlers
+}
 
-	// The pull loop: reserve the free handler slots, fetch at most that many
-	// messages with one short pull request, hand each to a handler as it
-	// arrives, give back the slots the pull did not fill, repeat. Every pull
-	// ends by itself within pullWait, so nothing client-side can leave the
-	// consumer without an outstanding pull for long.
-	sem := make(chan struct{}, cfg.Concurrency)
-	var wg sync.WaitGroup
+// run pulls and dispatches until ctx is cancelled. Handlers run on hctx,
+// which outlives ctx by the shutdown grace.
+func (p *puller) run(ctx, hctx context.Context) {
 	retry := 0
 	for ctx.Err() == nil {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
+		slots := p.reserve(ctx)
+		if slots == 0 {
 			continue
 		}
-		slots := 1
-		for slots < cfg.Concurrency {
-			select {
-			case sem <- struct{}{}:
-				slots++
-				continue
-			default:
-			}
-			break
-		}
-		fctx, fcancel := context.WithTimeout(ctx, pullWait)
-		batch, err := cons.Fetch(slots, jetstream.FetchContext(fctx))
-		if err != nil {
-			fcancel()
-			for range slots {
-				<-sem
-			}
+		if err := p.fetch(ctx, hctx, slots); err != nil {
 			if ctx.Err() != nil {
 				break
 			}
 			retry++
-			log.Warn("pull failed; retrying", "err", err)
+			p.log.Warn("pull failed; retrying", "err", err)
 			sleepCtx(ctx, nakDelay([]time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}, uint64(retry)))
 			continue
 		}
 		retry = 0
-		for msg := range batch.Messages() {
-			slots--
-			if ctx.Err() != nil {
-				// Pulled during shutdown: hand it back at once rather than
-				// leaving it to its ack wait.
-				_ = msg.Nak()
-				b.outcome(cfg.Name, "returned")
-				<-sem
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				b.handle(hctx, &cfg, stream, msg, h, log)
-			}()
-		}
-		fcancel()
-		for range slots {
-			<-sem
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) &&
-			!errors.Is(err, context.Canceled) && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
-			log.Debug("pull ended", "err", err)
+	}
+}
+
+// reserve waits for one free handler slot and takes every other free one at
+// once. It returns how many it took: 0 when ctx ended first.
+func (p *puller) reserve(ctx context.Context) int {
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	slots := 1
+	for slots < p.cfg.Concurrency {
+		select {
+		case p.sem <- struct{}{}:
+			slots++
+		default:
+			return slots
 		}
 	}
+	return slots
+}
 
+// release gives back n reserved slots.
+func (p *puller) release(n int) {
+	for range n {
+		<-p.sem
+	}
+}
+
+// fetch runs one pull request for at most slots messages and dispatches each.
+// It returns the error of a pull that could not start; its slots are given
+// back then.
+func (p *puller) fetch(ctx, hctx context.Context, slots int) error {
+	fctx, fcancel := context.WithTimeout(ctx, pullWait)
+	batch, err := p.cons.Fetch(slots, jetstream.FetchContext(fctx))
+	if err != nil {
+		fcancel()
+		p.release(slots)
+		return err
+	}
+	for msg := range batch.Messages() {
+		slots--
+		p.dispatch(ctx, hctx, msg)
+	}
+	fcancel()
+	p.release(slots)
+	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+		p.log.Debug("pull ended", "err", err)
+	}
+	return nil
+}
+
+// dispatch hands msg to a handler goroutine, which gives its slot back when
+// done. A message pulled during shutdown is handed back to JetStream at once
+// rather than left to its ack wait.
+func (p *puller) dispatch(ctx, hctx context.Context, msg jetstream.Msg) {
+	if ctx.Err() != nil {
+		_ = msg.Nak()
+		p.b.outcome(p.cfg.Name, "returned")
+		<-p.sem
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer func() { <-p.sem; p.wg.Done() }()
+		p.b.handle(hctx, p.cfg, p.stream, msg, p.h, p.log)
+	}()
+}
+
+// drain waits for the in-flight handlers; after the shutdown grace it cancels
+// their context and waits for them to return.
+func (p *puller) drain(hcancel context.CancelFunc) {
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { p.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(cfg.ShutdownGrace):
-		log.Warn("shutdown grace over; cancelling in-flight handlers (their messages will be redelivered)")
+	case <-time.After(p.cfg.ShutdownGrace):
+		p.log.Warn("shutdown grace over; cancelling in-flight handlers (their messages will be redelivered)")
 		hcancel()
 		<-done
 	}
-	return nil
 }
 
 // handle runs one delivery and maps its result to exactly one outcome.

@@ -11,6 +11,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // A restart of the embedded server on the same data directory loses nothing:
@@ -39,7 +40,7 @@ func TestEmbeddedRestartKeepsMessages(t *testing.T) {
 		seen[m.Envelope.ID] = true
 		return nil
 	})
-	waitFor(t, "three acks", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 3 })
+	testenv.WaitFor(t, 10*time.Second, "three acks", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 3 })
 	stop()
 	first.Close()
 
@@ -57,7 +58,7 @@ func TestEmbeddedRestartKeepsMessages(t *testing.T) {
 		after[m.Envelope.ID] = true
 		return nil
 	})
-	waitFor(t, "the seven unacknowledged messages", 15*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(after) == 7 })
+	testenv.WaitFor(t, 15*time.Second, "the seven unacknowledged messages", func() bool { mu.Lock(); defer mu.Unlock(); return len(after) == 7 })
 	mu.Lock()
 	defer mu.Unlock()
 	for _, id := range ids {

@@ -169,7 +169,7 @@ func startEverythingHTTP(t *testing.T) string {
 	}()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	waitFor(t, 20*time.Second, "everything server listening on "+addr, func() bool {
+	testenv.WaitFor(t, 20*time.Second, "everything server listening on "+addr, func() bool {
 		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 		if err == nil {
 			_ = c.Close()
@@ -178,18 +178,6 @@ func startEverythingHTTP(t *testing.T) string {
 		return false
 	})
 	return "http://" + addr + "/mcp"
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func fileExists(dir, name string) bool {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/secret"
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
@@ -321,7 +322,7 @@ func TestKillMidCallBreakerAndRecovery(t *testing.T) {
 	go func() {
 		done <- r.Call(t.Context(), Request{Tool: "h.slow", Args: map[string]any{"ms": 30000}, Caller: c})
 	}()
-	waitFor(t, 10*time.Second, "the slow call to reach the server", func() bool { return fileExists(dir, "slow-started") })
+	testenv.WaitFor(t, 10*time.Second, "the slow call to reach the server", func() bool { return fileExists(dir, "slow-started") })
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +339,7 @@ func TestKillMidCallBreakerAndRecovery(t *testing.T) {
 	if st.BreakerOpened < 1 {
 		t.Fatalf("breaker never opened: %+v", st)
 	}
-	waitFor(t, 15*time.Second, "health checks to reconnect", func() bool { return r.Servers()[0].State == StateReady })
+	testenv.WaitFor(t, 15*time.Second, "health checks to reconnect", func() bool { return r.Servers()[0].State == StateReady })
 	if newPID := r.conns["h"].pid(); newPID == pid || newPID == 0 {
 		t.Errorf("got pid %d after recovery, want a new process (old %d)", newPID, pid)
 	}
@@ -387,7 +388,7 @@ func TestCancellationReachesServer(t *testing.T) {
 			defer cancel()
 			if tt.cancel {
 				go func() {
-					waitFor(t, 10*time.Second, "slow-started", func() bool { return fileExists(dir, "slow-started") })
+					testenv.WaitFor(t, 10*time.Second, "slow-started", func() bool { return fileExists(dir, "slow-started") })
 					cancel()
 				}()
 			}
@@ -395,7 +396,7 @@ func TestCancellationReachesServer(t *testing.T) {
 			if res.Status != tt.status {
 				t.Fatalf("got %s (%v), want %s", res.Status, res.Err, tt.status)
 			}
-			waitFor(t, 10*time.Second, "the server to see notifications/cancelled", func() bool { return fileExists(dir, "slow-cancelled") })
+			testenv.WaitFor(t, 10*time.Second, "the server to see notifications/cancelled", func() bool { return fileExists(dir, "slow-cancelled") })
 			if fileExists(dir, "slow-done") {
 				t.Error("the tool ran to completion")
 			}
@@ -424,7 +425,7 @@ func TestHealthAutoDisableAndReenable(t *testing.T) {
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "auto-disable", func() bool { return r.Servers()[0].State == StateDisabled })
+	testenv.WaitFor(t, 20*time.Second, "auto-disable", func() bool { return r.Servers()[0].State == StateDisabled })
 	st := r.Servers()[0]
 	if st.DisabledBy != "health" || !strings.Contains(st.DisabledReason, "4 failed health checks") {
 		t.Errorf("got %+v, want disabled by health after 4 failed checks (1 + 3 retries)", st)
@@ -449,7 +450,7 @@ func TestHealthAutoDisableAndReenable(t *testing.T) {
 	if err := state.SetServer(t.Context(), "h", ServerState{Disabled: false, By: "operator"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "ready after enable", func() bool { return r.Servers()[0].State == StateReady })
+	testenv.WaitFor(t, 20*time.Second, "ready after enable", func() bool { return r.Servers()[0].State == StateReady })
 	if st := r.Servers()[0]; st.Failures != 0 {
 		t.Errorf("failures after re-enable: got %d, want 0", st.Failures)
 	}
@@ -457,7 +458,7 @@ func TestHealthAutoDisableAndReenable(t *testing.T) {
 	if err := state.SetServer(t.Context(), "h", ServerState{Disabled: true, By: "operator", Reason: "maintenance"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "disabled by operator", func() bool { return r.Servers()[0].DisabledReason == "maintenance" })
+	testenv.WaitFor(t, 10*time.Second, "disabled by operator", func() bool { return r.Servers()[0].DisabledReason == "maintenance" })
 }
 
 func TestToolListChanged(t *testing.T) {
@@ -474,7 +475,7 @@ func TestToolListChanged(t *testing.T) {
 	if res := r.Call(t.Context(), Request{Tool: "h.add-tool", Caller: Caller{Role: "agent"}}); res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	waitFor(t, 10*time.Second, "the cache to drop on notifications/tools/list_changed", has)
+	testenv.WaitFor(t, 10*time.Second, "the cache to drop on notifications/tools/list_changed", has)
 	res := r.Call(t.Context(), Request{Tool: "h.added", Caller: Caller{Role: "agent"}})
 	if res.Err != nil {
 		t.Fatalf("call the new tool: %v", res.Err)
@@ -494,7 +495,7 @@ func TestGlobalConcurrencyLimit(t *testing.T) {
 	go func() {
 		done <- r.Call(t.Context(), Request{Tool: "h.slow", Args: map[string]any{"ms": 2500}, Caller: Caller{Role: "agent"}})
 	}()
-	waitFor(t, 10*time.Second, "slow-started", func() bool { return fileExists(dir, "slow-started") })
+	testenv.WaitFor(t, 10*time.Second, "slow-started", func() bool { return fileExists(dir, "slow-started") })
 	res := r.Call(t.Context(), Request{Tool: "h.echo", Args: map[string]any{"message": "x"}, Caller: Caller{Role: "agent"}})
 	if res.Status != StatusTimeout {
 		t.Errorf("second call with the only slot taken: got %s (%v), want timeout", res.Status, res.Err)

@@ -181,41 +181,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer b.Close()
 
 	key := uuid.NewString()
-	gw, err := ingest.New(ingest.Config{Logger: cfg.Logger}, b, github.New(github.Config{Secret: secret.New(key)}))
+	base, stop, err := serve(ctx, cfg, b, key)
 	if err != nil {
 		return nil, err
 	}
-	srv := httpserver.New(cfg.Logger, prometheus.NewRegistry())
-	gw.Mount(srv.Echo)
-	srv.Echo.POST("/bench/null", func(c echo.Context) error {
-		if _, err := io.Copy(io.Discard, c.Request().Body); err != nil {
-			return err
-		}
-		return c.NoContent(http.StatusAccepted)
-	})
-	js := b.JetStream()
-	rawSubject := b.Subject("in.bench.raw")
-	srv.Echo.POST("/bench/publish", func(c echo.Context) error {
-		body, err := io.ReadAll(c.Request().Body)
-		if err != nil {
-			return err
-		}
-		msg := &nats.Msg{Subject: rawSubject, Data: body, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, uuid.NewString())
-		if _, err := js.PublishMsg(c.Request().Context(), msg); err != nil {
-			return c.NoContent(http.StatusServiceUnavailable)
-		}
-		return c.NoContent(http.StatusAccepted)
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	served := make(chan error, 1)
-	go func() { served <- srv.ServeListener(sctx, ln) }()
-	defer func() { stop(); <-served }()
-	base := "http://" + ln.Addr().String()
+	defer stop()
 
 	client := &http.Client{Transport: &http.Transport{
 		MaxIdleConns: cfg.Concurrency * 2, MaxIdleConnsPerHost: cfg.Concurrency * 2, IdleConnTimeout: time.Minute,
@@ -224,35 +194,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer client.CloseIdleConnections()
 
 	sig := github.Sign([]byte(key), payload)
-	webhook := func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhooks/github", bytes.NewReader(payload))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(github.HeaderEvent, "issues")
-		req.Header.Set(github.HeaderDelivery, uuid.NewString())
-		req.Header.Set(github.HeaderHookID, "1")
-		req.Header.Set(github.HeaderSignature256, sig)
-		return send(client, req, http.StatusOK)
-	}
-	null := func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/bench/null", bytes.NewReader(payload))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		return send(client, req, http.StatusAccepted)
-	}
-	both := func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/bench/publish", bytes.NewReader(payload))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		return send(client, req, http.StatusAccepted)
-	}
-	subject := rawSubject
+	webhook := post(client, base+"/webhooks/github", http.StatusOK, func(h http.Header) {
+		h.Set(github.HeaderEvent, "issues")
+		h.Set(github.HeaderDelivery, uuid.NewString())
+		h.Set(github.HeaderHookID, "1")
+		h.Set(github.HeaderSignature256, sig)
+	})
+	null := post(client, base+"/bench/null", http.StatusAccepted, nil)
+	both := post(client, base+"/bench/publish", http.StatusAccepted, nil)
+	js, subject := b.JetStream(), b.Subject(rawSubject)
 	raw := func(ctx context.Context) error {
 		msg := &nats.Msg{Subject: subject, Data: payload, Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, uuid.NewString())
@@ -281,6 +231,66 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// rawSubject is where the raw-publish ceilings publish, relative to the bus
+// prefix.
+const rawSubject = "in.bench.raw"
+
+// serve starts an HTTP server with the gateway (GitHub, secret key) and the
+// two ceiling routes: /bench/null reads the body and answers 202,
+// /bench/publish also publishes it to JetStream as is. It returns the
+// server's base URL and a function that stops it.
+func serve(ctx context.Context, cfg Config, b *bus.Bus, key string) (string, func(), error) {
+	gw, err := ingest.New(ingest.Config{Logger: cfg.Logger}, b, github.New(github.Config{Secret: secret.New(key)}))
+	if err != nil {
+		return "", nil, err
+	}
+	srv := httpserver.New(cfg.Logger, prometheus.NewRegistry())
+	gw.Mount(srv.Echo)
+	srv.Echo.POST("/bench/null", func(c echo.Context) error {
+		if _, err := io.Copy(io.Discard, c.Request().Body); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusAccepted)
+	})
+	js, subject := b.JetStream(), b.Subject(rawSubject)
+	srv.Echo.POST("/bench/publish", func(c echo.Context) error {
+		body, err := io.ReadAll(c.Request().Body)
+		if err != nil {
+			return err
+		}
+		msg := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, uuid.NewString())
+		if _, err := js.PublishMsg(c.Request().Context(), msg); err != nil {
+			return c.NoContent(http.StatusServiceUnavailable)
+		}
+		return c.NoContent(http.StatusAccepted)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeListener(sctx, ln) }()
+	return "http://" + ln.Addr().String(), func() { stop(); <-served }, nil
+}
+
+// post returns an operation that posts the payload as JSON to url, with the
+// headers hdr sets (when not nil), and wants the answer status want.
+func post(client *http.Client, url string, want int, hdr func(http.Header)) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(payload))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if hdr != nil {
+			hdr(req.Header)
+		}
+		return send(client, req, want)
+	}
 }
 
 func send(client *http.Client, req *http.Request, want int) error {

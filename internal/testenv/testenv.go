@@ -1,11 +1,13 @@
 // Package testenv decides what an integration test does when a server or tool
 // it needs is missing: on a developer's machine it skips with a message saying
 // what to start; in CI (CI=true) it fails, because CI provides everything.
+// It also holds the helpers every test package shares, such as WaitFor.
 package testenv
 
 import (
 	"os"
 	"testing"
+	"time"
 )
 
 // InCI reports whether the tests run in CI, where nothing may be skipped.
@@ -40,4 +42,18 @@ func SkipShort(t testing.TB, what string) {
 		t.Fatalf("CI=true and -short: %s may not be skipped in CI", what)
 	}
 	t.Skipf("skipping under -short: %s", what)
+}
+
+// WaitFor polls cond every few milliseconds until it holds, and fails the test
+// saying what it waited for when it still does not hold after within. It may be
+// called from the test's goroutine only (it calls t.Fatalf).
+func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -271,126 +271,153 @@ type described struct {
 	wpSubject           string
 }
 
+// describers build the content of the resource kinds OpenProject sends, by
+// the resource's key in the payload; other kinds are described generically.
+var describers = map[string]func(p *Provider, d *described, verb string, r *resource){
+	"work_package": (*Provider).describeWorkPackage,
+	"activity":     (*Provider).describeActivity,
+	"project":      (*Provider).describeProject,
+	"time_entry":   (*Provider).describeTimeEntry,
+	"attachment":   (*Provider).describeAttachment,
+}
+
+// describe says what happened to the resource under key: the content, the
+// actor, the web URL and the work package it concerns.
 func (p *Provider) describe(event, verb, key string, r *resource) described {
 	var d described
-	wpRef := func() string {
-		s := "work package #" + strconv.Itoa(d.wp)
-		if d.wpSubject != "" {
-			s += " '" + d.wpSubject + "'"
-		}
-		return s
+	if fill, ok := describers[key]; ok {
+		fill(p, &d, verb, r)
+		return d
 	}
-	body := func(s string, t text) string {
-		if t = text(strings.TrimSpace(string(t))); t != "" {
-			return s + ": " + string(t)
-		}
-		return s
+	d.wp = workPackageID(r.link("workPackage").Href)
+	title := cmp.Or(r.Subject, r.Name, r.FileName, r.link("self").Title)
+	s := "OpenProject " + event + " " + cmp.Or(verb, "event")
+	if r.ID != "" {
+		s += " #" + string(r.ID)
 	}
-	switch key {
-	case "work_package":
-		d.wp = positive(string(r.ID))
-		d.wpSubject = r.Subject
-		d.url = p.webURL("/work_packages/%d", d.wp)
-		facts := nonEmpty(r.link("type").Title, r.link("status").Title)
-		if a := r.link("assignee").Title; a != "" {
-			facts = append(facts, "assignee "+a)
-		}
-		var s string
-		if verb == "created" {
-			d.actor = r.person("author")
-			s = cmp.Or(d.actor, "someone") + " created " + wpRef()
-		} else {
-			s = wpRef() + " was " + pastTense(verb)
-		}
-		if len(facts) > 0 {
-			s += " (" + strings.Join(facts, ", ") + ")"
-		}
-		if pr := r.link("project").Title; pr != "" {
-			s += " in project " + pr
-		}
-		d.content = body(s, r.Description)
-	case "activity":
-		d.wp = workPackageID(r.link("workPackage").Href)
-		var wp struct {
-			ID      id     `json:"id"`
-			Subject string `json:"subject"`
-		}
-		if r.embedded("workPackage", &wp) {
-			if d.wp == 0 {
-				d.wp = positive(string(wp.ID))
-			}
-			d.wpSubject = wp.Subject
-		}
-		d.wpSubject = cmp.Or(r.link("workPackage").Title, d.wpSubject)
-		d.actor = r.person("user")
-		d.url = p.webURL("/work_packages/%d/activity", d.wp)
-		target := "a work package"
-		if d.wp > 0 {
-			target = wpRef()
-		}
-		d.content = body(cmp.Or(d.actor, "someone")+" commented on "+target, r.Comment)
-	case "project":
-		d.url = p.webURL("/projects/%s", r.Identifier)
-		s := "project '" + cmp.Or(r.Name, r.Identifier, string(r.ID)) + "'"
-		if r.Identifier != "" && r.Identifier != r.Name {
-			s += " (" + r.Identifier + ")"
-		}
-		d.content = body(s+" was "+pastTense(verb), r.Description)
-	case "time_entry":
-		d.wp = workPackageID(cmp.Or(r.link("workPackage").Href, r.link("entity").Href))
-		d.wpSubject = cmp.Or(r.link("workPackage").Title, r.link("entity").Title)
-		d.actor = r.person("user")
-		d.url = p.webURL("/work_packages/%d", d.wp)
-		s := cmp.Or(d.actor, "someone") + " logged " + cmp.Or(r.Hours, "time")
-		if verb != "created" {
-			s = "time entry #" + string(r.ID) + " was " + pastTense(verb) + ": " + cmp.Or(d.actor, "someone") + " logged " + cmp.Or(r.Hours, "time")
-		}
-		if d.wp > 0 {
-			s += " on " + wpRef()
-		} else if pr := r.link("project").Title; pr != "" {
-			s += " in project " + pr
-		}
-		if r.SpentOn != "" {
-			s += " for " + r.SpentOn
-		}
-		if a := r.link("activity").Title; a != "" {
-			s += " (" + a + ")"
-		}
-		d.content = body(s, r.Comment)
-	case "attachment":
-		d.wp = workPackageID(r.link("container").Href)
-		if d.wp > 0 {
-			d.wpSubject = r.link("container").Title
-		}
-		d.actor = r.person("author")
-		d.url = p.webURL("/work_packages/%d", d.wp)
-		s := cmp.Or(d.actor, "someone") + " attached " + cmp.Or(r.FileName, "a file")
-		facts := nonEmpty(r.ContentType)
-		if r.FileSize != nil {
-			facts = append(facts, r.FileSize.String()+" bytes")
-		}
-		if len(facts) > 0 {
-			s += " (" + strings.Join(facts, ", ") + ")"
-		}
-		if d.wp > 0 {
-			s += " to " + wpRef()
-		} else if c := r.link("container").Title; c != "" {
-			s += " to " + c
-		}
-		d.content = body(s, r.Description)
-	default:
-		d.wp = workPackageID(r.link("workPackage").Href)
-		title := cmp.Or(r.Subject, r.Name, r.FileName, r.link("self").Title)
-		s := "OpenProject " + event + " " + cmp.Or(verb, "event")
-		if r.ID != "" {
-			s += " #" + string(r.ID)
-		}
-		if title != "" {
-			s += " '" + title + "'"
-		}
-		d.content = body(s, firstNonEmptyText(r.Comment, r.Description))
+	if title != "" {
+		s += " '" + title + "'"
 	}
+	d.content = withText(s, firstNonEmptyText(r.Comment, r.Description))
 	return d
+}
+
+// wpRef names the work package of d: "work package #12 'subject'".
+func (d *described) wpRef() string {
+	s := "work package #" + strconv.Itoa(d.wp)
+	if d.wpSubject != "" {
+		s += " '" + d.wpSubject + "'"
+	}
+	return s
+}
+
+// withText appends the trimmed text t to s after a colon, when there is one.
+func withText(s string, t text) string {
+	if t = text(strings.TrimSpace(string(t))); t != "" {
+		return s + ": " + string(t)
+	}
+	return s
+}
+
+func (p *Provider) describeWorkPackage(d *described, verb string, r *resource) {
+	d.wp = positive(string(r.ID))
+	d.wpSubject = r.Subject
+	d.url = p.webURL("/work_packages/%d", d.wp)
+	facts := nonEmpty(r.link("type").Title, r.link("status").Title)
+	if a := r.link("assignee").Title; a != "" {
+		facts = append(facts, "assignee "+a)
+	}
+	var s string
+	if verb == "created" {
+		d.actor = r.person("author")
+		s = cmp.Or(d.actor, "someone") + " created " + d.wpRef()
+	} else {
+		s = d.wpRef() + " was " + pastTense(verb)
+	}
+	if len(facts) > 0 {
+		s += " (" + strings.Join(facts, ", ") + ")"
+	}
+	if pr := r.link("project").Title; pr != "" {
+		s += " in project " + pr
+	}
+	d.content = withText(s, r.Description)
+}
+
+func (p *Provider) describeActivity(d *described, _ string, r *resource) {
+	d.wp = workPackageID(r.link("workPackage").Href)
+	var wp struct {
+		ID      id     `json:"id"`
+		Subject string `json:"subject"`
+	}
+	if r.embedded("workPackage", &wp) {
+		if d.wp == 0 {
+			d.wp = positive(string(wp.ID))
+		}
+		d.wpSubject = wp.Subject
+	}
+	d.wpSubject = cmp.Or(r.link("workPackage").Title, d.wpSubject)
+	d.actor = r.person("user")
+	d.url = p.webURL("/work_packages/%d/activity", d.wp)
+	target := "a work package"
+	if d.wp > 0 {
+		target = d.wpRef()
+	}
+	d.content = withText(cmp.Or(d.actor, "someone")+" commented on "+target, r.Comment)
+}
+
+func (p *Provider) describeProject(d *described, verb string, r *resource) {
+	d.url = p.webURL("/projects/%s", r.Identifier)
+	s := "project '" + cmp.Or(r.Name, r.Identifier, string(r.ID)) + "'"
+	if r.Identifier != "" && r.Identifier != r.Name {
+		s += " (" + r.Identifier + ")"
+	}
+	d.content = withText(s+" was "+pastTense(verb), r.Description)
+}
+
+func (p *Provider) describeTimeEntry(d *described, verb string, r *resource) {
+	d.wp = workPackageID(cmp.Or(r.link("workPackage").Href, r.link("entity").Href))
+	d.wpSubject = cmp.Or(r.link("workPackage").Title, r.link("entity").Title)
+	d.actor = r.person("user")
+	d.url = p.webURL("/work_packages/%d", d.wp)
+	s := cmp.Or(d.actor, "someone") + " logged " + cmp.Or(r.Hours, "time")
+	if verb != "created" {
+		s = "time entry #" + string(r.ID) + " was " + pastTense(verb) + ": " + s
+	}
+	if d.wp > 0 {
+		s += " on " + d.wpRef()
+	} else if pr := r.link("project").Title; pr != "" {
+		s += " in project " + pr
+	}
+	if r.SpentOn != "" {
+		s += " for " + r.SpentOn
+	}
+	if a := r.link("activity").Title; a != "" {
+		s += " (" + a + ")"
+	}
+	d.content = withText(s, r.Comment)
+}
+
+func (p *Provider) describeAttachment(d *described, _ string, r *resource) {
+	d.wp = workPackageID(r.link("container").Href)
+	if d.wp > 0 {
+		d.wpSubject = r.link("container").Title
+	}
+	d.actor = r.person("author")
+	d.url = p.webURL("/work_packages/%d", d.wp)
+	s := cmp.Or(d.actor, "someone") + " attached " + cmp.Or(r.FileName, "a file")
+	facts := nonEmpty(r.ContentType)
+	if r.FileSize != nil {
+		facts = append(facts, r.FileSize.String()+" bytes")
+	}
+	if len(facts) > 0 {
+		s += " (" + strings.Join(facts, ", ") + ")"
+	}
+	if d.wp > 0 {
+		s += " to " + d.wpRef()
+	} else if c := r.link("container").Title; c != "" {
+		s += " to " + c
+	}
+	d.content = withText(s, r.Description)
 }
 
 func (p *Provider) msgID(action, key string, r *resource, raw []byte) string {

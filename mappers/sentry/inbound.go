@@ -202,26 +202,7 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 		actor = string(h.Actor.ID)
 	}
 
-	var (
-		m   mapped
-		err error
-	)
-	switch resource {
-	case ResourceIssue:
-		m, err = mapIssue(&h, actor)
-	case ResourceEventAlert:
-		m, err = mapEventAlert(&h)
-	case ResourceMetricAlert:
-		m, err = mapMetricAlert(&h)
-	case ResourceError:
-		m, err = mapError(&h)
-	case ResourceComment:
-		m, err = mapComment(&h, actor)
-	case ResourceInstallation:
-		m, err = mapInstallation(&h, actor)
-	default:
-		m = mapGeneric(resource, &h, actor)
-	}
+	m, err := mapResource(resource, &h, actor)
 	if err != nil {
 		return mappers.Result{}, parseErr(fmt.Errorf("%s: %w", resource, err))
 	}
@@ -266,6 +247,25 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 		MsgID:    msgID,
 		Envelope: e,
 	}}}, nil
+}
+
+// mapResource maps the hook by its Sentry-Hook-Resource.
+func mapResource(resource string, h *hook, actor string) (mapped, error) {
+	switch resource {
+	case ResourceIssue:
+		return mapIssue(h, actor)
+	case ResourceEventAlert:
+		return mapEventAlert(h)
+	case ResourceMetricAlert:
+		return mapMetricAlert(h)
+	case ResourceError:
+		return mapError(h)
+	case ResourceComment:
+		return mapComment(h, actor)
+	case ResourceInstallation:
+		return mapInstallation(h, actor)
+	}
+	return mapGeneric(resource, h, actor), nil
 }
 
 // org is the organization part of thread keys (see the package doc).

@@ -406,28 +406,17 @@ func (p *Provider) mapCommand(r *mappers.Request) (mappers.Result, error) {
 // ---- interactions ----
 
 func (p *Provider) mapInteraction(r *mappers.Request) (mappers.Result, error) {
-	form, err := url.ParseQuery(string(r.Body))
+	ic, err := parseInteraction(r.Body)
 	if err != nil {
-		return mappers.Result{}, parseErr(fmt.Errorf("interaction form: %w", err))
-	}
-	payload := form.Get("payload")
-	if payload == "" {
-		return mappers.Result{}, parseErr(errors.New("interaction without a payload field"))
-	}
-	var ic slackapi.InteractionCallback
-	if err := json.Unmarshal([]byte(payload), &ic); err != nil {
-		return mappers.Result{}, parseErr(fmt.Errorf("interaction payload: %w", err))
+		return mappers.Result{}, parseErr(err)
 	}
 	typ := string(ic.Type)
-	if typ == "" {
-		return mappers.Result{}, parseErr(errors.New("interaction payload without a type"))
-	}
 	team := cmp.Or(ic.Team.ID, ic.User.TeamID, ic.View.TeamID)
 	channel := cmp.Or(ic.Channel.ID, ic.Container.ChannelID)
 	messageTS := cmp.Or(ic.Container.MessageTs, ic.Message.Timestamp, ic.MessageTs)
 	threadTS := cmp.Or(ic.Container.ThreadTs, ic.Message.ThreadTimestamp, ic.OriginalMessage.ThreadTimestamp)
 
-	actions := interactionActions(&ic)
+	actions := interactionActions(ic)
 	extra := map[string]any{"type": typ, "team": team, "bot": false, "edit": false}
 	setIf(extra, "user", ic.User.ID)
 	setIf(extra, "user_name", cmp.Or(ic.User.Name, ic.User.Profile.DisplayName))
@@ -441,46 +430,21 @@ func (p *Provider) mapInteraction(r *mappers.Request) (mappers.Result, error) {
 	setIf(extra, "api_app_id", ic.APIAppID)
 	setIf(extra, "container_type", ic.Container.Type)
 	if len(actions) > 0 {
-		list := make([]any, len(actions))
-		ids := make([]any, 0, len(actions))
-		for i, a := range actions {
-			list[i] = a
-			if id, _ := a["action_id"].(string); id != "" {
-				ids = append(ids, id)
-			}
-		}
-		extra["actions"] = list
-		extra["action_ids"] = ids
+		extra["actions"], extra["action_ids"] = actionLists(actions)
 	}
 	if ic.Message.Text != "" {
 		extra["message_text"] = ic.Message.Text
 	}
 	thread, task := "", ""
 	if ic.View.ID != "" {
-		view := map[string]any{"id": ic.View.ID}
-		setIf(view, "callback_id", ic.View.CallbackID)
-		setIf(view, "external_id", ic.View.ExternalID)
-		setIf(view, "private_metadata", ic.View.PrivateMetadata)
-		setIf(view, "hash", ic.View.Hash)
-		setIf(view, "root_view_id", ic.View.RootViewID)
-		if ic.View.State != nil && len(ic.View.State.Values) > 0 {
-			view["state"] = stateValues(ic.View.State.Values)
-		}
-		if len(ic.ResponseURLs) > 0 {
-			urls := make([]any, 0, len(ic.ResponseURLs))
-			for _, u := range ic.ResponseURLs {
-				urls = append(urls, map[string]any{"block_id": u.BlockID, "action_id": u.ActionID, "channel_id": u.ChannelID, "response_url": u.ResponseURL})
-			}
-			view["response_urls"] = urls
-		}
-		extra["view"] = view
+		extra["view"] = viewMeta(ic)
 		thread, task = fromPrivateMetadata(ic.View.PrivateMetadata)
 	}
 	if thread == "" && channel != "" && cmp.Or(threadTS, messageTS) != "" {
 		thread = envelope.SlackThread(team, channel, cmp.Or(threadTS, messageTS))
 	}
 
-	e := p.envelope(r, envelope.RoleUser, interactionContent(&ic, typ, channel, actions))
+	e := p.envelope(r, envelope.RoleUser, interactionContent(ic, typ, channel, actions))
 	e.Meta.Thread = thread
 	e.Meta.TaskID = task
 	action := ic.CallbackID
@@ -495,6 +459,61 @@ func (p *Provider) mapInteraction(r *mappers.Request) (mappers.Result, error) {
 		id = bodyID(team, typ, r.Body)
 	}
 	return one(envelope.Inbound(envelope.ChannelSlack, typ), id, e), nil
+}
+
+// parseInteraction decodes the payload= form field of an interaction request.
+func parseInteraction(body []byte) (*slackapi.InteractionCallback, error) {
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return nil, fmt.Errorf("interaction form: %w", err)
+	}
+	payload := form.Get("payload")
+	if payload == "" {
+		return nil, errors.New("interaction without a payload field")
+	}
+	var ic slackapi.InteractionCallback
+	if err := json.Unmarshal([]byte(payload), &ic); err != nil {
+		return nil, fmt.Errorf("interaction payload: %w", err)
+	}
+	if ic.Type == "" {
+		return nil, errors.New("interaction payload without a type")
+	}
+	return &ic, nil
+}
+
+// actionLists returns the actions as a list for meta.slack.actions and
+// their non-empty action ids for meta.slack.action_ids.
+func actionLists(actions []map[string]any) (list, ids []any) {
+	list = make([]any, len(actions))
+	ids = make([]any, 0, len(actions))
+	for i, a := range actions {
+		list[i] = a
+		if id, _ := a["action_id"].(string); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return list, ids
+}
+
+// viewMeta is meta.slack.view of an interaction with a modal view.
+func viewMeta(ic *slackapi.InteractionCallback) map[string]any {
+	view := map[string]any{"id": ic.View.ID}
+	setIf(view, "callback_id", ic.View.CallbackID)
+	setIf(view, "external_id", ic.View.ExternalID)
+	setIf(view, "private_metadata", ic.View.PrivateMetadata)
+	setIf(view, "hash", ic.View.Hash)
+	setIf(view, "root_view_id", ic.View.RootViewID)
+	if ic.View.State != nil && len(ic.View.State.Values) > 0 {
+		view["state"] = stateValues(ic.View.State.Values)
+	}
+	if len(ic.ResponseURLs) > 0 {
+		urls := make([]any, 0, len(ic.ResponseURLs))
+		for _, u := range ic.ResponseURLs {
+			urls = append(urls, map[string]any{"block_id": u.BlockID, "action_id": u.ActionID, "channel_id": u.ChannelID, "response_url": u.ResponseURL})
+		}
+		view["response_urls"] = urls
+	}
+	return view
 }
 
 func interactionActions(ic *slackapi.InteractionCallback) []map[string]any {

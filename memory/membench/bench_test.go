@@ -129,42 +129,68 @@ func (g *gen) next() []float32 {
 	return n
 }
 
+// longTermBench is one run of the long-term store benchmark: a fresh schema
+// with rows clustered vectors.
+type longTermBench struct {
+	b      *testing.B
+	url    string
+	schema string
+	rows   int
+	g      *gen
+}
+
 func benchLongTerm(b *testing.B) {
 	ctx := context.Background()
-	url := testenv.Getenv("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
-	rows := 100000
+	lb := &longTermBench{b: b, url: testenv.Getenv("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test"), rows: 100000, g: newGen(42)}
 	if v, err := strconv.Atoi(os.Getenv("MEMBENCH_ROWS")); err == nil && v > 0 {
-		rows = v
+		lb.rows = v
 	}
-	admin, err := pgx.Connect(ctx, url)
+	admin, err := pgx.Connect(ctx, lb.url)
 	if err != nil {
 		testenv.Missing(b, "postgres: %v", err)
 	}
 	defer admin.Close(ctx)
-	schema := "bench_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+	lb.schema = "bench_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+lb.schema); err != nil {
 		b.Fatal(err)
 	}
-	defer admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
+	defer admin.Exec(context.Background(), "DROP SCHEMA "+lb.schema+" CASCADE") //nolint:errcheck
 
-	open := func(ef int) *longterm.Postgres {
-		p, err := longterm.NewPostgres(ctx, longterm.PostgresConfig{URL: url, Schema: schema, Dimensions: dims, EfSearch: ef, MaxConns: 2})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return p
-	}
-	p := open(100)
+	p := lb.open(ctx, 100)
 	defer p.Close()
 	b.Logf("pgvector %s, iterative index scans: %v", p.Version(), p.IterativeScan())
-	g := newGen(42)
+	lb.insert(ctx, p)
+
+	// Queries from the same distribution, not in the table.
+	const nq = 200
+	qs := make([][]float32, nq)
+	for i := range qs {
+		qs[i] = lb.g.next()
+	}
+	truth := lb.groundTruth(ctx, p, qs)
+	for _, ef := range []int{40, 100, 200} {
+		lb.search(ctx, ef, qs, truth)
+	}
+}
+
+func (lb *longTermBench) open(ctx context.Context, ef int) *longterm.Postgres {
+	p, err := longterm.NewPostgres(ctx, longterm.PostgresConfig{URL: lb.url, Schema: lb.schema, Dimensions: dims, EfSearch: ef, MaxConns: 2})
+	if err != nil {
+		lb.b.Fatal(err)
+	}
+	return p
+}
+
+// insert fills the table: single upserts into the indexed table (the
+// worker's path), then the rest in bulk: drop the index, COPY, build the
+// index once.
+func (lb *longTermBench) insert(ctx context.Context, p *longterm.Postgres) {
+	b := lb.b
 	created := time.Now().Add(-time.Hour)
 	mk := func(i int) longterm.Record {
 		return longterm.Record{Memory: longterm.Memory{ID: fmt.Sprintf("m%07d", i), Text: "memory " + strconv.Itoa(i),
-			Thread: fmt.Sprintf("github:bench/repo#%d", i%100), Channel: "github", Source: "bench", Created: created}, Vector: g.next()}
+			Thread: fmt.Sprintf("github:bench/repo#%d", i%100), Channel: "github", Source: "bench", Created: created}, Vector: lb.g.next()}
 	}
-
-	// Single upserts into the indexed table (the worker's path).
 	const single = 2000
 	t0 := time.Now()
 	for i := range single {
@@ -174,15 +200,14 @@ func benchLongTerm(b *testing.B) {
 	}
 	upsertRate := float64(single) / time.Since(t0).Seconds()
 
-	// Bulk: drop the index, COPY the rest, build the index once.
 	if err := p.DropIndex(ctx); err != nil {
 		b.Fatal(err)
 	}
 	t0 = time.Now()
 	const batch = 10000
-	for start := single; start < rows; start += batch {
+	for start := single; start < lb.rows; start += batch {
 		recs := make([]longterm.Record, 0, batch)
-		for i := start; i < min(start+batch, rows); i++ {
+		for i := start; i < min(start+batch, lb.rows); i++ {
 			recs = append(recs, mk(i))
 		}
 		if _, err := p.CopyFrom(ctx, recs); err != nil {
@@ -190,86 +215,94 @@ func benchLongTerm(b *testing.B) {
 		}
 	}
 	copyDur := time.Since(t0)
-	copyRate := float64(rows-single) / copyDur.Seconds()
+	copyRate := float64(lb.rows-single) / copyDur.Seconds()
 	t0 = time.Now()
-	conn, err := p.Pool().Acquire(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, "SET maintenance_work_mem = '1GB'; SET max_parallel_maintenance_workers = 1"); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, "CREATE INDEX memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, "RESET maintenance_work_mem; RESET max_parallel_maintenance_workers; ANALYZE memories"); err != nil {
-		b.Fatal(err)
-	}
-	conn.Release()
+	lb.buildIndex(ctx, p)
 	indexDur := time.Since(t0)
 	b.Logf("long-term insert: %.0f upserts/s (one row per statement, HNSW index present); COPY %.0f rows/s (%d rows in %s); HNSW build %s",
-		upsertRate, copyRate, rows-single, copyDur.Round(time.Millisecond), indexDur.Round(time.Millisecond))
+		upsertRate, copyRate, lb.rows-single, copyDur.Round(time.Millisecond), indexDur.Round(time.Millisecond))
 	b.ReportMetric(upsertRate, "upserts/s")
+}
 
-	// Queries from the same distribution, not in the table.
-	const nq = 200
-	qs := make([][]float32, nq)
-	for i := range qs {
-		qs[i] = g.next()
+// buildIndex builds the HNSW index with enough maintenance memory to do it
+// in one pass.
+func (lb *longTermBench) buildIndex(ctx context.Context, p *longterm.Postgres) {
+	conn, err := p.Pool().Acquire(ctx)
+	if err != nil {
+		lb.b.Fatal(err)
 	}
-	truth := make([][]string, nq)
+	defer conn.Release()
+	for _, sql := range []string{
+		"SET maintenance_work_mem = '1GB'; SET max_parallel_maintenance_workers = 1",
+		"CREATE INDEX memories_embedding_hnsw ON memories USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
+		"RESET maintenance_work_mem; RESET max_parallel_maintenance_workers; ANALYZE memories",
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			lb.b.Fatal(err)
+		}
+	}
+}
+
+// groundTruth returns the exact ten nearest ids of every query.
+func (lb *longTermBench) groundTruth(ctx context.Context, p *longterm.Postgres, qs [][]float32) [][]string {
+	truth := make([][]string, len(qs))
 	var exact []time.Duration
 	for i, q := range qs {
 		t0 := time.Now()
 		hits, err := p.ExactSearch(ctx, longterm.Query{Vector: q, K: 10})
 		if err != nil {
-			b.Fatal(err)
+			lb.b.Fatal(err)
 		}
 		exact = append(exact, time.Since(t0))
 		for _, h := range hits {
 			truth[i] = append(truth[i], h.ID)
 		}
 	}
-	b.Logf("exact scan (ground truth) at %d rows: p50 %s p99 %s", rows, ms(pct(exact, .5)), ms(pct(exact, .99)))
-	for _, ef := range []int{40, 100, 200} {
-		s := open(ef)
-		// Warm the index pages and the connections.
-		for _, q := range qs[:20] {
-			if _, err := s.Search(ctx, longterm.Query{Vector: q, K: 10}); err != nil {
-				b.Fatal(err)
+	lb.b.Logf("exact scan (ground truth) at %d rows: p50 %s p99 %s", lb.rows, ms(pct(exact, .5)), ms(pct(exact, .99)))
+	return truth
+}
+
+// search measures recall and latency of the index at ef_search ef, with and
+// without a thread filter.
+func (lb *longTermBench) search(ctx context.Context, ef int, qs [][]float32, truth [][]string) {
+	b := lb.b
+	s := lb.open(ctx, ef)
+	defer s.Close()
+	// Warm the index pages and the connections.
+	for _, q := range qs[:20] {
+		if _, err := s.Search(ctx, longterm.Query{Vector: q, K: 10}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var lat, flat []time.Duration
+	found := 0
+	for i, q := range qs {
+		t0 := time.Now()
+		hits, err := s.Search(ctx, longterm.Query{Vector: q, K: 10})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+		for _, h := range hits {
+			if slices.Contains(truth[i], h.ID) {
+				found++
 			}
 		}
-		var lat, flat []time.Duration
-		found := 0
-		for i, q := range qs {
-			t0 := time.Now()
-			hits, err := s.Search(ctx, longterm.Query{Vector: q, K: 10})
-			if err != nil {
-				b.Fatal(err)
-			}
-			lat = append(lat, time.Since(t0))
-			for _, h := range hits {
-				if slices.Contains(truth[i], h.ID) {
-					found++
-				}
-			}
-			t0 = time.Now()
-			fh, err := s.Search(ctx, longterm.Query{Vector: q, K: 10, Thread: fmt.Sprintf("github:bench/repo#%d", i%100)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			flat = append(flat, time.Since(t0))
-			if len(fh) != 10 {
-				b.Errorf("filtered search returned %d hits, want 10", len(fh))
-			}
+		t0 = time.Now()
+		fh, err := s.Search(ctx, longterm.Query{Vector: q, K: 10, Thread: fmt.Sprintf("github:bench/repo#%d", i%100)})
+		if err != nil {
+			b.Fatal(err)
 		}
-		recall := float64(found) / float64(nq*10)
-		b.Logf("retrieval ef_search=%d at %d rows: recall@10 %.4f, p50 %s p99 %s; filtered by thread (1%% of rows): p50 %s p99 %s",
-			ef, rows, recall, ms(pct(lat, .5)), ms(pct(lat, .99)), ms(pct(flat, .5)), ms(pct(flat, .99)))
-		if ef == 100 {
-			b.ReportMetric(recall, "recall@10")
-			b.ReportMetric(float64(pct(lat, .99).Microseconds())/1000, "p99-ms")
+		flat = append(flat, time.Since(t0))
+		if len(fh) != 10 {
+			b.Errorf("filtered search returned %d hits, want 10", len(fh))
 		}
-		s.Close()
+	}
+	recall := float64(found) / float64(len(qs)*10)
+	b.Logf("retrieval ef_search=%d at %d rows: recall@10 %.4f, p50 %s p99 %s; filtered by thread (1%% of rows): p50 %s p99 %s",
+		ef, lb.rows, recall, ms(pct(lat, .5)), ms(pct(lat, .99)), ms(pct(flat, .5)), ms(pct(flat, .99)))
+	if ef == 100 {
+		b.ReportMetric(recall, "recall@10")
+		b.ReportMetric(float64(pct(lat, .99).Microseconds())/1000, "p99-ms")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // replyContent replies with a tool call written into the content, as some
@@ -44,37 +45,7 @@ func TestToolLoop(t *testing.T) {
 			s := h.next(t)
 			taskID := TaskID(trigger.ID)
 
-			if s.Role != envelope.RoleAssistant || s.Content != answer {
-				t.Fatalf("got %s %q, want the assistant suggestion %q", s.Role, s.Content, answer)
-			}
-			if s.Meta.TaskID != taskID || s.Meta.Thread != trigger.Meta.Thread {
-				t.Errorf("got task %q thread %q, want %q %q", s.Meta.TaskID, s.Meta.Thread, taskID, trigger.Meta.Thread)
-			}
-			tg, err := s.Meta.Target()
-			if err != nil || tg == nil || tg.Channel != "github" || tg.Owner != "Codertocat" || tg.Repo != "Hello-World" || tg.Number != 1 {
-				t.Errorf("got target %+v (%v), want github Codertocat/Hello-World#1", tg, err)
-			}
-			if s.Channel != envelope.ChannelGitHub {
-				t.Errorf("got channel %s, want github", s.Channel)
-			}
-			if !slices.Equal(s.RetrievalRefs, []string{"mem-readme"}) {
-				t.Errorf("got retrieval_refs %v, want [mem-readme]", s.RetrievalRefs)
-			}
-			if u, _ := s.Meta.Get("unknown_refs"); !equalAny(u, []string{"made-up"}) {
-				t.Errorf("got unknown_refs %v, want [made-up]", u)
-			}
-			if s.Meta.Source == nil || *s.Meta.Source != *trigger.Meta.Source {
-				t.Errorf("got source %+v, want the trigger's %+v", s.Meta.Source, trigger.Meta.Source)
-			}
-			if s.Context == nil || !strings.Contains(s.Context.Session, "README typos") || s.Context.System == "" || !strings.Contains(s.Context.Task, "Spelling error") {
-				t.Errorf("got context %+v, want system, session from memory and task", s.Context)
-			}
-			if s.Meta.Budget == nil || s.Meta.Budget.Tokens != 240 {
-				t.Errorf("got budget %+v, want 240 tokens (2 calls x 120)", s.Meta.Budget)
-			}
-			if err := envelope.Validate(s); err != nil {
-				t.Errorf("suggestion is not schema-valid: %v", err)
-			}
+			checkSuggestion(t, s, trigger, answer)
 
 			calls := h.runner.received()
 			if len(calls) != 1 {
@@ -108,6 +79,45 @@ func TestToolLoop(t *testing.T) {
 			}
 			h.none(t)
 		})
+	}
+}
+
+// checkSuggestion checks the suggestion the tool loop ends with: the answer
+// to trigger, on its task, thread, target and source, with the refs the answer
+// cites, the context it was drafted in and the tokens it cost.
+func checkSuggestion(t *testing.T, s, trigger *envelope.Envelope, answer string) {
+	t.Helper()
+	taskID := TaskID(trigger.ID)
+	if s.Role != envelope.RoleAssistant || s.Content != answer {
+		t.Fatalf("got %s %q, want the assistant suggestion %q", s.Role, s.Content, answer)
+	}
+	if s.Meta.TaskID != taskID || s.Meta.Thread != trigger.Meta.Thread {
+		t.Errorf("got task %q thread %q, want %q %q", s.Meta.TaskID, s.Meta.Thread, taskID, trigger.Meta.Thread)
+	}
+	tg, err := s.Meta.Target()
+	if err != nil || tg == nil || tg.Channel != "github" || tg.Owner != "Codertocat" || tg.Repo != "Hello-World" || tg.Number != 1 {
+		t.Errorf("got target %+v (%v), want github Codertocat/Hello-World#1", tg, err)
+	}
+	if s.Channel != envelope.ChannelGitHub {
+		t.Errorf("got channel %s, want github", s.Channel)
+	}
+	if !slices.Equal(s.RetrievalRefs, []string{"mem-readme"}) {
+		t.Errorf("got retrieval_refs %v, want [mem-readme]", s.RetrievalRefs)
+	}
+	if u, _ := s.Meta.Get("unknown_refs"); !equalAny(u, []string{"made-up"}) {
+		t.Errorf("got unknown_refs %v, want [made-up]", u)
+	}
+	if s.Meta.Source == nil || *s.Meta.Source != *trigger.Meta.Source {
+		t.Errorf("got source %+v, want the trigger's %+v", s.Meta.Source, trigger.Meta.Source)
+	}
+	if s.Context == nil || !strings.Contains(s.Context.Session, "README typos") || s.Context.System == "" || !strings.Contains(s.Context.Task, "Spelling error") {
+		t.Errorf("got context %+v, want system, session from memory and task", s.Context)
+	}
+	if s.Meta.Budget == nil || s.Meta.Budget.Tokens != 240 {
+		t.Errorf("got budget %+v, want 240 tokens (2 calls x 120)", s.Meta.Budget)
+	}
+	if err := envelope.Validate(s); err != nil {
+		t.Errorf("suggestion is not schema-valid: %v", err)
 	}
 }
 
@@ -240,7 +250,7 @@ func TestRestartMidTaskResumes(t *testing.T) {
 		withRunner(&fakeRunner{hold: hold}))
 	// The setup's agent is stopped once its call is out; a new one finishes.
 	h.publish(t, "in.github.issues", githubIssueOpened())
-	waitFor(t, 10*time.Second, "the tool call", func() bool { return len(h.runner.received()) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the tool call", func() bool { return len(h.runner.received()) == 1 })
 	h.drained(t, ConsumerInbound, "in.x")
 	h.stopAll(t)
 	if n := h.llm.count(); n != 1 {

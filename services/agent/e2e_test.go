@@ -45,7 +45,7 @@ func TestWithRealToolRunner(t *testing.T) {
 			t.Errorf("toolrunner Run: %v", err)
 		}
 	})
-	waitFor(t, 30*time.Second, "mcp-server-everything ready", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "mcp-server-everything ready", func() bool {
 		s := tr.Runner().Servers()
 		return len(s) == 1 && s[0].State == tools.StateReady
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/memory"
 	"github.com/relaystation/relay/memory/longterm"
 	"github.com/relaystation/relay/memory/remote"
@@ -327,7 +328,7 @@ func (h *harness) start(t testing.TB) (stop func()) {
 	}
 	t.Cleanup(stop)
 	h.stops = append(h.stops, stop)
-	waitFor(t, 10*time.Second, "agent consumers", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "agent consumers", func() bool {
 		for _, name := range []string{ConsumerInbound, ConsumerResults, ConsumerFailed} {
 			subj := envelope.SubjectInbound + ".x"
 			if name != ConsumerInbound {
@@ -374,7 +375,7 @@ func (h *harness) none(t testing.TB) {
 // drained waits until a consumer has handled everything delivered to it.
 func (h *harness) drained(t testing.TB, name, subject string) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "consumer "+name+" drained", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "consumer "+name+" drained", func() bool {
 		c, err := h.b.JetStream().Consumer(t.Context(), h.b.StreamName(subject), name)
 		if err != nil {
 			return false
@@ -399,17 +400,6 @@ func observe(t testing.TB, b *bus.Bus, name, subject string) <-chan *envelope.En
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return ch
-}
-
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func testLogger(t testing.TB) *slog.Logger {

@@ -11,6 +11,7 @@ import (
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/services/approvals"
 )
 
@@ -95,7 +96,7 @@ func TestPostsSuggestionWithButtons(t *testing.T) {
 		t.Errorf("sentry suggestion posted to %q, want C0SENTRY1", got)
 	}
 	stask, _ := h.suggestion(envelope.Target{Channel: "slack", Team: team, SlackCh: "C0CHAT01", ThreadTS: "1.2"}, "Slack answer")
-	waitFor(t, "out.slack", func() bool { return len(h.streamMsgs("out.slack")) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "out.slack", func() bool { return len(h.streamMsgs("out.slack")) == 1 })
 	out := h.streamMsgs("out.slack")[0]
 	if out.Content != "Slack answer" || out.Meta.TaskID != stask || out.Meta.GetString(approvals.MetaIdempotencyKey) != "out:"+stask {
 		t.Errorf("out.slack = content %q task %q key %q", out.Content, out.Meta.TaskID, out.Meta.GetString(approvals.MetaIdempotencyKey))
@@ -177,7 +178,7 @@ func TestApproveExactlyOnce(t *testing.T) {
 // openedView waits for the n-th views.open and returns its view.
 func openedView(t testing.TB, h *harness, n int) (view map[string]any, trigger string) {
 	t.Helper()
-	waitFor(t, "views.open", func() bool { return len(h.slack.Calls("views.open")) >= n })
+	testenv.WaitFor(t, 10*time.Second, "views.open", func() bool { return len(h.slack.Calls("views.open")) >= n })
 	c := h.slack.Calls("views.open")[n-1]
 	if err := json.Unmarshal([]byte(c.Params["view"]), &view); err != nil {
 		t.Fatalf("view: %v", err)
@@ -211,7 +212,7 @@ func TestEditThenApprove(t *testing.T) {
 	if sub.Meta.TaskID != task {
 		t.Errorf("the mapper read task %q from private_metadata, want %q", sub.Meta.TaskID, task)
 	}
-	waitFor(t, "chat.update with the edited text", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "chat.update with the edited text", func() bool {
 		for _, c := range h.slack.Calls("chat.update") {
 			if strings.Contains(c.Params["blocks"], "Edited answer: upgrade to v1.2.") && len(buttons(t, c)) == 3 {
 				return true
@@ -220,7 +221,7 @@ func TestEditThenApprove(t *testing.T) {
 		return false
 	})
 	h.interact(click(approver, approvals.ActionApprove, task, ts))
-	waitFor(t, "out.github", func() bool { return len(h.streamMsgs("out.github")) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "out.github", func() bool { return len(h.streamMsgs("out.github")) == 1 })
 	if got := h.streamMsgs("out.github")[0].Content; got != "Edited answer: upgrade to v1.2." {
 		t.Errorf("approved text = %q, want the edited text", got)
 	}
@@ -248,7 +249,7 @@ func TestRejectWithReason(t *testing.T) {
 	h.interact(submit(approver, approvals.ViewReject, view["private_metadata"].(string), map[string]any{
 		"reason": map[string]any{"reason": textInput("cites the wrong release")},
 	}))
-	waitFor(t, "approval.decided", func() bool { return len(h.streamMsgs(approvals.SubjectDecided)) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "approval.decided", func() bool { return len(h.streamMsgs(approvals.SubjectDecided)) == 1 })
 	d := h.streamMsgs(approvals.SubjectDecided)[0]
 	var ap map[string]any
 	_, _ = d.Meta.Decode(approvals.MetaApproval, &ap)
@@ -321,7 +322,7 @@ func TestUserGroupApprover(t *testing.T) {
 		t.Fatalf("a non-member's click published %d envelopes", n)
 	}
 	h.interact(click("U0LEAD02", approvals.ActionApprove, task, ts))
-	waitFor(t, "out.github", func() bool { return len(h.streamMsgs("out.github")) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "out.github", func() bool { return len(h.streamMsgs("out.github")) == 1 })
 	h.drained()
 	var lists int
 	for _, c := range h.slack.Calls("usergroups.users.list") {
@@ -393,7 +394,7 @@ func TestRestartKeepsPendingApprovals(t *testing.T) {
 	h.bus = bustest.Embedded(t, bustest.WithDataDir(dir))
 	h.start()
 	h.interact(click(approver, approvals.ActionApprove, task, ts))
-	waitFor(t, "out.github after restart", func() bool { return len(h.streamMsgs("out.github")) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "out.github after restart", func() bool { return len(h.streamMsgs("out.github")) == 1 })
 	if n := len(h.slack.Calls("chat.postMessage")); n != 1 {
 		t.Errorf("chat.postMessage called %d times, want 1 (the suggestion was not re-posted)", n)
 	}
@@ -408,7 +409,7 @@ func TestSecondSuggestionSameThread(t *testing.T) {
 	second := first.Reply(envelope.ChannelInternal, envelope.RoleAssistant, "Second draft.")
 	second.Meta.Source, second.Meta.Extra = first.Meta.Source, first.Meta.Extra
 	h.publish(approvals.SubjectSuggestion, second)
-	waitFor(t, "update with the second draft", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "update with the second draft", func() bool {
 		for _, c := range h.slack.Calls("chat.update") {
 			if c.Params["ts"] == ts && strings.Contains(c.Params["blocks"], "Second draft.") {
 				return true
@@ -417,7 +418,7 @@ func TestSecondSuggestionSameThread(t *testing.T) {
 		return false
 	})
 	h.interact(click(approver, approvals.ActionApprove, task, ts))
-	waitFor(t, "out.github", func() bool { return len(h.streamMsgs("out.github")) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "out.github", func() bool { return len(h.streamMsgs("out.github")) == 1 })
 	h.drained()
 	// After the decision, a new draft opens round 2 in the same thread.
 	third := first.Reply(envelope.ChannelInternal, envelope.RoleAssistant, "Follow-up.")
@@ -428,7 +429,7 @@ func TestSecondSuggestionSameThread(t *testing.T) {
 		t.Errorf("round 2 posted with thread_ts %q, want %q", c.Params["thread_ts"], ts)
 	}
 	h.interact(click(approver, approvals.ActionApprove, task, c.Params["_ts"]))
-	waitFor(t, "round 2 out.github", func() bool { return len(h.streamMsgs("out.github")) == 2 })
+	testenv.WaitFor(t, 10*time.Second, "round 2 out.github", func() bool { return len(h.streamMsgs("out.github")) == 2 })
 	outs := h.streamMsgs("out.github")
 	if outs[0].Content != "Second draft." || outs[1].Content != "Follow-up." {
 		t.Errorf("outs = %q, %q", outs[0].Content, outs[1].Content)
@@ -444,7 +445,7 @@ func TestInvalidSuggestionDeadLettered(t *testing.T) {
 	e := envelope.New(envelope.ChannelInternal, envelope.RoleAssistant, "no target")
 	e.Meta.TaskID = "t-1"
 	h.publish(approvals.SubjectSuggestion, e)
-	waitFor(t, "dead letter", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "dead letter", func() bool {
 		dls, err := h.bus.DeadLetters(context.Background(), 0)
 		return err == nil && len(dls) == 1 && strings.Contains(dls[0].Reason, "meta.target")
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers"
 	slackmapper "github.com/relaystation/relay/mappers/slack"
 	"github.com/relaystation/relay/secret"
@@ -110,22 +111,10 @@ func (h *harness) publish(subject string, e *envelope.Envelope, opts ...bus.Publ
 
 var github7 = envelope.Target{Channel: "github", Owner: "acme", Repo: "widgets", Number: 7}
 
-// waitFor polls cond until it holds or 10 seconds pass.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // posted waits for the n-th chat.postMessage and returns it.
 func (h *harness) posted(n int) fakes.SlackCall {
 	h.t.Helper()
-	waitFor(h.t, "chat.postMessage #"+strconv.Itoa(n), func() bool { return len(h.slack.Calls("chat.postMessage")) >= n })
+	testenv.WaitFor(h.t, 10*time.Second, "chat.postMessage #"+strconv.Itoa(n), func() bool { return len(h.slack.Calls("chat.postMessage")) >= n })
 	return h.slack.Calls("chat.postMessage")[n-1]
 }
 
@@ -254,7 +243,7 @@ func (h *harness) drained() {
 		{h.bus.StreamName("in.x"), "approvals-actions"},
 		{h.bus.StreamName("in.x"), "approvals-views"},
 	} {
-		waitFor(h.t, "consumer "+c.name+" drained", func() bool {
+		testenv.WaitFor(h.t, 10*time.Second, "consumer "+c.name+" drained", func() bool {
 			cons, err := js.Consumer(ctx, c.stream, c.name)
 			if err != nil {
 				return false

@@ -14,6 +14,7 @@ import (
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/secret"
 	"github.com/relaystation/relay/services/approvals"
 )
@@ -96,7 +97,7 @@ func TestSocketModeRelaysLikeWebhooks(t *testing.T) {
 	done := make(chan error, 1)
 	runCtx, stop := context.WithCancel(t.Context())
 	go func() { done <- sm.Run(runCtx) }()
-	waitFor(t, "three acks", func() bool { return len(ws.acked()) == 3 })
+	testenv.WaitFor(t, 10*time.Second, "three acks", func() bool { return len(ws.acked()) == 3 })
 	stop()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)

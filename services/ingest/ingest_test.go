@@ -257,16 +257,28 @@ func sha1Sig(body []byte) string {
 // checks each answer and what the inbound stream holds afterwards.
 func TestStatusCodes(t *testing.T) {
 	t.Parallel()
+	for _, c := range statusCases() {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t)
+		})
+	}
+}
+
+// statusCase is one request (or a redelivery of it) to the GitHub route and
+// the status and number of stored envelopes it should give.
+type statusCase struct {
+	name       string
+	req        func(t *testing.T, base string) *http.Request
+	twice      bool // send the same request twice (a redelivery)
+	wantStatus int
+	wantStored uint64
+}
+
+func statusCases() []statusCase {
 	issue := []byte(`{"action":"opened","issue":{"number":1,"title":"t"},"repository":{"full_name":"o/r"},"sender":{"login":"a"}}`)
 	big := []byte(`{"action":"opened","issue":{"number":1,"body":"` + strings.Repeat("x", 70<<10) + `"},"repository":{"full_name":"o/r"}}`)
-	type tc struct {
-		name       string
-		req        func(t *testing.T, base string) *http.Request
-		twice      bool // send the same request twice (a redelivery)
-		wantStatus int
-		wantStored uint64
-	}
-	cases := []tc{
+	return []statusCase{
 		{"signed issue", func(t *testing.T, u string) *http.Request { return githubRequest(t, u, "issues", "d1", issue) }, false, 200, 1},
 		{"redelivery stores one", func(t *testing.T, u string) *http.Request { return githubRequest(t, u, "issues", "d1", issue) }, true, 200, 1},
 		{"ping is 200", func(t *testing.T, u string) *http.Request {
@@ -318,47 +330,47 @@ func TestStatusCodes(t *testing.T) {
 			return r
 		}, false, 405, 0},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			b := bustest.Embedded(t)
-			gw := startGateway(t, b, ingest.Config{Limits: map[string]ingest.Limits{"github": {MaxBody: 64 << 10}}}, githubProvider())
-			n := 1
-			if c.twice {
-				n = 2
-			}
-			for i := range n {
-				resp, err := http.DefaultClient.Do(c.req(t, gw.url))
-				if err != nil {
-					t.Fatal(err)
-				}
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != c.wantStatus {
-					t.Errorf("request %d: got %d %q, want %d", i+1, resp.StatusCode, body, c.wantStatus)
-				}
-				if got := resp.Header.Get("Allow"); c.wantStatus == 405 && got != "POST" {
-					t.Errorf("got Allow %q, want POST", got)
-				}
-			}
-			if got := storedIn(t, b); got != c.wantStored {
-				t.Errorf("inbound stream holds %d messages, want %d", got, c.wantStored)
-			}
-			if c.wantStored > 0 {
-				got := collect(t, b, int(c.wantStored), 10*time.Second)
-				if len(got) != int(c.wantStored) {
-					t.Errorf("consumed envelopes of %d deliveries, want %d", len(got), c.wantStored)
-				}
-			}
-			if c.twice {
-				if v := resultSum(t, gw.reg, "duplicate"); v != 1 {
-					t.Errorf("relay_ingest_envelopes_total{result=duplicate} = %v, want 1", v)
-				}
-			}
-			if v := counterSum(t, gw.reg, "relay_ingest_requests_total", "github", fmt.Sprint(c.wantStatus)); v != float64(n) {
-				t.Errorf("relay_ingest_requests_total{github,%d} = %v, want %d", c.wantStatus, v, n)
-			}
-		})
+}
+
+// run sends the case's request to a fresh gateway and checks the answers,
+// the stored envelopes and the metrics.
+func (c statusCase) run(t *testing.T) {
+	b := bustest.Embedded(t)
+	gw := startGateway(t, b, ingest.Config{Limits: map[string]ingest.Limits{"github": {MaxBody: 64 << 10}}}, githubProvider())
+	n := 1
+	if c.twice {
+		n = 2
+	}
+	for i := range n {
+		resp, err := http.DefaultClient.Do(c.req(t, gw.url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.wantStatus {
+			t.Errorf("request %d: got %d %q, want %d", i+1, resp.StatusCode, body, c.wantStatus)
+		}
+		if got := resp.Header.Get("Allow"); c.wantStatus == 405 && got != "POST" {
+			t.Errorf("got Allow %q, want POST", got)
+		}
+	}
+	if got := storedIn(t, b); got != c.wantStored {
+		t.Errorf("inbound stream holds %d messages, want %d", got, c.wantStored)
+	}
+	if c.wantStored > 0 {
+		got := collect(t, b, int(c.wantStored), 10*time.Second)
+		if len(got) != int(c.wantStored) {
+			t.Errorf("consumed envelopes of %d deliveries, want %d", len(got), c.wantStored)
+		}
+	}
+	if c.twice {
+		if v := resultSum(t, gw.reg, "duplicate"); v != 1 {
+			t.Errorf("relay_ingest_envelopes_total{result=duplicate} = %v, want 1", v)
+		}
+	}
+	if v := counterSum(t, gw.reg, "relay_ingest_requests_total", "github", fmt.Sprint(c.wantStatus)); v != float64(n) {
+		t.Errorf("relay_ingest_requests_total{github,%d} = %v, want %d", c.wantStatus, v, n)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/mappers/github"
@@ -37,6 +38,39 @@ func readFixture(t *testing.T, parts ...string) []byte {
 	return b
 }
 
+// key returns the signing key of a request: secret, or a wrong one.
+func key(secret string, sign bool) string {
+	if sign {
+		return secret
+	}
+	return "wrong"
+}
+
+func slackRequest(base, route, contentType string, body []byte, sign bool) *http.Request {
+	r, _ := http.NewRequest(http.MethodPost, base+"/webhooks/slack/"+route, bytes.NewReader(body))
+	ts := strconv.FormatInt(time.Now().Unix(), 10)
+	r.Header.Set("Content-Type", contentType)
+	r.Header.Set(slack.HeaderTimestamp, ts)
+	r.Header.Set(slack.HeaderSignature, slack.SignatureHeader(key(slackSecret, sign), ts, body))
+	return r
+}
+
+func sentryRequest(base string, body []byte, sign bool) *http.Request {
+	r, _ := http.NewRequest(http.MethodPost, base+"/webhooks/sentry", bytes.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set(sentry.HeaderResource, "issue")
+	r.Header.Set(sentry.HeaderTimestamp, strconv.FormatInt(time.Now().Unix(), 10))
+	r.Header.Set(sentry.HeaderSignature, sentry.SignatureHeader(key(sentrySecret, sign), body))
+	return r
+}
+
+func openProjectRequest(base string, body []byte, sign bool) *http.Request {
+	r, _ := http.NewRequest(http.MethodPost, base+"/webhooks/openproject", bytes.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set(openproject.HeaderSignature, openproject.SignatureHeader(key(opSecret, sign), body))
+	return r
+}
+
 // TestProvidersOverHTTP runs every provider package behind one gateway on a
 // real JetStream: each route answers 2xx for a signed real payload (and
 // stores the envelope on relay.in.{channel}.*), 401 for a bad signature, and
@@ -51,16 +85,13 @@ func TestProvidersOverHTTP(t *testing.T) {
 		openproject.New(openproject.Config{Secret: secret.New(opSecret), BaseURL: "https://op.example.com"}),
 	)
 	slackReq := func(route, contentType string, body []byte, sign bool) *http.Request {
-		r, _ := http.NewRequest(http.MethodPost, gw.url+"/webhooks/slack/"+route, bytes.NewReader(body))
-		ts := strconv.FormatInt(time.Now().Unix(), 10)
-		r.Header.Set("Content-Type", contentType)
-		r.Header.Set(slack.HeaderTimestamp, ts)
-		key := slackSecret
-		if !sign {
-			key = "wrong"
-		}
-		r.Header.Set(slack.HeaderSignature, slack.SignatureHeader(key, ts, body))
-		return r
+		return slackRequest(gw.url, route, contentType, body, sign)
+	}
+	sentryReq := func(sign bool) *http.Request {
+		return sentryRequest(gw.url, readFixture(t, "mappers", "sentry", "testdata", "payloads", "issue.created.json"), sign)
+	}
+	opReq := func(sign bool) *http.Request {
+		return openProjectRequest(gw.url, readFixture(t, "mappers", "openproject", "testdata", "payloads", "work_package.created.json"), sign)
 	}
 	form := "application/x-www-form-urlencoded"
 	var challenge struct{ Challenge string }
@@ -68,30 +99,6 @@ func TestProvidersOverHTTP(t *testing.T) {
 		t.Fatalf("url_verification fixture has no challenge: %v", err)
 	}
 	interaction := []byte("payload=" + url.QueryEscape(string(readFixture(t, "mappers", "slack", "testdata", "interactions", "block_actions_button.json"))))
-	sentryReq := func(sign bool) *http.Request {
-		body := readFixture(t, "mappers", "sentry", "testdata", "payloads", "issue.created.json")
-		r, _ := http.NewRequest(http.MethodPost, gw.url+"/webhooks/sentry", bytes.NewReader(body))
-		r.Header.Set("Content-Type", "application/json")
-		r.Header.Set(sentry.HeaderResource, "issue")
-		r.Header.Set(sentry.HeaderTimestamp, strconv.FormatInt(time.Now().Unix(), 10))
-		key := sentrySecret
-		if !sign {
-			key = "wrong"
-		}
-		r.Header.Set(sentry.HeaderSignature, sentry.SignatureHeader(key, body))
-		return r
-	}
-	opReq := func(sign bool) *http.Request {
-		body := readFixture(t, "mappers", "openproject", "testdata", "payloads", "work_package.created.json")
-		r, _ := http.NewRequest(http.MethodPost, gw.url+"/webhooks/openproject", bytes.NewReader(body))
-		r.Header.Set("Content-Type", "application/json")
-		key := opSecret
-		if !sign {
-			key = "wrong"
-		}
-		r.Header.Set(openproject.HeaderSignature, openproject.SignatureHeader(key, body))
-		return r
-	}
 	cases := []struct {
 		name       string
 		req        *http.Request
@@ -122,6 +129,14 @@ func TestProvidersOverHTTP(t *testing.T) {
 			stored[c.channel]++
 		}
 	}
+	checkStored(t, b, stored)
+}
+
+// checkStored checks the inbound stream holds the last envelope of every
+// channel in stored, with its channel and a thread, and at least as many
+// messages as stored counts.
+func checkStored(t *testing.T, b *bus.Bus, stored map[string]int) {
+	t.Helper()
 	s, err := b.JetStream().Stream(t.Context(), b.StreamName("in.x"))
 	if err != nil {
 		t.Fatal(err)

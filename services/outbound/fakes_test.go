@@ -103,123 +103,150 @@ func (a *apis) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
 	switch {
 	case strings.HasPrefix(path, "/slack/"):
-		method := strings.TrimPrefix(path, "/slack/")
-		if a.scripted("slack:"+method, w) {
-			return
-		}
-		r.Body = io.NopCloser(strings.NewReader(string(body)))
-		_ = r.ParseForm()
-		form := map[string]string{}
-		for k := range r.PostForm {
-			form[k] = r.PostForm.Get(k)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		switch method {
-		case "chat.postMessage":
-			form["ts"] = fmt.Sprintf("1700000000.%06d", id)
-			a.slack = append(a.slack, form)
-			_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "channel": form["channel"], "ts": form["ts"]})
-		case "conversations.replies", "conversations.history":
-			var msgs []map[string]any
-			for _, p := range a.slack {
-				if p["channel"] == form["channel"] && (method == "conversations.history" || p["thread_ts"] == form["ts"]) {
-					m := map[string]any{"type": "message", "ts": p["ts"], "text": p["text"]}
-					if p["metadata"] != "" {
-						m["metadata"] = json.RawMessage(p["metadata"])
-					}
-					msgs = append(msgs, m)
-				}
-			}
-			_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "messages": msgs, "has_more": false})
-		default:
-			_ = json.NewEncoder(w).Encode(map[string]any{"ok": false, "error": "unknown_method"})
-		}
+		a.serveSlack(w, r, body, id)
 	case strings.HasPrefix(path, "/github/"):
-		var owner, repo string
-		var n int
-		parts := strings.Split(strings.TrimPrefix(path, "/github/"), "/")
-		if len(parts) == 6 && parts[0] == "repos" && parts[3] == "issues" && parts[5] == "comments" {
-			owner, repo = parts[1], parts[2]
-			n, _ = strconv.Atoi(parts[4])
-		}
-		if a.scripted("github:"+r.Method, w) {
-			return
-		}
-		if owner != "octo" || repo != "hello" || n == 0 {
-			reply(404, `{"message":"Not Found","documentation_url":"https://docs.github.com/rest"}`)(w)
-			return
-		}
-		issue := fmt.Sprintf("%s/%s#%d", owner, repo, n)
-		w.Header().Set("Content-Type", "application/json")
-		if r.Method == http.MethodGet {
-			_ = json.NewEncoder(w).Encode(append([]map[string]any{}, a.github[issue]...))
-			return
-		}
-		var in struct{ Body string }
-		_ = json.Unmarshal(body, &in)
-		c := map[string]any{"id": id, "body": in.Body, "html_url": fmt.Sprintf("https://github.com/%s/%s/issues/%d#issuecomment-%d", owner, repo, n, id)}
-		a.github[issue] = append(a.github[issue], c)
-		w.WriteHeader(http.StatusCreated)
-		_ = json.NewEncoder(w).Encode(c)
+		a.serveGitHub(w, r, body, id)
 	case strings.HasPrefix(path, "/sentry/"):
-		if a.scripted("sentry:"+r.Method, w) {
-			return
-		}
-		if path != "/sentry/api/0/issues/4711/comments/" {
-			reply(404, `{"detail":"The requested resource does not exist"}`)(w)
-			return
-		}
-		if r.Method == http.MethodGet {
-			_ = json.NewEncoder(w).Encode(append([]map[string]any{}, a.sentry...))
-			return
-		}
-		var in struct{ Text string }
-		_ = json.Unmarshal(body, &in)
-		nt := map[string]any{"id": strconv.Itoa(id), "type": "note", "data": map[string]any{"text": in.Text}}
-		a.sentry = append(a.sentry, nt)
-		reply(201, mustJSON(nt))(w)
+		a.serveSentry(w, r, body, id)
 	case strings.HasPrefix(path, "/op/"):
-		if a.scripted("op:"+r.Method, w) {
-			return
-		}
-		if path != "/op/api/v3/work_packages/42/activities" {
-			reply(404, `{"_type":"Error","message":"The requested resource could not be found."}`)(w)
-			return
-		}
-		if r.Method == http.MethodGet {
-			reply(200, mustJSON(map[string]any{"_type": "Collection", "_embedded": map[string]any{"elements": a.op}}))(w)
-			return
-		}
-		var in struct {
-			Comment struct{ Raw string } `json:"comment"`
-		}
-		_ = json.Unmarshal(body, &in)
-		act := map[string]any{"_type": "Activity::Comment", "id": id, "comment": map[string]any{"raw": in.Comment.Raw},
-			"_links": map[string]any{"self": map[string]any{"href": fmt.Sprintf("/api/v3/activities/%d", id)}}}
-		a.op = append(a.op, act)
-		reply(201, mustJSON(act))(w)
+		a.serveOpenProject(w, r, body, id)
 	case path == "/hook":
-		if a.scripted("hook", w) {
-			return
-		}
-		if err := a.verifier.Verify(r.Header, body); err != nil {
-			a.hookErrs = append(a.hookErrs, err)
-			reply(401, `{}`)(w)
-			return
-		}
-		var p struct {
-			Type string          `json:"type"`
-			Data json.RawMessage `json:"data"`
-		}
-		if json.Unmarshal(body, &p) != nil || p.Type != "relay.message" || len(p.Data) == 0 {
-			reply(400, `{}`)(w)
-			return
-		}
-		a.hooks = append(a.hooks, r.Header.Get(webhook.HeaderID))
-		w.WriteHeader(http.StatusNoContent)
+		a.serveHook(w, r, body)
 	default:
 		reply(404, `{}`)(w)
 	}
+}
+
+// serveSlack answers the Slack Web API methods the outbound worker calls.
+func (a *apis) serveSlack(w http.ResponseWriter, r *http.Request, body []byte, id int) {
+	method := strings.TrimPrefix(r.URL.Path, "/slack/")
+	if a.scripted("slack:"+method, w) {
+		return
+	}
+	r.Body = io.NopCloser(strings.NewReader(string(body)))
+	_ = r.ParseForm()
+	form := map[string]string{}
+	for k := range r.PostForm {
+		form[k] = r.PostForm.Get(k)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	switch method {
+	case "chat.postMessage":
+		form["ts"] = fmt.Sprintf("1700000000.%06d", id)
+		a.slack = append(a.slack, form)
+		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "channel": form["channel"], "ts": form["ts"]})
+	case "conversations.replies", "conversations.history":
+		var msgs []map[string]any
+		for _, p := range a.slack {
+			if p["channel"] == form["channel"] && (method == "conversations.history" || p["thread_ts"] == form["ts"]) {
+				m := map[string]any{"type": "message", "ts": p["ts"], "text": p["text"]}
+				if p["metadata"] != "" {
+					m["metadata"] = json.RawMessage(p["metadata"])
+				}
+				msgs = append(msgs, m)
+			}
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "messages": msgs, "has_more": false})
+	default:
+		_ = json.NewEncoder(w).Encode(map[string]any{"ok": false, "error": "unknown_method"})
+	}
+}
+
+// serveGitHub answers GitHub issue comment listing and creation.
+func (a *apis) serveGitHub(w http.ResponseWriter, r *http.Request, body []byte, id int) {
+	var owner, repo string
+	var n int
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/github/"), "/")
+	if len(parts) == 6 && parts[0] == "repos" && parts[3] == "issues" && parts[5] == "comments" {
+		owner, repo = parts[1], parts[2]
+		n, _ = strconv.Atoi(parts[4])
+	}
+	if a.scripted("github:"+r.Method, w) {
+		return
+	}
+	if owner != "octo" || repo != "hello" || n == 0 {
+		reply(404, `{"message":"Not Found","documentation_url":"https://docs.github.com/rest"}`)(w)
+		return
+	}
+	issue := fmt.Sprintf("%s/%s#%d", owner, repo, n)
+	w.Header().Set("Content-Type", "application/json")
+	if r.Method == http.MethodGet {
+		_ = json.NewEncoder(w).Encode(append([]map[string]any{}, a.github[issue]...))
+		return
+	}
+	var in struct{ Body string }
+	_ = json.Unmarshal(body, &in)
+	c := map[string]any{"id": id, "body": in.Body, "html_url": fmt.Sprintf("https://github.com/%s/%s/issues/%d#issuecomment-%d", owner, repo, n, id)}
+	a.github[issue] = append(a.github[issue], c)
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(c)
+}
+
+// serveSentry answers Sentry issue note listing and creation.
+func (a *apis) serveSentry(w http.ResponseWriter, r *http.Request, body []byte, id int) {
+	path := r.URL.Path
+	if a.scripted("sentry:"+r.Method, w) {
+		return
+	}
+	if path != "/sentry/api/0/issues/4711/comments/" {
+		reply(404, `{"detail":"The requested resource does not exist"}`)(w)
+		return
+	}
+	if r.Method == http.MethodGet {
+		_ = json.NewEncoder(w).Encode(append([]map[string]any{}, a.sentry...))
+		return
+	}
+	var in struct{ Text string }
+	_ = json.Unmarshal(body, &in)
+	nt := map[string]any{"id": strconv.Itoa(id), "type": "note", "data": map[string]any{"text": in.Text}}
+	a.sentry = append(a.sentry, nt)
+	reply(201, mustJSON(nt))(w)
+}
+
+// serveOpenProject answers OpenProject work package activities.
+func (a *apis) serveOpenProject(w http.ResponseWriter, r *http.Request, body []byte, id int) {
+	path := r.URL.Path
+	if a.scripted("op:"+r.Method, w) {
+		return
+	}
+	if path != "/op/api/v3/work_packages/42/activities" {
+		reply(404, `{"_type":"Error","message":"The requested resource could not be found."}`)(w)
+		return
+	}
+	if r.Method == http.MethodGet {
+		reply(200, mustJSON(map[string]any{"_type": "Collection", "_embedded": map[string]any{"elements": a.op}}))(w)
+		return
+	}
+	var in struct {
+		Comment struct{ Raw string } `json:"comment"`
+	}
+	_ = json.Unmarshal(body, &in)
+	act := map[string]any{"_type": "Activity::Comment", "id": id, "comment": map[string]any{"raw": in.Comment.Raw},
+		"_links": map[string]any{"self": map[string]any{"href": fmt.Sprintf("/api/v3/activities/%d", id)}}}
+	a.op = append(a.op, act)
+	reply(201, mustJSON(act))(w)
+}
+
+// serveHook verifies and records a Standard Webhooks delivery.
+func (a *apis) serveHook(w http.ResponseWriter, r *http.Request, body []byte) {
+	if a.scripted("hook", w) {
+		return
+	}
+	if err := a.verifier.Verify(r.Header, body); err != nil {
+		a.hookErrs = append(a.hookErrs, err)
+		reply(401, `{}`)(w)
+		return
+	}
+	var p struct {
+		Type string          `json:"type"`
+		Data json.RawMessage `json:"data"`
+	}
+	if json.Unmarshal(body, &p) != nil || p.Type != "relay.message" || len(p.Data) == 0 {
+		reply(400, `{}`)(w)
+		return
+	}
+	a.hooks = append(a.hooks, r.Header.Get(webhook.HeaderID))
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func mustJSON(v any) string {

@@ -15,6 +15,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers/github"
 	"github.com/relaystation/relay/mappers/openproject"
 	"github.com/relaystation/relay/mappers/sentry"
@@ -121,22 +122,10 @@ func value(c prometheus.Counter) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func (h *harness) waitDone(key string) *Record {
 	h.t.Helper()
 	var rec *Record
-	waitFor(h.t, "record "+key+" done", 30*time.Second, func() bool {
+	testenv.WaitFor(h.t, 30*time.Second, "record "+key+" done", func() bool {
 		r, err := h.svc.Lookup(h.t.Context(), key)
 		if err != nil {
 			h.t.Fatal(err)
@@ -150,7 +139,7 @@ func (h *harness) waitDone(key string) *Record {
 func (h *harness) waitDeadLetter() bus.StoredDeadLetter {
 	h.t.Helper()
 	var dl bus.StoredDeadLetter
-	waitFor(h.t, "a dead letter", 30*time.Second, func() bool {
+	testenv.WaitFor(h.t, 30*time.Second, "a dead letter", func() bool {
 		dls, err := h.bus.DeadLetters(h.t.Context(), 0)
 		if err != nil {
 			h.t.Fatal(err)
@@ -252,7 +241,7 @@ func TestExactlyOnce(t *testing.T) {
 	h.publish(second, "out.github")
 	h.run()
 	h.waitDone("out:task-42")
-	waitFor(t, "three messages handled", 15*time.Second, func() bool {
+	testenv.WaitFor(t, 15*time.Second, "three messages handled", func() bool {
 		return value(h.svc.metrics.duplicates.WithLabelValues(DestGitHub)) == 2
 	})
 	if got := h.apis.count(DestGitHub); got != 1 {
@@ -400,7 +389,7 @@ func TestNotFoundDeadLetteredWithSlackNotice(t *testing.T) {
 	if dl.Consumer != "outbound" || !strings.Contains(dl.Reason, "404") || dl.Deliveries != 1 {
 		t.Fatalf("got dead letter %+v, want outbound's, naming 404, after one delivery", dl)
 	}
-	waitFor(t, "the Slack notice", 10*time.Second, func() bool { return len(h.apis.slackPosts()) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the Slack notice", func() bool { return len(h.apis.slackPosts()) == 1 })
 	p := h.apis.slackPosts()[0]
 	want := "Posting to GitHub octo/nope#7 failed: 404 Not Found"
 	if p["channel"] != "C-APPROVALS" || p["thread_ts"] != "1699999999.000100" || !strings.Contains(p["text"], want) {
@@ -427,7 +416,7 @@ func TestUnconfiguredDestinationDeadLettered(t *testing.T) {
 	if !strings.Contains(dl.Reason, "SENTRY_TOKEN") {
 		t.Fatalf("got reason %q, want it to name SENTRY_TOKEN", dl.Reason)
 	}
-	waitFor(t, "the Slack notice", 10*time.Second, func() bool { return len(h.apis.slackPosts()) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the Slack notice", func() bool { return len(h.apis.slackPosts()) == 1 })
 	if text := h.apis.slackPosts()[0]["text"]; !strings.Contains(text, "sentry is not configured: SENTRY_TOKEN is not set") {
 		t.Fatalf("got notice %q", text)
 	}

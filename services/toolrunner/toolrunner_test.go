@@ -19,6 +19,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
@@ -83,19 +84,8 @@ func start(t *testing.T, extra ...mcpconfig.Server) *fixture {
 		}
 	})
 	f := &fixture{b: b, svc: svc, writes: writes, audit: auditPath}
-	waitFor(t, 20*time.Second, "svc ready", func() bool { return svc.Runner().Servers()[0].State == tools.StateReady })
+	testenv.WaitFor(t, 20*time.Second, "svc ready", func() bool { return svc.Runner().Servers()[0].State == tools.StateReady })
 	return f
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // observe collects the envelopes published on a relative subject.
@@ -250,7 +240,7 @@ func TestMalformedCallIsDeadLettered(t *testing.T) {
 	if _, err := f.b.Publish(t.Context(), envelope.SubjectToolCall, e); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "dead letter", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "dead letter", func() bool {
 		dls, err := f.b.DeadLetters(t.Context(), 0)
 		return err == nil && len(dls) == 1 && dls[0].Consumer == "toolrunner"
 	})
@@ -300,14 +290,14 @@ func TestAutoDisableNoticeAndRemoteEnable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "persisted auto-disable", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "persisted auto-disable", func() bool {
 		s, err := st.Load(t.Context())
 		return err == nil && s.Servers["dead"].Disabled && s.Servers["dead"].By == "health"
 	})
 	if err := st.SetServer(t.Context(), "dead", tools.ServerState{Disabled: false, By: "operator", At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "runner to see the enable", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "runner to see the enable", func() bool {
 		s := f.svc.Runner().Servers()[1]
 		return s.State != tools.StateDisabled || s.Failures > 0
 	})
@@ -315,7 +305,7 @@ func TestAutoDisableNoticeAndRemoteEnable(t *testing.T) {
 	if err := st.SetStop(t.Context(), true); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "stop switch", f.svc.Runner().Stopped)
+	testenv.WaitFor(t, 10*time.Second, "stop switch", f.svc.Runner().Stopped)
 	res := f.svc.Runner().Call(t.Context(), tools.Request{Tool: "svc.echo", Args: map[string]any{"message": "x"}, Caller: tools.Caller{Role: "agent"}})
 	if res.Status != tools.StatusDisabled {
 		t.Errorf("call with stop switch on: got %s", res.Status)
@@ -325,7 +315,7 @@ func TestAutoDisableNoticeAndRemoteEnable(t *testing.T) {
 // waitDrained waits until the consumer has nothing pending or unacknowledged.
 func waitDrained(t *testing.T, b *bus.Bus, consumer string) {
 	t.Helper()
-	waitFor(t, 20*time.Second, consumer+" drained", func() bool {
+	testenv.WaitFor(t, 20*time.Second, consumer+" drained", func() bool {
 		c, err := b.JetStream().Consumer(t.Context(), b.StreamName(envelope.SubjectToolCall), consumer)
 		if err != nil {
 			return false
