@@ -30,6 +30,8 @@ func TestBus(t *testing.T) {
 		"InvalidRefused":         testInvalidRefused,
 		"NakDelayRedelivery":     testNakDelay,
 		"PermanentToDLQ":         testPermanentToDLQ,
+		"ClassifiedToDLQ":        testClassifiedToDLQ,
+		"RetryDelayDrivesNak":    testRetryDelayDrivesNak,
 		"MaxDeliveriesToDLQ":     testMaxDeliveries,
 		"InvalidBodyToDLQ":       testInvalidBody,
 		"RedeliveryAfterCrash":   testRedeliveryAfterCrash,
