@@ -31,6 +31,8 @@ func TestBus(t *testing.T) {
 		"InvalidRefused":         testInvalidRefused,
 		"NakDelayRedelivery":     testNakDelay,
 		"PermanentToDLQ":         testPermanentToDLQ,
+		"ClassifiedToDLQ":        testClassifiedToDLQ,
+		"RetryDelayDrivesNak":    testRetryDelayDrivesNak,
 		"MaxDeliveriesToDLQ":     testMaxDeliveries,
 		"InvalidBodyToDLQ":       testInvalidBody,
 		"RedeliveryAfterCrash":   testRedeliveryAfterCrash,

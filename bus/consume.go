@@ -327,10 +327,9 @@ func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, ms
 	case md.NumDelivered >= uint64(cfg.MaxDeliver):
 		b.deadLetter(ctx, cfg, msg, m, fmt.Sprintf("max deliveries (%d) reached: %v", cfg.MaxDeliver, herr), log)
 	default:
-		delay := nakDelay(cfg.NakDelays, md.NumDelivered)
-		var re *RetryError
-		if errors.As(herr, &re) && re.Delay > 0 {
-			delay = re.Delay
+		delay := RetryDelay(herr)
+		if delay == 0 {
+			delay = nakDelay(cfg.NakDelays, md.NumDelivered)
 		}
 		log.Warn("handler failed; will retry", "envelope_id", env.ID, "subject", m.Subject,
 			"delivered", md.NumDelivered, "retry_in", delay, "err", firstLine(herr.Error()))

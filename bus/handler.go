@@ -31,10 +31,10 @@ type Message struct {
 	Consumer string
 }
 
-// Handler handles a message. Its error picks the outcome: nil acks; an error
-// marked Permanent terms the message and dead-letters it; any other error naks
-// it with a growing delay (or the delay of RetryAfter), until the consumer's
-// MaxDeliver is reached, when it is dead-lettered too.
+// Handler handles a message. Its error picks the outcome (see Classified): nil
+// acks; a permanent error terms the message and dead-letters it; any other
+// error naks it with its RetryDelay, or else a growing delay, until the
+// consumer's MaxDeliver is reached, when it is dead-lettered too.
 type Handler interface {
 	Handle(ctx context.Context, m *Message) error
 }
@@ -82,11 +82,34 @@ func Timeout(d time.Duration) Middleware {
 	}
 }
 
+// Classified is the one way an error says what to do with the message it
+// failed, honoured by every consumer: Permanent reports that retrying cannot
+// help (the message is termed and dead-lettered); RetryDelay, when positive,
+// is how long to wait before the next attempt (for example an API's
+// Retry-After), replacing the consumer's growing delay.
+//
+// The bus asks the first error in the chain that implements it (errors.As),
+// so a wrapper decides over what it wraps. The provider clients' errors
+// (mappers.APIError, github.PostError, slack.PostError, webhook.SendError)
+// implement it; Permanent and RetryAfter classify any other error. An error
+// that does not implement it is transient.
+type Classified interface {
+	error
+	Permanent() bool
+	RetryDelay() time.Duration
+}
+
 // PermanentError marks a failure that retrying cannot fix.
 type PermanentError struct{ Err error }
 
 func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
 func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent reports true.
+func (e *PermanentError) Permanent() bool { return true }
+
+// RetryDelay reports 0: a permanent failure is not retried.
+func (e *PermanentError) RetryDelay() time.Duration { return 0 }
 
 // Permanent marks err as permanent: the message is termed and dead-lettered.
 // Permanent(nil) is nil.
@@ -97,10 +120,22 @@ func Permanent(err error) error {
 	return &PermanentError{Err: err}
 }
 
-// IsPermanent reports whether err, or an error it wraps, is permanent.
+// IsPermanent reports whether err is classified permanent: the first error in
+// its chain implementing Classified says so.
 func IsPermanent(err error) bool {
-	var p *PermanentError
-	return errors.As(err, &p)
+	var c Classified
+	return errors.As(err, &c) && c.Permanent()
+}
+
+// RetryDelay is the redelivery delay err asks for: the RetryDelay of the
+// first error in its chain implementing Classified, or 0 (the consumer's
+// growing delay).
+func RetryDelay(err error) time.Duration {
+	var c Classified
+	if errors.As(err, &c) {
+		return max(c.RetryDelay(), 0)
+	}
+	return 0
 }
 
 // RetryError asks for redelivery after Delay.
@@ -111,6 +146,12 @@ type RetryError struct {
 
 func (e *RetryError) Error() string { return fmt.Sprintf("retry after %s: %v", e.Delay, e.Err) }
 func (e *RetryError) Unwrap() error { return e.Err }
+
+// Permanent reports false: the failure is transient, whatever it wraps says.
+func (e *RetryError) Permanent() bool { return false }
+
+// RetryDelay is Delay.
+func (e *RetryError) RetryDelay() time.Duration { return e.Delay }
 
 // RetryAfter marks err as transient with a specific redelivery delay (for
 // example an API's Retry-After). RetryAfter(nil, d) is nil.

@@ -305,7 +305,7 @@ func (p *Poster) FindPosted(ctx context.Context, channel, threadTS, key string, 
 				ChannelID: channel, Timestamp: threadTS, Cursor: cursor, Oldest: oldest, Limit: 200, IncludeAllMetadata: true,
 			})
 			if err != nil {
-				return nil, classify("conversations.replies", err)
+				return nil, Classify("conversations.replies", err)
 			}
 			collect(msgs)
 			if !more || next == "" {
@@ -318,7 +318,7 @@ func (p *Poster) FindPosted(ctx context.Context, channel, threadTS, key string, 
 			ChannelID: channel, Cursor: cursor, Oldest: oldest, Limit: 200, IncludeAllMetadata: true,
 		})
 		if err != nil {
-			return nil, classify("conversations.history", err)
+			return nil, Classify("conversations.history", err)
 		}
 		collect(h.Messages)
 		if !h.HasMore || h.ResponseMetaData.NextCursor == "" {
@@ -333,7 +333,7 @@ func (p *Poster) FindPosted(ctx context.Context, channel, threadTS, key string, 
 func (p *Poster) PostMessage(ctx context.Context, channel string, opts ...slackapi.MsgOption) (string, string, error) {
 	ch, ts, err := p.api.PostMessageContext(ctx, channel, opts...)
 	if err != nil {
-		return "", "", classify("chat.postMessage", err)
+		return "", "", Classify("chat.postMessage", err)
 	}
 	return ch, ts, nil
 }
@@ -343,7 +343,7 @@ func (p *Poster) PostMessage(ctx context.Context, channel string, opts ...slacka
 func (p *Poster) UpdateMessage(ctx context.Context, channel, ts string, opts ...slackapi.MsgOption) (string, string, error) {
 	ch, ts, _, err := p.api.UpdateMessageContext(ctx, channel, ts, opts...)
 	if err != nil {
-		return "", "", classify("chat.update", err)
+		return "", "", Classify("chat.update", err)
 	}
 	return ch, ts, nil
 }
@@ -353,7 +353,7 @@ func (p *Poster) UpdateMessage(ctx context.Context, channel, ts string, opts ...
 func (p *Poster) PostEphemeral(ctx context.Context, channel, user string, opts ...slackapi.MsgOption) (string, error) {
 	ts, err := p.api.PostEphemeralContext(ctx, channel, user, opts...)
 	if err != nil {
-		return "", classify("chat.postEphemeral", err)
+		return "", Classify("chat.postEphemeral", err)
 	}
 	return ts, nil
 }
@@ -363,7 +363,7 @@ func (p *Poster) PostEphemeral(ctx context.Context, channel, user string, opts .
 func (p *Poster) OpenView(ctx context.Context, triggerID string, view slackapi.ModalViewRequest) (string, error) {
 	resp, err := p.api.OpenViewContext(ctx, triggerID, view)
 	if err != nil {
-		return "", classify("views.open", err)
+		return "", Classify("views.open", err)
 	}
 	return resp.ID, nil
 }
@@ -422,8 +422,10 @@ func (e *PostError) Permanent() bool {
 // RetryDelay is Slack's Retry-After, or 0.
 func (e *PostError) RetryDelay() time.Duration { return e.RetryAfter }
 
-// classify wraps a slack-go error in a *PostError.
-func classify(op string, err error) error {
+// Classify wraps an error of a slack-go call op ("chat.update") in a
+// *PostError, which classifies itself for the bus (bus.Classified): callers of
+// slack-go outside Poster use it so Slack's failures mean one thing everywhere.
+func Classify(op string, err error) error {
 	pe := &PostError{Op: op, Err: err}
 	var rl *slackapi.RateLimitedError
 	var sc slackapi.StatusCodeError

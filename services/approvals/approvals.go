@@ -15,6 +15,7 @@ import (
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
+	slackmapper "github.com/relaystation/relay/mappers/slack"
 )
 
 // Subjects this worker consumes and publishes, relative to the bus prefix.
@@ -218,7 +219,7 @@ func (s *Service) show(ctx context.Context, rec *Record) error {
 		}
 		_, ts, err := s.api.PostMessageContext(ctx, rec.SlackChannel, opts...)
 		if err != nil {
-			return slackOutcome(fmt.Errorf("post approval message of task %s to %s: %w", rec.TaskID, rec.SlackChannel, err))
+			return fmt.Errorf("post approval message of task %s to %s: %w", rec.TaskID, rec.SlackChannel, slackmapper.Classify("chat.postMessage", err))
 		}
 		_, err = s.store.mutate(ctx, rec.TaskID, func(r *Record) (*Record, error) {
 			if r == nil || r.Round != rec.Round || r.SlackTS != "" {
@@ -241,9 +242,9 @@ func (s *Service) show(ctx context.Context, rec *Record) error {
 		return nil
 	}
 	if _, _, _, err := s.api.UpdateMessageContext(ctx, rec.SlackChannel, rec.SlackTS, opts...); err != nil {
-		err = fmt.Errorf("update approval message %s/%s of task %s: %w", rec.SlackChannel, rec.SlackTS, rec.TaskID, err)
-		if !slackPermanent(err) {
-			return slackOutcome(err)
+		err = fmt.Errorf("update approval message %s/%s of task %s: %w", rec.SlackChannel, rec.SlackTS, rec.TaskID, slackmapper.Classify("chat.update", err))
+		if !bus.IsPermanent(err) {
+			return err
 		}
 		s.log.Warn("approval message cannot be updated; giving up on it", "task_id", rec.TaskID, "err", err)
 	}
@@ -287,32 +288,4 @@ func outEnvelope(sugg *envelope.Envelope, text string, target *envelope.Target, 
 		out.Meta.Set(MetaApproval, approval)
 	}
 	return out
-}
-
-// slackOutcome maps a Slack API error to the message outcome: rate limits
-// retry after Slack's delay, errors Slack will repeat are permanent, the rest
-// transient.
-func slackOutcome(err error) error {
-	var rl *slack.RateLimitedError
-	if errors.As(err, &rl) {
-		return bus.RetryAfter(err, max(rl.RetryAfter, time.Second))
-	}
-	if slackPermanent(err) {
-		return bus.Permanent(err)
-	}
-	return err
-}
-
-// slackPermanent reports an error Slack answered with that retrying cannot fix
-// (channel_not_found, invalid_auth, message_not_found, ...).
-func slackPermanent(err error) bool {
-	var se slack.SlackErrorResponse
-	if !errors.As(err, &se) {
-		return false
-	}
-	switch se.Err {
-	case "ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout", "team_added_to_org":
-		return false
-	}
-	return true
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/relaystation/relay/bus"
+	slackmapper "github.com/relaystation/relay/mappers/slack"
 )
 
 // approvers decides who may approve: listed users, and members of listed
@@ -72,16 +75,17 @@ func (a *approvers) members(ctx context.Context, group string) (map[string]bool,
 	}
 	ids, err := a.api.GetUserGroupMembersContext(ctx, group)
 	if err != nil {
+		err = slackmapper.Classify("usergroups.users.list", err)
 		switch {
 		case ok:
 			a.log.Warn("user group membership not refreshed; using the cached list", "group", group, "err", err)
 			return c.members, nil
-		case slackPermanent(err):
+		case bus.IsPermanent(err):
 			// A group Slack does not know (or may not be read) has no members.
 			a.log.Warn("user group cannot be read; treating it as empty", "group", group, "err", err)
 			ids = nil
 		default:
-			return nil, slackOutcome(fmt.Errorf("read members of user group %s: %w", group, err))
+			return nil, fmt.Errorf("read members of user group %s: %w", group, err)
 		}
 	}
 	m := make(map[string]bool, len(ids))

@@ -36,8 +36,8 @@
 //
 // # Outcomes
 //
-// A rate limit (429 with Retry-After) is retried after that delay
-// (bus.RetryAfter); network errors and 5xx are retried with the consumer's
+// The clients' errors classify themselves (bus.Classified): a rate limit (429
+// with Retry-After) is retried after that delay; network errors and 5xx are retried with the consumer's
 // growing delays; a permanent failure (another 4xx, an invalid target, a
 // destination without credentials) is dead-lettered, and when meta.approval
 // names a Slack approval message a notice is posted in its thread
@@ -457,16 +457,16 @@ func (s *Service) post(ctx context.Context, t *envelope.Target, e *envelope.Enve
 	case DestWebhook:
 		raw, err := e.Marshal()
 		if err != nil {
-			return result{}, &permanentError{err}
+			return result{}, bus.Permanent(err)
 		}
 		body, err := json.Marshal(webhook.Payload{Type: WebhookEventType, Timestamp: e.Timestamp, Data: json.RawMessage(raw)})
 		if err != nil {
-			return result{}, &permanentError{err}
+			return result{}, bus.Permanent(err)
 		}
 		d, err := s.webhook.Send(ctx, t.URL, key, body)
 		return result{id: fmt.Sprint(d.Status)}, err
 	}
-	return result{}, &permanentError{fmt.Errorf("target channel %q", t.Channel)}
+	return result{}, bus.Permanent(fmt.Errorf("target channel %q", t.Channel))
 }
 
 // postSlack posts the parts not yet posted and records each part's ts in the
@@ -503,7 +503,7 @@ func (s *Service) postSlack(ctx context.Context, t *envelope.Target, e *envelope
 		return result{}, err
 	}
 	if len(cl.rec.Parts) == 0 {
-		return result{}, &permanentError{ErrEmpty}
+		return result{}, bus.Permanent(ErrEmpty)
 	}
 	ch := posted.Channel
 	if ch == "" {
@@ -512,30 +512,20 @@ func (s *Service) postSlack(ctx context.Context, t *envelope.Target, e *envelope
 	return result{id: ch + "/" + cl.rec.Parts[0], existing: len(posted.TS) == 0}, nil
 }
 
-// permanentError marks a failure of the worker's own making as permanent.
-type permanentError struct{ err error }
-
-func (e *permanentError) Error() string   { return e.err.Error() }
-func (e *permanentError) Unwrap() error   { return e.err }
-func (e *permanentError) Permanent() bool { return true }
-
-// classified is how the clients' errors say what they are.
-type classified interface {
-	Permanent() bool
-	RetryDelay() time.Duration
-}
+// The provider clients' errors classify themselves for the bus: a permanent
+// failure is dead-lettered, a Retry-After is the redelivery delay.
+var (
+	_ bus.Classified = (*github.PostError)(nil)
+	_ bus.Classified = (*slack.PostError)(nil)
+	_ bus.Classified = (*mappers.APIError)(nil)
+	_ bus.Classified = (*webhook.SendError)(nil)
+)
 
 // failure maps a failed post to its outcome.
 func (s *Service) failure(ctx context.Context, m *bus.Message, t *envelope.Target, key string, cl *claim, err error, log *slog.Logger) error {
 	dest := t.Channel
 	err = fmt.Errorf("post %s to %s: %w", m.Envelope.ID, t, err)
-	var c classified
-	var p interface{ Permanent() bool }
-	permanent := errors.As(err, &p) && p.Permanent()
-	var delay time.Duration
-	if errors.As(err, &c) {
-		delay = c.RetryDelay()
-	}
+	permanent, delay := bus.IsPermanent(err), bus.RetryDelay(err)
 	last := m.Delivered >= uint64(s.cfg.MaxDeliver)
 	switch {
 	case permanent || last:
@@ -547,7 +537,7 @@ func (s *Service) failure(ctx context.Context, m *bus.Message, t *envelope.Targe
 		}
 		s.notifyFailure(ctx, m.Envelope, t, err)
 		if permanent {
-			return bus.Permanent(err)
+			return err
 		}
 		return bus.Permanent(fmt.Errorf("giving up after %d attempts: %w", m.Delivered, err))
 	}
@@ -559,7 +549,7 @@ func (s *Service) failure(ctx context.Context, m *bus.Message, t *envelope.Targe
 	}
 	if delay > 0 {
 		s.metrics.failed.WithLabelValues(dest, "rate_limited").Inc()
-		return bus.RetryAfter(err, delay)
+		return err // the bus naks with the error's delay
 	}
 	s.metrics.failed.WithLabelValues(dest, "transient").Inc()
 	return err
@@ -622,6 +612,9 @@ func Reason(err error) string {
 	// Drop this worker's own "post {id} to {target}: " wrapping.
 	for strings.HasPrefix(err.Error(), "post ") && errors.Unwrap(err) != nil {
 		err = errors.Unwrap(err)
+	}
+	if p, ok := err.(*bus.PermanentError); ok {
+		err = p.Err // the human needs the cause, not its class
 	}
 	return err.Error()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -512,6 +513,7 @@ func TestReason(t *testing.T) {
 		{&openproject.PostError{Provider: "openproject", Status: 422, Message: "Comment can't be blank."}, "422 Unprocessable Entity (Comment can't be blank.)"},
 		{&webhook.SendError{Status: 410}, "410 Gone"},
 		{errors.New("plain"), "plain"},
+		{fmt.Errorf("post e1 to webhook: %w", bus.Permanent(ErrEmpty)), ErrEmpty.Error()},
 	}
 	for _, tc := range cases {
 		if got := Reason(tc.err); got != tc.want {
