@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // apiError classifies itself the way the provider clients' errors do, without
@@ -98,7 +99,7 @@ func testRetryDelayDrivesNak(t *testing.T, b *bus.Bus) {
 			}
 			return nil
 		})
-	waitFor(t, "the second delivery", 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(times) >= 2 })
+	testenv.WaitFor(t, 20*time.Second, "the second delivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(times) >= 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	if d := times[1].Sub(times[0]); d < 250*time.Millisecond {

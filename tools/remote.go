@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/relaystation/relay/internal/rpc"
 )
 
 // Request/reply subjects the runner answers, relative to the bus prefix.
@@ -19,8 +22,13 @@ const (
 	SubjectList = "rpc.tool.list"
 	// SubjectStatus answers with StatusResponse: every server's status.
 	SubjectStatus = "rpc.tool.status"
-	// QueueGroup makes one runner process answer each request.
+	// QueueGroup makes one runner process answer each request. Runners before
+	// nats.go/micro used the same group, so during a rolling restart an old
+	// and a new runner compete for a request rather than both answering it.
 	QueueGroup = "toolrunner"
+	// ServiceName is the runner's nats.go/micro service name, the one
+	// `$SRV.PING|INFO|STATS.relay-toolrunner` discover.
+	ServiceName = "relay-toolrunner"
 )
 
 // ListRequest asks for the tools of a role.
@@ -28,16 +36,19 @@ type ListRequest struct {
 	Role string `json:"role"`
 }
 
-// ListResponse answers ListRequest.
+// ListResponse answers ListRequest. Error is set (and the reply also carries
+// micro's error headers) when the request could not be answered.
 type ListResponse struct {
 	Tools []ToolInfo `json:"tools"`
 	Error string     `json:"error,omitempty"`
 }
 
-// StatusResponse answers a status request.
+// StatusResponse answers a status request. Error is set only when the runner
+// could not answer (it is stopping); runners before micro never set it.
 type StatusResponse struct {
 	Servers []ServerStatus `json:"servers"`
 	Stopped bool           `json:"stopped"`
+	Error   string         `json:"error,omitempty"`
 }
 
 // Requester sends a NATS request; *nats.Conn is one.
@@ -45,18 +56,27 @@ type Requester interface {
 	RequestWithContext(ctx context.Context, subj string, data []byte) (*nats.Msg, error)
 }
 
-// ErrNoRunner means no tool runner answered the request.
-var ErrNoRunner = errors.New("no tool runner answered (is `relay toolrunner` or `relay serve` running?)")
+// ErrNoRunner matches (errors.Is) the error of a request no tool runner
+// subscribes to; its message names the subject and the command to start.
+var ErrNoRunner = errors.New("no tool runner answering")
+
+// runnerTarget names the tool runner in client errors.
+var runnerTarget = rpc.Target{Service: "tool runner", Start: "`relay toolrunner` or `relay serve`", Err: ErrNoRunner}
+
+// remoteTimeout bounds a request whose ctx has no deadline.
+const remoteTimeout = 5 * time.Second
 
 // ListRemote asks a running tool runner for the tools role may call.
 // prefix is the bus prefix ("relay"). Without a deadline on ctx it waits 5s.
+// It understands runners on micro and the ones before (see package
+// internal/rpc); an error a runner answered with is an *rpc.Error either way.
 func ListRemote(ctx context.Context, nc Requester, prefix, role string) ([]ToolInfo, error) {
 	var resp ListResponse
 	if err := request(ctx, nc, prefix+"."+SubjectList, ListRequest{Role: role}, &resp); err != nil {
 		return nil, err
 	}
-	if resp.Error != "" {
-		return nil, errors.New(resp.Error)
+	if resp.Error != "" { // a runner before micro: the error is only in the body
+		return nil, &rpc.Error{Code: rpc.CodeBadRequest, Message: resp.Error}
 	}
 	return resp.Tools, nil
 }
@@ -67,61 +87,59 @@ func StatusRemote(ctx context.Context, nc Requester, prefix string) (*StatusResp
 	if err := request(ctx, nc, prefix+"."+SubjectStatus, struct{}{}, &resp); err != nil {
 		return nil, err
 	}
+	if resp.Error != "" {
+		return nil, &rpc.Error{Code: rpc.CodeUnavailable, Message: resp.Error}
+	}
 	return &resp, nil
 }
 
 func request(ctx context.Context, nc Requester, subj string, in, out any) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
-	b, err := json.Marshal(in)
+	body, err := rpc.Call(ctx, nc, subj, in, remoteTimeout, runnerTarget)
 	if err != nil {
 		return err
 	}
-	msg, err := nc.RequestWithContext(ctx, subj, b)
-	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("request %s: %w: %w", subj, ErrNoRunner, err)
-		}
-		return fmt.Errorf("request %s: %w", subj, err)
-	}
-	if err := json.Unmarshal(msg.Data, out); err != nil {
+	if err := json.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("decode reply of %s: %w", subj, err)
 	}
 	return nil
 }
 
-// Serve answers SubjectList and SubjectStatus for r on nc until the returned
-// function is called (it unsubscribes).
-func Serve(nc *nats.Conn, prefix string, r *Runner) (stop func(), err error) {
-	list, err := nc.QueueSubscribe(prefix+"."+SubjectList, QueueGroup, func(m *nats.Msg) {
-		var req ListRequest
-		var resp ListResponse
-		if err := json.Unmarshal(m.Data, &req); err != nil {
-			resp.Error = "bad request: " + err.Error()
-		} else {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			resp.Tools = r.Tools(ctx, req.Role)
-			cancel()
-		}
-		if resp.Tools == nil {
-			resp.Tools = []ToolInfo{}
-		}
-		b, _ := json.Marshal(resp)
-		_ = m.Respond(b)
-	})
+// Serve answers SubjectList and SubjectStatus for r on nc as the micro
+// service ServiceName (queue group QueueGroup) until stop is called; stop
+// drains the endpoints and returns once no request is being handled. log
+// may be nil.
+func Serve(ctx context.Context, nc *nats.Conn, prefix string, r *Runner, log *slog.Logger) (stop func() error, err error) {
+	srv, err := rpc.Start(ctx, nc, rpc.Config{
+		Name:        ServiceName,
+		Description: "relay tool runner: the MCP tools a role may call, and the MCP servers' status",
+		Prefix:      prefix,
+		QueueGroup:  QueueGroup,
+		Logger:      log,
+	},
+		rpc.Endpoint{Name: "list", Subject: prefix + "." + SubjectList, ErrorBody: listError, Handle: func(ctx context.Context, data []byte) (any, error) {
+			var req ListRequest
+			if err := json.Unmarshal(data, &req); err != nil {
+				e := rpc.Errorf(rpc.CodeBadRequest, "bad request: %v", err)
+				return listError(e), e
+			}
+			resp := ListResponse{Tools: r.Tools(ctx, req.Role)}
+			if resp.Tools == nil {
+				resp.Tools = []ToolInfo{}
+			}
+			return resp, nil
+		}},
+		rpc.Endpoint{Name: "status", Subject: prefix + "." + SubjectStatus, ErrorBody: statusError, Handle: func(context.Context, []byte) (any, error) {
+			return StatusResponse{Servers: r.Servers(), Stopped: r.Stopped()}, nil
+		}},
+	)
 	if err != nil {
-		return nil, fmt.Errorf("subscribe %s: %w", SubjectList, err)
+		return nil, err
 	}
-	status, err := nc.QueueSubscribe(prefix+"."+SubjectStatus, QueueGroup, func(m *nats.Msg) {
-		b, _ := json.Marshal(StatusResponse{Servers: r.Servers(), Stopped: r.Stopped()})
-		_ = m.Respond(b)
-	})
-	if err != nil {
-		_ = list.Unsubscribe()
-		return nil, fmt.Errorf("subscribe %s: %w", SubjectStatus, err)
-	}
-	return func() { _ = list.Unsubscribe(); _ = status.Unsubscribe() }, nil
+	return srv.Stop, nil
+}
+
+func listError(e *rpc.Error) any { return ListResponse{Tools: []ToolInfo{}, Error: e.Message} }
+
+func statusError(e *rpc.Error) any {
+	return StatusResponse{Servers: []ServerStatus{}, Error: e.Message}
 }

@@ -7,11 +7,16 @@
 //	<prefix>.rpc.memory.remember  memory.Note                   -> longterm.Memory
 //	<prefix>.rpc.memory.forget    {"thread"}                    -> memory.Forgotten
 //
-// wrapped in a reply {"result": ..., "error": "...", "code": "..."}. The
-// subjects sit under "rpc", outside every JetStream stream: a request on a
-// subject a stream captures (memory.> is in the work stream) would be stored
-// and answered by the stream's publish acknowledgement instead of the worker.
-// Workers subscribe in the queue group "memory", so each request reaches one.
+// wrapped in a reply {"result": ..., "error": "...", "code": "..."}; a failed
+// request also carries micro's Nats-Service-Error(-Code) headers (400 for
+// CodeBadRequest, 503 for CodeUnavailable). The subjects sit under "rpc",
+// outside every JetStream stream: a request on a subject a stream captures
+// (memory.> is in the work stream) would be stored and answered by the
+// stream's publish acknowledgement instead of the worker.
+//
+// The worker is the nats.go/micro service "relay-memory". Workers subscribe
+// in the queue group "memory" (the one workers before micro used), so each
+// request reaches one of them, old or new, during a rolling restart.
 package remote
 
 import (
@@ -20,12 +25,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/relaystation/relay/internal/rpc"
 	"github.com/relaystation/relay/memory"
 	"github.com/relaystation/relay/memory/longterm"
 )
@@ -45,7 +49,7 @@ func Subject(prefix, op string) string { return prefix + ".rpc.memory." + op }
 // QueueGroup is the queue group memory workers share.
 const QueueGroup = "memory"
 
-// Reply codes.
+// Reply codes, in the reply body.
 const (
 	CodeBadRequest  = "bad_request"
 	CodeUnavailable = "unavailable"
@@ -71,71 +75,85 @@ type refsReply struct {
 	Refs []memory.Ref `json:"refs"`
 }
 
+// ServiceName is the memory worker's nats.go/micro service name, the one
+// `$SRV.PING|INFO|STATS.relay-memory` discover.
+const ServiceName = "relay-memory"
+
+// Ops are the operations the worker answers, one micro endpoint each.
+var Ops = []string{"context", "retrieve", "docs", "remember", "forget"}
+
 // ServerConfig configures Serve.
 type ServerConfig struct {
 	// Prefix is the bus prefix ("relay"). Required.
 	Prefix string
-	// Concurrency bounds requests handled at once. Default 8.
-	Concurrency int
 	// Timeout bounds one request. Default 10s.
 	Timeout time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
 
-// Serve answers memory requests on nc until ctx is cancelled, then drains its
-// subscription and waits for in-flight requests.
+// Serve answers memory requests on nc as the micro service ServiceName (one
+// endpoint per operation, queue group QueueGroup) until ctx is cancelled,
+// then stops the service and waits for the requests being handled. Each
+// endpoint answers one request at a time per worker; requests for different
+// operations, and every worker instance, run in parallel.
 func Serve(ctx context.Context, nc *nats.Conn, b Backend, cfg ServerConfig) error {
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 8
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Second
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	sem := make(chan struct{}, cfg.Concurrency)
-	var wg sync.WaitGroup
-	hctx := context.WithoutCancel(ctx)
-	sub, err := nc.QueueSubscribe(Subject(cfg.Prefix, "*"), QueueGroup, func(msg *nats.Msg) {
-		if msg.Reply == "" {
-			return
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			rctx, cancel := context.WithTimeout(hctx, cfg.Timeout)
-			defer cancel()
-			op := msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:]
-			res, err := handle(rctx, b, op, msg.Data)
-			var rep reply
-			if err != nil {
-				rep.Error, rep.Code = err.Error(), CodeUnavailable
-				var bad *badRequest
-				if errors.As(err, &bad) || errors.Is(err, memory.ErrBadUpdate) || errors.Is(err, memory.ErrEmptyQuery) {
-					rep.Code = CodeBadRequest
-				} else {
-					log.Warn("memory request failed", "op", op, "err", err)
+	eps := make([]rpc.Endpoint, 0, len(Ops))
+	for _, op := range Ops {
+		eps = append(eps, rpc.Endpoint{Name: op, Subject: Subject(cfg.Prefix, op), ErrorBody: errorReply,
+			Handle: func(ctx context.Context, data []byte) (any, error) {
+				res, err := handle(ctx, b, op, data)
+				if err != nil {
+					rep, e := failure(err)
+					if rep.Code != CodeBadRequest {
+						log.Warn("memory request failed", "op", op, "err", err)
+					}
+					return rep, e
 				}
-			} else if rep.Result, err = json.Marshal(res); err != nil {
-				rep.Error, rep.Code = err.Error(), CodeUnavailable
-			}
-			data, _ := json.Marshal(rep)
-			if err := msg.Respond(data); err != nil {
-				log.Warn("memory reply not sent", "op", op, "err", err)
-			}
-		}()
-	})
+				raw, err := json.Marshal(res)
+				if err != nil {
+					e := rpc.Errorf(rpc.CodeInternal, "%v", err)
+					return reply{Error: e.Message, Code: CodeUnavailable}, e
+				}
+				return reply{Result: raw}, nil
+			}})
+	}
+	srv, err := rpc.Start(ctx, nc, rpc.Config{
+		Name:        ServiceName,
+		Description: "relay memory worker: session context, long-term retrieval, documents, remember, forget",
+		Prefix:      cfg.Prefix,
+		QueueGroup:  QueueGroup,
+		Timeout:     cfg.Timeout,
+		Logger:      log,
+	}, eps...)
 	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", Subject(cfg.Prefix, "*"), err)
+		return err
 	}
 	<-ctx.Done()
-	_ = sub.Drain()
-	wg.Wait()
-	return nil
+	return srv.Stop()
+}
+
+// failure is the reply body (the shape clients before micro decode) and the
+// micro error of a failed request.
+func failure(err error) (reply, *rpc.Error) {
+	var bad *badRequest
+	if errors.As(err, &bad) || errors.Is(err, memory.ErrBadUpdate) || errors.Is(err, memory.ErrEmptyQuery) {
+		return reply{Error: err.Error(), Code: CodeBadRequest}, &rpc.Error{Code: rpc.CodeBadRequest, Message: err.Error()}
+	}
+	return reply{Error: err.Error(), Code: CodeUnavailable}, &rpc.Error{Code: rpc.CodeUnavailable, Message: err.Error()}
+}
+
+// errorReply is the body of an error the service raises itself.
+func errorReply(e *rpc.Error) any {
+	code := CodeUnavailable
+	if e.Code == rpc.CodeBadRequest {
+		code = CodeBadRequest
+	}
+	return reply{Error: e.Message, Code: code}
 }
 
 type badRequest struct{ msg string }
@@ -193,17 +211,27 @@ func handle(ctx context.Context, b Backend, op string, data []byte) (any, error)
 	return nil, &badRequest{msg: fmt.Sprintf("unknown operation %q", op)}
 }
 
-// ErrNoWorker is returned when no memory worker answers (none running).
-var ErrNoWorker = errors.New("no memory worker answered (is `relay serve` or `relay memory` running?)")
+// ErrNoWorker matches (errors.Is) the error of a request no memory worker
+// subscribes to; its message names the subject and the command to start.
+var ErrNoWorker = errors.New("no memory worker answering")
 
-// Error is an error reported by the worker.
+var workerTarget = rpc.Target{Service: "memory worker", Start: "`relay memory` or `relay serve`", Err: ErrNoWorker}
+
+// Error is an error reported by the worker, whether it sent it in micro's
+// error headers or, before micro, only in the reply body.
 type Error struct {
-	Op, Code, Message string
+	// Op is the operation ("context").
+	Op string
+	// Code is CodeBadRequest or CodeUnavailable.
+	Code string
+	// Message is the worker's description.
+	Message string
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("memory %s: %s", e.Op, e.Message) }
 
-// Client asks a memory worker over NATS. It is safe for concurrent use.
+// Client asks a memory worker over NATS. It understands workers on micro and
+// the ones before (see package internal/rpc). It is safe for concurrent use.
 type Client struct {
 	nc      *nats.Conn
 	prefix  string
@@ -220,27 +248,27 @@ func NewClient(nc *nats.Conn, prefix string, timeout time.Duration) *Client {
 }
 
 func (c *Client) call(ctx context.Context, op string, req, res any) error {
-	data, err := json.Marshal(req)
-	if err != nil {
-		return err
+	body, err := rpc.Call(ctx, c.nc, Subject(c.prefix, op), req, c.timeout, workerTarget)
+	var re *rpc.Error
+	if errors.As(err, &re) {
+		code := CodeUnavailable
+		if re.Code == rpc.CodeBadRequest {
+			code = CodeBadRequest
+		}
+		return &Error{Op: op, Code: code, Message: re.Message}
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-	}
-	msg, err := c.nc.RequestWithContext(ctx, Subject(c.prefix, op), data)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return ErrNoWorker
+	var none *rpc.NoRespondersError
+	if errors.As(err, &none) {
+		return err // it names the subject already
 	}
 	if err != nil {
 		return fmt.Errorf("memory %s: %w", op, err)
 	}
 	var rep reply
-	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+	if err := json.Unmarshal(body, &rep); err != nil {
 		return fmt.Errorf("memory %s: bad reply: %w", op, err)
 	}
-	if rep.Error != "" {
+	if rep.Error != "" { // a worker before micro: the error is only in the body
 		return &Error{Op: op, Code: rep.Code, Message: rep.Error}
 	}
 	if err := json.Unmarshal(rep.Result, res); err != nil {

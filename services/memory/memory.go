@@ -2,8 +2,9 @@
 // serve`). It consumes every inbound envelope and the work subjects that carry
 // assistant and tool envelopes, appends each envelope of a thread as a turn to
 // the thread's session, applies memory_update (episodic and long-term), and
-// answers the agent's memory requests over NATS request/reply (package
-// memory/remote).
+// answers the agent's memory requests over NATS request/reply as the
+// nats.go/micro service "relay-memory" (package memory/remote), stopped
+// when Run returns.
 //
 // Outcomes: a stored envelope is acked; a malformed memory_update is
 // dead-lettered with its reason; a store or embeddings endpoint that cannot be

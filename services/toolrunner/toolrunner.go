@@ -8,7 +8,9 @@
 // announces auto-disabled servers with a system envelope on
 // system.toolrunner, keeps enable/disable state in a JetStream key-value
 // bucket (KVState) that `relay mcp enable|disable` writes, and answers
-// rpc.tool.list / rpc.tool.status requests (tools.ListRemote).
+// rpc.tool.list / rpc.tool.status requests (tools.ListRemote) as the
+// nats.go/micro service "relay-toolrunner" (tools.Serve), stopped when Run
+// returns.
 //
 // Redelivered calls do not run a tool twice: a call's id is claimed in the
 // key-value bucket "<PREFIX>_TOOLCALLS" before the run, and the reply
@@ -149,11 +151,15 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.runner.Start(ctx); err != nil {
 		return err
 	}
-	stop, err := tools.Serve(s.bus.Conn(), s.bus.Prefix(), s.runner)
+	stop, err := tools.Serve(ctx, s.bus.Conn(), s.bus.Prefix(), s.runner, s.log)
 	if err != nil {
 		return err
 	}
-	defer stop()
+	defer func() {
+		if err := stop(); err != nil {
+			s.log.Warn("tool list service not stopped cleanly", "err", err)
+		}
+	}()
 	var wg sync.WaitGroup
 	auditCtx, auditStop := context.WithCancel(context.WithoutCancel(ctx))
 	wg.Add(1)

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,6 +55,8 @@ type fixture struct {
 	svc    *Service
 	writes *atomic.Int32
 	audit  string
+	// stop cancels Run and waits for it to return (once).
+	stop func()
 }
 
 func start(t *testing.T, extra ...mcpconfig.Server) *fixture {
@@ -77,13 +80,17 @@ func start(t *testing.T, extra ...mcpconfig.Server) *fixture {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	f := &fixture{b: b, svc: svc, writes: writes, audit: auditPath}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	f := &fixture{b: b, svc: svc, writes: writes, audit: auditPath, stop: stop}
 	testenv.WaitFor(t, 20*time.Second, "svc ready", func() bool { return svc.Runner().Servers()[0].State == tools.StateReady })
 	return f
 }

@@ -1,0 +1,210 @@
+package toolrunner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/internal/rpc"
+	"github.com/relaystation/relay/tools"
+)
+
+// The request/reply code of tool runners before nats.go/micro, kept here to
+// test a rolling restart both ways: oldRequest is how their clients
+// (`relay mcp list`, the agent) decoded a reply; oldServe is how they
+// answered.
+
+type oldListResponse struct {
+	Tools []tools.ToolInfo `json:"tools"`
+	Error string           `json:"error,omitempty"`
+}
+
+type oldStatusResponse struct {
+	Servers []tools.ServerStatus `json:"servers"`
+	Stopped bool                 `json:"stopped"`
+}
+
+func oldRequest(ctx context.Context, nc *nats.Conn, subj string, data []byte, out any) error {
+	msg, err := nc.RequestWithContext(ctx, subj, data)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(msg.Data, out)
+}
+
+// oldServe answers like a runner before micro: role "broken" gets the error
+// body such a runner sent for a request it could not decode.
+func oldServe(t *testing.T, nc *nats.Conn, prefix string, answered *atomic.Int32) {
+	t.Helper()
+	list, err := nc.QueueSubscribe(prefix+"."+tools.SubjectList, "toolrunner", func(m *nats.Msg) {
+		answered.Add(1)
+		var req struct{ Role string }
+		resp := oldListResponse{Tools: []tools.ToolInfo{}}
+		if err := json.Unmarshal(m.Data, &req); err != nil || req.Role == "broken" {
+			resp.Error = "bad request: unexpected end of JSON input"
+		} else {
+			resp.Tools = []tools.ToolInfo{{Name: "old.echo", Server: "old", Tool: "echo", InputSchema: map[string]any{"type": "object"}}}
+		}
+		b, _ := json.Marshal(resp)
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := nc.QueueSubscribe(prefix+"."+tools.SubjectStatus, "toolrunner", func(m *nats.Msg) {
+		answered.Add(1)
+		b, _ := json.Marshal(oldStatusResponse{Servers: []tools.ServerStatus{{Name: "old", State: tools.StateReady}}})
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = list.Unsubscribe(); _ = status.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOldClientNewRunner: a client from before micro reads the runner's
+// replies, errors included, as it always did.
+func TestOldClientNewRunner(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	nc := bustest.Connect(t, f.b).Conn()
+	ctx := t.Context()
+	var list oldListResponse
+	if err := oldRequest(ctx, nc, f.b.Subject(tools.SubjectList), []byte(`{"role":"reader"}`), &list); err != nil {
+		t.Fatal(err)
+	}
+	if list.Error != "" || len(list.Tools) != 1 || list.Tools[0].Name != "svc.echo" {
+		t.Errorf("list: got %+v, want svc.echo", list)
+	}
+	var st oldStatusResponse
+	if err := oldRequest(ctx, nc, f.b.Subject(tools.SubjectStatus), []byte(`{}`), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Servers) != 1 || st.Servers[0].Name != "svc" || st.Servers[0].State != tools.StateReady {
+		t.Errorf("status: got %+v", st)
+	}
+	var bad oldListResponse
+	if err := oldRequest(ctx, nc, f.b.Subject(tools.SubjectList), []byte(`not json`), &bad); err != nil {
+		t.Fatal(err)
+	}
+	if bad.Tools == nil || len(bad.Tools) != 0 || bad.Error == "" {
+		t.Errorf("bad request: got %+v, want no tools and the error in the body", bad)
+	}
+	// A new client gets the same error from micro's headers.
+	msg, err := nc.RequestWithContext(ctx, f.b.Subject(tools.SubjectList), []byte(`not json`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := rpc.ReplyError(msg); e == nil || e.Code != rpc.CodeBadRequest || e.Message != bad.Error {
+		t.Errorf("bad request headers: got %+v, want code 400 and %q", e, bad.Error)
+	}
+}
+
+// TestNewClientOldRunner: ListRemote and StatusRemote read a runner from
+// before micro, including the error it put only in the body.
+func TestNewClientOldRunner(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	var answered atomic.Int32
+	oldServe(t, b.Conn(), b.Prefix(), &answered)
+	nc := bustest.Connect(t, b).Conn()
+	list, err := tools.ListRemote(t.Context(), nc, b.Prefix(), "agent")
+	if err != nil || len(list) != 1 || list[0].Name != "old.echo" {
+		t.Errorf("list: got %+v, %v; want old.echo", list, err)
+	}
+	var e *rpc.Error
+	if _, err := tools.ListRemote(t.Context(), nc, b.Prefix(), "broken"); !errors.As(err, &e) || e.Code != rpc.CodeBadRequest || e.Message != "bad request: unexpected end of JSON input" {
+		t.Errorf("error in the body: got %v, want an *rpc.Error with the body's message", err)
+	}
+	st, err := tools.StatusRemote(t.Context(), nc, b.Prefix())
+	if err != nil || len(st.Servers) != 1 || st.Servers[0].Name != "old" {
+		t.Errorf("status: got %+v, %v", st, err)
+	}
+}
+
+// TestRollingRestart: an old and a new runner side by side share the queue
+// group, so each request is answered by exactly one of them.
+func TestRollingRestart(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	var old atomic.Int32
+	oldServe(t, bustest.Connect(t, f.b).Conn(), f.b.Prefix(), &old)
+	nc := bustest.Connect(t, f.b).Conn()
+	const n = 40
+	fromOld := 0
+	for range n {
+		list, err := tools.ListRemote(t.Context(), nc, f.b.Prefix(), "agent")
+		if err != nil || len(list) == 0 {
+			t.Fatalf("list: got %+v, %v", list, err)
+		}
+		if list[0].Name == "old.echo" {
+			fromOld++
+		}
+	}
+	stats := srvRequest[micro.Stats](t, nc, "$SRV.STATS."+tools.ServiceName)
+	newList := 0
+	for _, ep := range stats.Endpoints {
+		if ep.Name == "list" {
+			newList = ep.NumRequests
+		}
+	}
+	if int(old.Load()) != fromOld || fromOld+newList != n {
+		t.Errorf("old runner answered %d (%d seen by the client), new runner %d; want %d in all, each once", old.Load(), fromOld, newList, n)
+	}
+}
+
+func srvRequest[T any](t *testing.T, nc *nats.Conn, subj string) T {
+	t.Helper()
+	msg, err := nc.Request(subj, nil, 10*time.Second)
+	if err != nil {
+		t.Fatalf("request %s: %v", subj, err)
+	}
+	var v T
+	if err := json.Unmarshal(msg.Data, &v); err != nil {
+		t.Fatalf("decode %s: %v", subj, err)
+	}
+	return v
+}
+
+// TestRunnerServiceLifecycle: while Run runs, $SRV discovers the runner's
+// endpoints on the prefixed subjects; once it returned, nothing answers and
+// a client says which command to start.
+func TestRunnerServiceLifecycle(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	nc := bustest.Connect(t, f.b).Conn()
+	info := srvRequest[micro.Info](t, nc, "$SRV.INFO."+tools.ServiceName)
+	got := map[string]string{}
+	for _, ep := range info.Endpoints {
+		if ep.QueueGroup != tools.QueueGroup {
+			t.Errorf("endpoint %s: queue group %q, want %q", ep.Name, ep.QueueGroup, tools.QueueGroup)
+		}
+		got[ep.Name] = ep.Subject
+	}
+	if len(got) != 2 || got["list"] != f.b.Subject(tools.SubjectList) || got["status"] != f.b.Subject(tools.SubjectStatus) ||
+		info.Metadata[rpc.MetadataPrefix] != f.b.Prefix() {
+		t.Errorf("info: got %+v", info)
+	}
+
+	f.stop()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := nc.RequestWithContext(ctx, "$SRV.PING."+tools.ServiceName, nil); !errors.Is(err, nats.ErrNoResponders) {
+		t.Errorf("ping after Run returned: got %v, want no responders", err)
+	}
+	_, err := tools.ListRemote(ctx, nc, f.b.Prefix(), "agent")
+	want := "no tool runner answering on " + f.b.Subject(tools.SubjectList) + ": is `relay toolrunner` or `relay serve` running?"
+	if !errors.Is(err, tools.ErrNoRunner) || err.Error() != want {
+		t.Errorf("list without a runner: got %v, want %q", err, want)
+	}
+}
