@@ -15,6 +15,8 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -22,12 +24,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/secret"
 )
 
 // Config says where the bus lives. The zero value starts an embedded server
 // under ./data listening on 127.0.0.1:4222.
 type Config struct {
-	// URL of an external NATS server (NATS_URL). Empty starts an embedded one.
+	// URL of an external NATS server (NATS_URL), or a comma-separated list of
+	// the servers of a cluster. Empty starts an embedded one.
 	URL string
 	// DataDir is the embedded server's state directory (RELAY_DATA_DIR); its
 	// JetStream files live in DataDir/nats. Default "./data".
@@ -35,10 +39,24 @@ type Config struct {
 	// Listen is the embedded server's client address (RELAY_NATS_LISTEN), so
 	// other processes can attach. Default "127.0.0.1:4222"; port 0 picks one.
 	Listen string
+	// Token, when set, is required by the embedded server from every client
+	// (RELAY_NATS_TOKEN), and sent by this bus's connection unless URL carries
+	// credentials of its own. Unset, the embedded server accepts any client
+	// that reaches Listen.
+	Token secret.Value
 	// Prefix is the first token of every subject and of stream names. Default "relay".
 	Prefix string
 	// Name is the NATS connection name, shown in server monitoring.
 	Name string
+	// Replicas is how many servers of a JetStream cluster hold each stream
+	// and key-value bucket (RELAY_STREAM_REPLICAS): 1 on a single server, 3
+	// (or 5) on a cluster. Raising it on a running cluster scales the
+	// existing streams up at the next start. Default 1.
+	Replicas int
+	// FailFast makes Connect fail at once when no server answers, for
+	// operator commands. Otherwise Connect waits for the server (a process
+	// started before NATS comes up serves once it is up).
+	FailFast bool
 	// Retention is how long inbound and work messages are kept. Default 7 days.
 	Retention time.Duration
 	// DeadLetterRetention is how long dead letters are kept. Default 30 days.
@@ -73,6 +91,9 @@ func (c *Config) setDefaults() {
 	if c.Name == "" {
 		c.Name = "relay"
 	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
 	if c.Retention == 0 {
 		c.Retention = 7 * 24 * time.Hour
 	}
@@ -98,6 +119,9 @@ func (c *Config) Validate() error {
 	if !prefixRE.MatchString(c.Prefix) {
 		return fmt.Errorf("bus prefix %q: want letters, digits, '-' or '_'", c.Prefix)
 	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		return fmt.Errorf("bus replicas %d: want 1 to 5", c.Replicas)
+	}
 	if c.DuplicateWindow < 10*time.Minute {
 		return fmt.Errorf("bus duplicate window %s: must be at least 10m to cover provider retries", c.DuplicateWindow)
 	}
@@ -106,6 +130,12 @@ func (c *Config) Validate() error {
 
 // Bus is a connection to JetStream with the relay's streams in place. It is
 // safe for concurrent use. Close releases it (and stops an embedded server).
+//
+// The connection comes back by itself: it reconnects without limit after a
+// server restart or a network failure, and makes sure the streams exist each
+// time it connects. Ready reports whether it can take messages now; Alive
+// reports whether it can ever again (nats.go gives a connection up for good
+// on some server errors), for a liveness probe that restarts the process.
 type Bus struct {
 	cfg      Config
 	log      *slog.Logger
@@ -114,30 +144,93 @@ type Bus struct {
 	embedded *server.Server
 	metrics  *Metrics
 	names    streamNames
+
+	kick      chan struct{} // a (re)connect asks the keeper to ensure streams
+	stop      chan struct{} // closed by Close
+	keeperWG  sync.WaitGroup
+	readyOnce sync.Once
+	ready     chan struct{} // closed when first connected with streams in place
+	closing   atomic.Bool
+	lost      atomic.Pointer[error] // why the connection closed for good
 }
 
-// Connect connects to cfg.URL, or starts the embedded server when it is empty,
-// and creates or updates the relay's streams. The caller must Close the Bus.
+// Connect connects to cfg.URL, or starts the embedded server when it is
+// empty, and creates or updates the relay's streams. While no server answers
+// it waits, retrying, until ctx is done (unless cfg.FailFast). The caller must
+// Close the Bus.
 func Connect(ctx context.Context, cfg Config) (*Bus, error) {
+	b, err := Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.WaitReady(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Open is Connect without the wait: it returns as soon as the embedded
+// server (if any) runs, with the connection to an external server possibly
+// still coming up. Ready reports ErrNotConnected until it is up; WaitReady
+// waits for it. Long-running processes Open, start their health endpoints,
+// then WaitReady. The caller must Close the Bus.
+func Open(cfg Config) (*Bus, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Bus{cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, names: newStreamNames(cfg.Prefix)}
+	b := &Bus{
+		cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, names: newStreamNames(cfg.Prefix),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), ready: make(chan struct{}),
+	}
 	url := cfg.URL
 	opts := []nats.Option{
 		nats.Name(cfg.Name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500 * time.Millisecond),
+		nats.Timeout(5 * time.Second),
+		// A server that refuses credentials twice (say, while it restarts with
+		// new ones) must not end the connection for good.
+		nats.IgnoreAuthErrorAbort(),
+		nats.ConnectHandler(func(*nats.Conn) { b.signal() }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				b.log.Warn("nats subscription error", "subject", sub.Subject, "err", err)
+				return
+			}
+			b.log.Warn("nats error", "err", err)
+		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				b.log.Warn("nats disconnected", "err", err)
+			if err != nil && !b.closing.Load() {
+				b.log.Warn("nats disconnected; reconnecting", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { b.log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			b.log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
+			b.signal()
+		}),
+		nats.ClosedHandler(func(c *nats.Conn) {
+			if b.closing.Load() {
+				return
+			}
+			err := c.LastError()
+			if err == nil {
+				err = errors.New("closed")
+			}
+			err = fmt.Errorf("nats connection closed for good: %w", err)
+			b.lost.Store(&err)
+			b.log.Error("nats connection lost; the process must restart", "err", err)
+		}),
+	}
+	if !cfg.FailFast {
+		opts = append(opts, nats.RetryOnFailedConnect(true))
+	}
+	if cfg.Token.IsSet() && !hasUserInfo(url) {
+		opts = append(opts, nats.Token(cfg.Token.Reveal()))
 	}
 	if url == "" {
-		ns, err := startEmbedded(cfg.DataDir, cfg.Listen, b.log)
+		ns, err := startEmbedded(cfg.DataDir, cfg.Listen, cfg.Token, b.log)
 		if err != nil {
 			return nil, err
 		}
@@ -146,14 +239,12 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 		// in-process pipe is unbuffered, so a briefly busy reader blocks the
 		// server's writes and trips its slow-consumer cut-off.
 		url = ns.ClientURL()
-		b.log.Info("embedded nats started", "listen", url, "store", cfg.DataDir)
-	} else {
-		opts = append(opts, nats.RetryOnFailedConnect(false), nats.Timeout(5*time.Second))
+		b.log.Info("embedded nats started", "listen", url, "store", cfg.DataDir, "auth", cfg.Token.IsSet())
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		b.shutdownEmbedded()
-		return nil, fmt.Errorf("connect to nats %s: %w", redactURL(url), err)
+		return nil, fmt.Errorf("connect to nats %s: %w", secret.RedactURLs(url), err)
 	}
 	b.nc = nc
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxAsyncPending))
@@ -161,23 +252,94 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 		b.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	b.js = js
-	if err := b.ensureStreams(ctx); err != nil {
-		b.Close()
-		return nil, err
+	b.js = replicated{JetStream: js, replicas: cfg.Replicas}
+	b.keeperWG.Add(1)
+	go b.keepStreams()
+	if nc.IsConnected() {
+		b.signal()
+	} else {
+		b.log.Warn("nats not reachable yet; waiting for it", "url", secret.RedactURLs(url))
 	}
 	return b, nil
 }
 
+// WaitReady blocks until the bus first connected and its streams exist, or
+// ctx is done, or the connection was given up.
+func (b *Bus) WaitReady(ctx context.Context) error {
+	for {
+		select {
+		case <-b.ready:
+			return nil
+		case <-ctx.Done():
+			if err := b.Alive(); err != nil {
+				return err
+			}
+			return fmt.Errorf("wait for nats %s: %w (last error: %v)", secret.RedactURLs(b.cfg.URL), ctx.Err(), b.nc.LastError())
+		case <-time.After(100 * time.Millisecond):
+			// A connection that fails fast (or is given up) never becomes ready.
+			if err := b.Alive(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// signal asks the stream keeper to ensure the streams.
+func (b *Bus) signal() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// keepStreams ensures the streams after every (re)connect, retrying with
+// backoff while JetStream is not answering yet (a restarted server replaying
+// its store, a cluster electing leaders). It runs until Close.
+func (b *Bus) keepStreams() {
+	defer b.keeperWG.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-b.stop; cancel() }()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-b.kick:
+		}
+		for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+			err := b.ensureStreams(ctx)
+			if err == nil {
+				b.readyOnce.Do(func() { close(b.ready) })
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			b.log.Warn("streams not ensured yet; retrying", "err", err, "retry_in", wait)
+			select {
+			case <-b.stop:
+				return
+			case <-time.After(wait):
+			}
+		}
+	}
+}
+
 // Close drains the connection and stops the embedded server, if any.
 func (b *Bus) Close() {
+	if !b.closing.CompareAndSwap(false, true) {
+		return
+	}
+	close(b.stop)
 	if b.nc != nil {
-		_ = b.nc.Drain()
-		for i := 0; i < 100 && !b.nc.IsClosed(); i++ {
-			time.Sleep(10 * time.Millisecond)
+		if err := b.nc.Drain(); err == nil {
+			for i := 0; i < 100 && !b.nc.IsClosed(); i++ {
+				time.Sleep(10 * time.Millisecond)
+			}
 		}
 		b.nc.Close()
 	}
+	b.keeperWG.Wait()
 	b.shutdownEmbedded()
 }
 
@@ -187,6 +349,20 @@ func (b *Bus) shutdownEmbedded() {
 		b.embedded.WaitForShutdown()
 		b.embedded = nil
 	}
+}
+
+// Alive reports nil unless the connection was given up for good (nats.go
+// closes it on some server errors, and it does not come back): then the
+// process must restart, and a liveness probe should say so. A connection
+// that is only reconnecting is alive.
+func (b *Bus) Alive() error {
+	if p := b.lost.Load(); p != nil {
+		return *p
+	}
+	if b.nc != nil && b.nc.IsClosed() && !b.closing.Load() {
+		return errors.New("nats connection closed")
+	}
+	return nil
 }
 
 // Prefix is the first token of the bus's subjects.
@@ -216,6 +392,9 @@ func (b *Bus) Relative(abs string) string {
 
 // Ready reports nil when the connection is up and every stream exists.
 func (b *Bus) Ready(ctx context.Context) error {
+	if err := b.Alive(); err != nil {
+		return err
+	}
 	if b.nc == nil || !b.nc.IsConnected() {
 		return ErrNotConnected
 	}
@@ -230,13 +409,40 @@ func (b *Bus) Ready(ctx context.Context) error {
 // ErrNotConnected is returned while the NATS connection is down.
 var ErrNotConnected = errors.New("bus: not connected to nats")
 
-func redactURL(u string) string {
-	if i := strings.Index(u, "@"); i >= 0 {
-		if j := strings.Index(u, "://"); j >= 0 && j < i {
-			return u[:j+3] + "REDACTED" + u[i:]
+// hasUserInfo reports whether a NATS URL (list) carries credentials.
+func hasUserInfo(urls string) bool {
+	for _, u := range strings.Split(urls, ",") {
+		if _, rest, ok := strings.Cut(u, "://"); ok {
+			host, _, _ := strings.Cut(rest, "/")
+			if strings.Contains(host, "@") {
+				return true
+			}
 		}
 	}
-	return u
+	return false
+}
+
+// MaxSubject is the longest absolute subject the bus publishes to. NATS
+// closes a connection whose protocol line passes its limit (4 KiB by
+// default), and nats.go does not reconnect after that; the bus refuses such a
+// subject instead.
+const MaxSubject = 1024
+
+// ErrInvalidSubject is returned for a subject the bus will not publish to:
+// too long, an empty token, a wildcard or a blank character.
+var ErrInvalidSubject = errors.New("invalid subject")
+
+// checkSubject reports an absolute subject NATS would refuse.
+func checkSubject(abs string) error {
+	if len(abs) > MaxSubject {
+		return fmt.Errorf("%w: %d bytes over the %d-byte limit", ErrInvalidSubject, len(abs), MaxSubject)
+	}
+	for tok := range strings.SplitSeq(abs, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n\x00") {
+			return fmt.Errorf("%w: %.64q", ErrInvalidSubject, abs)
+		}
+	}
+	return nil
 }
 
 // withTimeout applies the default publish timeout when ctx has no deadline.

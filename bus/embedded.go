@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/relaystation/relay/secret"
 )
 
 // ErrListenInUse reports that the embedded server's listen address is taken.
@@ -18,8 +20,8 @@ var ErrListenInUse = errors.New("listen address already in use")
 
 // startEmbedded starts an in-process NATS server with JetStream storing under
 // dataDir/nats and listening for other processes on listen ("host:port"; port 0
-// or -1 picks a free one). The caller owns the server and shuts it down.
-func startEmbedded(dataDir, listen string, log *slog.Logger) (*server.Server, error) {
+// or -1 picks a free one), requiring token from clients when it is set. The caller owns the server and shuts it down.
+func startEmbedded(dataDir, listen string, token secret.Value, log *slog.Logger) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, fmt.Errorf("RELAY_NATS_LISTEN %q: %w", listen, err)
@@ -53,6 +55,11 @@ func startEmbedded(dataDir, listen string, log *slog.Logger) (*server.Server, er
 		// would then cut it off as a slow consumer and its in-flight deliveries
 		// would wait out their ack wait.
 		WriteDeadline: 10 * time.Second,
+	}
+	if token.IsSet() {
+		// Without it any local process could publish relay.out.* and post as
+		// the bot; with it every client must present the token.
+		opts.Authorization = token.Reveal()
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

@@ -102,7 +102,12 @@ func (b *Bus) buildMsg(subject string, e *envelope.Envelope, opts []PublishOptio
 	if o.msgID == "" {
 		o.msgID = e.ID
 	}
-	msg := &nats.Msg{Subject: b.Subject(subject), Data: data, Header: make(nats.Header, 8)}
+	abs := b.Subject(subject)
+	if err := checkSubject(abs); err != nil {
+		b.countPublish(b.StreamName(subject), "invalid")
+		return nil, fmt.Errorf("publish %s: %w", e.ID, err)
+	}
+	msg := &nats.Msg{Subject: abs, Data: data, Header: make(nats.Header, 8)}
 	envelope.EncodeHeader(e, msg.Header)
 	for k, v := range o.header {
 		msg.Header.Set(k, v)

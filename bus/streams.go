@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -78,6 +79,7 @@ func (b *Bus) streams() []jetstream.StreamConfig {
 			MaxAge:      b.cfg.Retention,
 			Duplicates:  b.cfg.DuplicateWindow,
 			Discard:     jetstream.DiscardOld,
+			Replicas:    b.cfg.Replicas,
 		},
 		{
 			Name:        b.streamName(streamWork),
@@ -88,6 +90,7 @@ func (b *Bus) streams() []jetstream.StreamConfig {
 			MaxAge:      b.cfg.Retention,
 			Duplicates:  b.cfg.DuplicateWindow,
 			Discard:     jetstream.DiscardOld,
+			Replicas:    b.cfg.Replicas,
 		},
 		{
 			Name:        b.streamName(streamDLQ),
@@ -98,6 +101,7 @@ func (b *Bus) streams() []jetstream.StreamConfig {
 			MaxAge:      b.cfg.DeadLetterRetention,
 			Duplicates:  b.cfg.DuplicateWindow,
 			Discard:     jetstream.DiscardOld,
+			Replicas:    b.cfg.Replicas,
 		},
 	}
 }
@@ -125,4 +129,52 @@ func (b *Bus) DeleteStreams(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// replicated is the bus's JetStream context: streams, key-value buckets and
+// object stores created through it without a replica count get the bus's
+// (Config.Replicas), so every service's buckets follow RELAY_STREAM_REPLICAS.
+type replicated struct {
+	jetstream.JetStream
+	replicas int
+}
+
+func (r replicated) CreateStream(ctx context.Context, c jetstream.StreamConfig) (jetstream.Stream, error) {
+	c.Replicas = cmp.Or(c.Replicas, r.replicas)
+	return r.JetStream.CreateStream(ctx, c)
+}
+
+func (r replicated) UpdateStream(ctx context.Context, c jetstream.StreamConfig) (jetstream.Stream, error) {
+	c.Replicas = cmp.Or(c.Replicas, r.replicas)
+	return r.JetStream.UpdateStream(ctx, c)
+}
+
+func (r replicated) CreateOrUpdateStream(ctx context.Context, c jetstream.StreamConfig) (jetstream.Stream, error) {
+	c.Replicas = cmp.Or(c.Replicas, r.replicas)
+	return r.JetStream.CreateOrUpdateStream(ctx, c)
+}
+
+func (r replicated) CreateKeyValue(ctx context.Context, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	c.Replicas = cmp.Or(c.Replicas, r.replicas)
+	return r.JetStream.CreateKeyValue(ctx, c)
+}
+
+func (r replicated) UpdateKeyValue(ctx context.Context, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	c.Replicas = cmp.Or(c.Replicas, r.replicas)
+	return r.JetStream.UpdateKeyValue(ctx, c)
+}
+
+func (r replicated) CreateOrUpdateKeyValue(ctx context.Context, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	c.Replicas = cmp.Or(c.Replicas, r.replicas)
+	return r.JetStream.CreateOrUpdateKeyValue(ctx, c)
+}
+
+func (r replicated) CreateObjectStore(ctx context.Context, c jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	c.Replicas = cmp.Or(c.Replicas, r.replicas)
+	return r.JetStream.CreateObjectStore(ctx, c)
+}
+
+func (r replicated) CreateOrUpdateObjectStore(ctx context.Context, c jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	c.Replicas = cmp.Or(c.Replicas, r.replicas)
+	return r.JetStream.CreateOrUpdateObjectStore(ctx, c)
 }

@@ -1,6 +1,10 @@
 package envelope
 
-import "strings"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
 
 // Subjects are written relative to the bus prefix ("relay" unless configured
 // otherwise): publishing to Inbound(ChannelGitHub, "issues") reaches the NATS
@@ -27,30 +31,45 @@ func Inbound(ch Channel, event string) string {
 	return SubjectInbound + "." + Token(string(ch)) + "." + Token(event)
 }
 
+// MaxToken is the longest subject token Token returns, in bytes. Tokens come
+// from requests (a Slack event type, a Sentry resource header, an OpenProject
+// action); uncapped, one long value makes a subject over NATS's control-line
+// limit, and the server answers by closing the connection.
+const MaxToken = 64
+
 // Token makes s usable as one subject token: dots, spaces, wildcards and other
-// characters NATS treats specially become '_', and an empty s becomes "_".
+// characters NATS treats specially become '_', and an empty s becomes "_". A
+// token longer than MaxToken keeps its first bytes and ends in '_' and 8 hex
+// digits of the SHA-256 of s, so distinct long values stay distinct.
 func Token(s string) string {
 	if s == "" {
 		return "_"
 	}
-	clean := true
-	for i := 0; i < len(s); i++ {
-		if !tokenByte(s[i]) {
-			clean = false
-			break
-		}
+	clean := len(s) <= MaxToken
+	for i := 0; clean && i < len(s); i++ {
+		clean = tokenByte(s[i])
 	}
 	if clean {
 		return s
 	}
+	keep := min(len(s), MaxToken)
+	long := len(s) > MaxToken
+	if long {
+		keep = MaxToken - 9
+	}
 	var b strings.Builder
-	b.Grow(len(s))
-	for i := 0; i < len(s); i++ {
+	b.Grow(MaxToken)
+	for i := 0; i < keep; i++ {
 		if tokenByte(s[i]) {
 			b.WriteByte(s[i])
 		} else {
 			b.WriteByte('_')
 		}
+	}
+	if long {
+		sum := sha256.Sum256([]byte(s))
+		b.WriteByte('_')
+		b.WriteString(hex.EncodeToString(sum[:4]))
 	}
 	return b.String()
 }

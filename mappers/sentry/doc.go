@@ -16,7 +16,13 @@
 // some, seer and preprod_artifact for example) is mapped generically from its
 // JSON rather than refused, so that Sentry does not count the endpoint as
 // failing; a request without the header, or whose body is not a JSON object
-// with the resource's data, is a *mappers.ParseError (400). Subjects are
+// with the resource's data, is a *mappers.ParseError (400).
+//
+// The header is not signed, so it must agree with the signed body: a known
+// resource needs its data key (data.issue, data.event, data.metric_alert,
+// data.error, data.comment, data.installation), an unknown one must carry none
+// of them, and a name that is not a lowercase word of at most 64 characters is
+// refused (400). Subjects are
 // envelope.Inbound(ChannelSentry, resource): in.sentry.issue,
 // in.sentry.event_alert, in.sentry.metric_alert, in.sentry.error,
 // in.sentry.comment, in.sentry.installation.
@@ -40,7 +46,9 @@
 //
 //	sentry:{resource}:{action}:{object id}:{hex SHA-256 of the raw body}
 //
-// where the object id is the issue id, event id, incident id, comment id or
+// where the resource is the one the body is about ("other" for resources this
+// package does not know, so that a replay under another header is still a
+// duplicate), the object id is the issue id, event id, incident id, comment id or
 // installation uuid. A byte-identical redelivery therefore stores nothing new,
 // while two distinct webhooks about one object (issue resolved, then
 // unresolved) never collide. meta.source.delivery_id carries the same value.

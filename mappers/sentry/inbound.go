@@ -197,6 +197,10 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	if d := bytes.TrimSpace(h.Data); len(d) > 0 && d[0] != '{' && string(d) != "null" {
 		return mappers.Result{}, parseErr(fmt.Errorf("%s: data is not an object", resource))
 	}
+	idResource, err := bodyResource(resource, h.Data)
+	if err != nil {
+		return mappers.Result{}, parseErr(err)
+	}
 	actor := h.Actor.Name
 	if actor == "" {
 		actor = string(h.Actor.ID)
@@ -208,7 +212,7 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	}
 
 	sum := sha256.Sum256(r.Body)
-	msgID := "sentry:" + resource + ":" + h.Action + ":" + m.objectID + ":" + hex.EncodeToString(sum[:])
+	msgID := "sentry:" + idResource + ":" + h.Action + ":" + m.objectID + ":" + hex.EncodeToString(sum[:])
 
 	e := envelope.New(envelope.ChannelSentry, m.role, mappers.Trim(m.content, mappers.MaxContent))
 	at := r.Received

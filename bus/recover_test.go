@@ -1,0 +1,274 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/secret"
+)
+
+// natsServer is a JetStream server on a fixed loopback port and store, so a
+// test can stop it and start it again where clients expect it.
+type natsServer struct {
+	t     testing.TB
+	port  int
+	store string
+	token string
+	srv   *server.Server
+}
+
+func newNATSServer(t testing.TB) *natsServer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	n := &natsServer{t: t, port: port, store: t.TempDir()}
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
+
+func (n *natsServer) start() {
+	n.t.Helper()
+	srv, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: n.port, JetStream: true, StoreDir: n.store, NoSigs: true, NoLog: true,
+		Authorization: n.token,
+	})
+	if err != nil {
+		n.t.Fatalf("nats server: %v", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		n.t.Fatalf("nats server not ready on %d", n.port)
+	}
+	n.srv = srv
+}
+
+func (n *natsServer) stop() {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		n.srv = nil
+	}
+}
+
+// A process started while NATS is down does not exit: it is not ready, then
+// connects and serves once the server comes up.
+func TestStartsBeforeServer(t *testing.T) {
+	t.Parallel()
+	ns := newNATSServer(t)
+	b, err := bus.Open(bus.Config{URL: ns.url(), Prefix: "wait", Name: t.Name()})
+	if err != nil {
+		t.Fatalf("Open with the server down: got %v, want a bus that waits", err)
+	}
+	t.Cleanup(b.Close)
+	if err := b.Ready(t.Context()); !errors.Is(err, bus.ErrNotConnected) {
+		t.Fatalf("Ready with the server down: got %v, want ErrNotConnected", err)
+	}
+	if err := b.Alive(); err != nil {
+		t.Fatalf("Alive while waiting: got %v, want nil", err)
+	}
+	short, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if err := b.WaitReady(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitReady with the server down: got %v, want a deadline error", err)
+	}
+
+	ns.start()
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	if err := b.WaitReady(ctx); err != nil {
+		t.Fatalf("WaitReady after the server started: %v", err)
+	}
+	if err := b.Ready(t.Context()); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	publish(t, b, "in.github.issues", newEnv("hello"))
+}
+
+// Operator commands fail at once instead of waiting for a server.
+func TestFailFast(t *testing.T) {
+	t.Parallel()
+	ns := newNATSServer(t)
+	start := time.Now()
+	_, err := bus.Connect(t.Context(), bus.Config{URL: "nats://u:hunter2@127.0.0.1:" + fmt.Sprint(ns.port), FailFast: true})
+	if err == nil {
+		t.Fatal("got nil, want an error with no server")
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("took %s; want an immediate error", time.Since(start))
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("error %q shows the password", err)
+	}
+}
+
+// NATS restarted under load: every publish that was acknowledged is
+// consumed, publishing resumes after the restart, and the streams are there
+// again (ensured after the reconnect even when the server lost them).
+func TestServerRestartUnderLoad(t *testing.T) {
+	t.Parallel()
+	ns := newNATSServer(t)
+	ns.start()
+	b, err := bus.Connect(t.Context(), bus.Config{URL: ns.url(), Prefix: "restart", Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+
+	var mu sync.Mutex
+	acked, seen := map[string]bool{}, map[string]bool{}
+	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>", Concurrency: 4, AckWait: 2 * time.Second, Heartbeat: 500 * time.Millisecond}, func(_ context.Context, m *bus.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[m.Header.Get("Nats-Msg-Id")] = true
+		return nil
+	})
+
+	// The publisher retries each message with its delivery id until it is
+	// acknowledged, as a provider retries a 503.
+	ctx, stop := context.WithCancel(t.Context())
+	var published, failures atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ctx.Err() == nil; i++ {
+			id := fmt.Sprintf("d-%d", i)
+			for ctx.Err() == nil {
+				pctx, cancel := context.WithTimeout(ctx, time.Second)
+				_, err := b.Publish(pctx, "in.github.issues", newEnv(id), bus.WithMsgID(id))
+				cancel()
+				if err == nil {
+					mu.Lock()
+					acked[id] = true
+					mu.Unlock()
+					published.Add(1)
+					break
+				}
+				failures.Add(1)
+				time.Sleep(20 * time.Millisecond) // pace the retries of one message
+			}
+		}
+	}()
+	testenv.WaitFor(t, 10*time.Second, "publishing before the restart", func() bool { return published.Load() >= 200 })
+	ns.stop()
+	testenv.WaitFor(t, 10*time.Second, "the bus to notice", func() bool { return b.Ready(t.Context()) != nil })
+	before := published.Load()
+	ns.start()
+	testenv.WaitFor(t, 20*time.Second, "publishing after the restart", func() bool { return published.Load() >= before+200 })
+	stop()
+	<-done
+	if err := b.Alive(); err != nil {
+		t.Fatalf("Alive after the restart: %v", err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "every acknowledged publish consumed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for id := range acked {
+			if !seen[id] {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("published %d, failed attempts while the server was down %d", published.Load(), failures.Load())
+}
+
+// A subject NATS would refuse is never sent: one long token from a request
+// cannot end the connection.
+func TestLongSubjectRefused(t *testing.T) {
+	t.Parallel()
+	ns := newNATSServer(t)
+	ns.start()
+	b, err := bus.Connect(t.Context(), bus.Config{URL: ns.url(), Prefix: "long", Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	for name, subj := range map[string]string{
+		"4 KiB token": "in.sentry." + strings.Repeat("x", 4096),
+		"empty token": "in..x",
+		"wildcard":    "in.*.x",
+		"blank":       "in.a b",
+	} {
+		if _, err := b.Publish(t.Context(), subj, newEnv("x")); !errors.Is(err, bus.ErrInvalidSubject) {
+			t.Errorf("%s: got %v, want ErrInvalidSubject", name, err)
+		}
+	}
+	// Through the envelope's subject builder the same input is capped.
+	publish(t, b, envelope.Inbound(envelope.ChannelSentry, strings.Repeat("x", 4096)), newEnv("x"))
+	if err := b.Ready(t.Context()); err != nil {
+		t.Fatalf("Ready after hostile subjects: %v", err)
+	}
+}
+
+// When nats.go gives the connection up for good (here: a raw publish over the
+// server's control-line limit), Alive and Ready report it so that a liveness
+// probe restarts the process.
+func TestAliveReportsLostConnection(t *testing.T) {
+	t.Parallel()
+	ns := newNATSServer(t)
+	ns.start()
+	b, err := bus.Connect(t.Context(), bus.Config{URL: ns.url(), Prefix: "lost", Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if err := b.Alive(); err != nil {
+		t.Fatalf("Alive: %v", err)
+	}
+	_ = b.Conn().Publish("lost."+strings.Repeat("x", 8192), nil)
+	_ = b.Conn().Flush()
+	testenv.WaitFor(t, 10*time.Second, "Alive to fail", func() bool { return b.Alive() != nil })
+	if err := b.Ready(t.Context()); err == nil {
+		t.Error("Ready: got nil after the connection was lost")
+	}
+}
+
+// With a token the embedded server refuses clients without it; the bus and
+// peers that present it work.
+func TestEmbeddedToken(t *testing.T) {
+	t.Parallel()
+	tok := secret.New("s3cret-token")
+	b, err := bus.Connect(t.Context(), bus.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Token: tok, Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	publish(t, b, "in.github.issues", newEnv("x"))
+	if nc, err := nats.Connect(b.ClientURL()); err == nil {
+		nc.Close()
+		t.Fatal("a client without the token connected to the embedded server")
+	}
+	if strings.Contains(b.ClientURL(), "s3cret") {
+		t.Errorf("ClientURL %q carries the token", b.ClientURL())
+	}
+	peer, err := bus.Connect(t.Context(), bus.Config{URL: b.ClientURL(), Token: tok, FailFast: true, Name: t.Name() + "-peer"})
+	if err != nil {
+		t.Fatalf("peer with the token: %v", err)
+	}
+	defer peer.Close()
+	publish(t, peer, "in.github.issues", newEnv("y"))
+	wrong, err := bus.Connect(t.Context(), bus.Config{URL: b.ClientURL(), Token: secret.New("wrong"), FailFast: true})
+	if err == nil {
+		wrong.Close()
+		t.Fatal("a peer with a wrong token connected")
+	}
+}
