@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -215,6 +216,9 @@ func waitDLQ(t *testing.T, b *bus.Bus, want int) []bus.StoredDeadLetter {
 }
 
 func testPermanentToDLQ(t *testing.T, b *bus.Bus) {
+	if none, _ := json.Marshal(assertDLQ(t, b, 0)); string(none) != "[]" {
+		t.Errorf("no dead letters encode as %s, want []", none)
+	}
 	e := newEnv("poison")
 	publish(t, b, "in.github.issues", e)
 	var calls atomic.Int32
@@ -233,6 +237,23 @@ func testPermanentToDLQ(t *testing.T, b *bus.Bus) {
 	orig, err := envelope.Parse(d.Envelope)
 	if err != nil || orig.ID != e.ID {
 		t.Errorf("got original %v (%v), want envelope %s", orig, err, e.ID)
+	}
+	// The JSON form (relay dlq list -json) is the whole dead letter plus its seq.
+	raw, err := json.Marshal(dls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []map[string]any
+	if err := json.Unmarshal(raw, &listed); err != nil || len(listed) != 1 {
+		t.Fatalf("dead letters encode as %s (%v), want an array of one object", raw, err)
+	}
+	for _, k := range []string{"seq", "subject", "consumer", "reason", "deliveries", "stream_seq", "time", "envelope"} {
+		if _, ok := listed[0][k]; !ok {
+			t.Errorf("JSON dead letter lacks %q: %s", k, raw)
+		}
+	}
+	if got := listed[0]["seq"]; got != float64(d.Seq) {
+		t.Errorf("JSON seq %v, want %d", got, d.Seq)
 	}
 	time.Sleep(300 * time.Millisecond)
 	if c := calls.Load(); c != 1 {

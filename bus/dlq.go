@@ -48,9 +48,10 @@ func (d *DeadLetter) Body() []byte {
 }
 
 // StoredDeadLetter is a dead letter with its sequence in the dead-letter stream,
-// the id that `relay dlq replay` takes.
+// the id that `relay dlq replay` takes. Its JSON form is the dead letter's
+// object with "seq" added.
 type StoredDeadLetter struct {
-	Seq uint64
+	Seq uint64 `json:"seq"`
 	DeadLetter
 }
 
@@ -101,7 +102,7 @@ func (b *Bus) publishDeadLetter(ctx context.Context, dl *DeadLetter) error {
 }
 
 // DeadLetters lists the stored dead letters, oldest first, at most limit of
-// them (0 means all).
+// them (0 means all). The list is never nil, so it encodes as a JSON array.
 func (b *Bus) DeadLetters(ctx context.Context, limit int) ([]StoredDeadLetter, error) {
 	stream := b.StreamName(envelope.SubjectDLQ)
 	s, err := b.js.Stream(ctx, stream)
@@ -112,7 +113,7 @@ func (b *Bus) DeadLetters(ctx context.Context, limit int) ([]StoredDeadLetter, e
 	if err != nil {
 		return nil, fmt.Errorf("dead-letter stream %s: %w", stream, err)
 	}
-	var out []StoredDeadLetter
+	out := []StoredDeadLetter{}
 	if info.State.Msgs == 0 {
 		return out, nil
 	}

@@ -75,8 +75,6 @@ func configureAgent(env *config.Env) buildFunc {
 		Timeout:  env.Duration("RELAY_AGENT_LLM_TIMEOUT", 120*time.Second, time.Second, time.Hour),
 		MaxTries: env.Int("RELAY_AGENT_LLM_TRIES", 4, 1, 20),
 	}
-	// One model step may take every try plus the backoff between them.
-	cfg.LeaseTTL = time.Duration(llm.MaxTries)*(llm.Timeout+10*time.Second) + time.Minute
 	return func(ctx context.Context, d *deps) (*runner, error) {
 		log := d.Log.With("service", "agent")
 		cfg.Logger = log

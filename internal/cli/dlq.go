@@ -41,7 +41,7 @@ func dlqList(ctx context.Context, a *app, args []string) error {
 	fs := flag.NewFlagSet("dlq list", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
 	limit := fs.Int("n", 0, "show at most N dead letters (0: all)")
-	asJSON := fs.Bool("json", false, "print JSON lines")
+	asJSON := fs.Bool("json", false, "print a JSON array of the dead letters")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,16 +55,8 @@ func dlqList(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(a.stdout)
-		for _, d := range dls {
-			if err := enc.Encode(struct {
-				Seq uint64 `json:"seq"`
-				any
-			}{d.Seq, d.DeadLetter}); err != nil {
-				return err
-			}
-		}
-		return nil
+		// One JSON array: [] when there are none.
+		return json.NewEncoder(a.stdout).Encode(dls)
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tAGE\tCONSUMER\tSUBJECT\tDELIVERIES\tENVELOPE\tREASON")

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"os"
@@ -215,6 +216,19 @@ func TestDLQCommands(t *testing.T) {
 	if !strings.Contains(out, "agent") || !strings.Contains(out, "in.github.issues") || !strings.Contains(out, "1 dead letter") {
 		t.Errorf("dlq list output lacks consumer, subject or count:\n%s", out)
 	}
+	listJSON := func() []map[string]any {
+		t.Helper()
+		code, out, errOut := cli("dlq", "list", "-json")
+		var dls []map[string]any
+		if err := json.Unmarshal([]byte(out), &dls); code != 0 || err != nil || dls == nil {
+			t.Fatalf("dlq list -json: exit %d, %q (%v), want a JSON array\n%s", code, out, err, errOut)
+		}
+		return dls
+	}
+	if dls := listJSON(); len(dls) != 1 || dls[0]["consumer"] != "agent" || dls[0]["subject"] != "in.github.issues" ||
+		dls[0]["seq"] == nil || dls[0]["reason"] == nil || dls[0]["envelope"].(map[string]any)["id"] != e.ID {
+		t.Errorf("dlq list -json = %v, want the dead letter of %s with its seq, consumer, subject and reason", dls, e.ID)
+	}
 	ccancel()
 	<-consumed
 	if code, out, errOut := cli("dlq", "replay", "--all"); code != 0 || !strings.Contains(out, "replayed 1") {
@@ -222,6 +236,9 @@ func TestDLQCommands(t *testing.T) {
 	}
 	if code, out, _ := cli("dlq", "list"); code != 0 || !strings.Contains(out, "0 dead letter") {
 		t.Errorf("after replay: exit %d\n%s", code, out)
+	}
+	if dls := listJSON(); len(dls) != 0 {
+		t.Errorf("dlq list -json after replay = %v, want []", dls)
 	}
 	if code, _, errOut := cli("dlq", "replay", "abc"); code != 2 || !strings.Contains(errOut, "not a dead-letter sequence") {
 		t.Errorf("bad replay id: exit %d %q, want 2 with an explanation", code, errOut)

@@ -33,6 +33,7 @@ type Slack struct {
 	fail   map[string]string
 	hook   func(SlackCall)
 	wsURL  string
+	msgs   []map[string]any // posted messages, for conversations.history and .replies
 }
 
 // OnCall makes the fake call fn for every call it receives, after recording
@@ -122,6 +123,21 @@ func (f *Slack) serve(w http.ResponseWriter, r *http.Request) {
 	f.calls = append(f.calls, SlackCall{Method: method, Params: params})
 	failWith := f.fail[method]
 	members, known := f.groups[params["usergroup"]]
+	if method == "chat.postMessage" && failWith == "" {
+		m := map[string]any{"type": "message", "channel": params["channel"], "ts": ts, "text": params["text"]}
+		if th := params["thread_ts"]; th != "" {
+			m["thread_ts"] = th
+		}
+		var md map[string]any
+		if json.Unmarshal([]byte(params["metadata"]), &md) == nil {
+			m["metadata"] = md
+		}
+		f.msgs = append(f.msgs, m)
+	}
+	var found []map[string]any
+	if method == "conversations.history" || method == "conversations.replies" {
+		found = f.conversation(params)
+	}
 	seq := f.seq
 	hook := f.hook
 	wsURL := f.wsURL
@@ -148,6 +164,8 @@ func (f *Slack) serve(w http.ResponseWriter, r *http.Request) {
 		resp = map[string]any{"ok": true, "message_ts": ts}
 	case "views.open", "views.update", "views.push":
 		resp = map[string]any{"ok": true, "view": map[string]any{"id": fmt.Sprintf("V%06d", seq), "type": "modal"}}
+	case "conversations.history", "conversations.replies":
+		resp = map[string]any{"ok": true, "messages": found, "has_more": false}
 	case "usergroups.users.list":
 		if !known {
 			resp = map[string]any{"ok": false, "error": "no_such_subteam"}
@@ -164,6 +182,30 @@ func (f *Slack) serve(w http.ResponseWriter, r *http.Request) {
 		resp = map[string]any{"ok": false, "error": "unknown_method"}
 	}
 	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// conversation answers conversations.history (the channel's messages, newest
+// first) and conversations.replies (a thread, oldest first), with their
+// metadata. "oldest" is ignored (the fake's ts count calls, they are not
+// times) and everything is one page.
+// The caller holds f.mu.
+func (f *Slack) conversation(params map[string]string) []map[string]any {
+	out := []map[string]any{}
+	for _, m := range f.msgs {
+		ts, _ := m["ts"].(string)
+		th, _ := m["thread_ts"].(string)
+		if m["channel"] != params["channel"] {
+			continue
+		}
+		if thread := params["ts"]; thread != "" {
+			if ts == thread || th == thread {
+				out = append(out, m)
+			}
+		} else if th == "" || th == ts {
+			out = append([]map[string]any{m}, out...)
+		}
+	}
+	return out
 }
 
 // Action is a button found in a posted message's blocks.

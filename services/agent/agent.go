@@ -28,6 +28,17 @@
 // and an envelope id derived the same way, so a redelivered trigger or tool
 // result does not repeat work. Results are matched by tool_call.id.
 //
+// A state that says "done but not yet published" (a final task without
+// final_published, a waiting step without calls_published) is completed by
+// whichever handler touches the task next: a redelivered trigger or tool
+// result, or a copy of one, publishes it before anything else. Asking the
+// model takes a lease on the task that names the delivery its handler works
+// for and is renewed every LeaseTTL/3 while the model thinks. Another
+// delivery that finds a live lease leaves the task to its holder and is
+// acknowledged; the holder's own redelivery (its handler died: JetStream
+// redelivers after AckWait, 15s by default) takes the lease over at once; a
+// lease not renewed for LeaseTTL (30s) is anyone's.
+//
 // # Self-recognition
 //
 // Messages the relay wrote (the outbound marker `<!-- relay:`, an actor that
@@ -106,15 +117,18 @@ type Config struct {
 	// Concurrency is how many messages each consumer handles at once. Default 4.
 	Concurrency int
 	// AckWait, MaxDeliver and NakDelays tune the consumers (see
-	// bus.ConsumerConfig); defaults 60s, 5 and the bus's.
+	// bus.ConsumerConfig); defaults 15s, 5 and the bus's. Handlers heartbeat
+	// every AckWait/3, so AckWait is how soon a dead agent's message, and with
+	// it its task, is taken up by another agent.
 	AckWait    time.Duration
 	MaxDeliver int
 	NakDelays  []time.Duration
 	// TaskTTL is how long tasks are kept in the bucket. Default 7 days.
 	TaskTTL time.Duration
-	// LeaseTTL is how long one model step may take before another process
-	// may take the task over; it must exceed the Model's worst case (all
-	// retries). Default 10m.
+	// LeaseTTL is how long a task's lease lasts unless renewed; the process
+	// asking the model renews it every LeaseTTL/3, so a process that dies
+	// loses it within LeaseTTL (sooner when its message is redelivered).
+	// Default 30s.
 	LeaseTTL time.Duration
 	// Registerer, when set, registers the agent's metrics.
 	Registerer prometheus.Registerer
@@ -160,7 +174,7 @@ func (c *Config) setDefaults() {
 		c.Concurrency = 4
 	}
 	if c.AckWait == 0 {
-		c.AckWait = time.Minute
+		c.AckWait = 15 * time.Second
 	}
 	if c.MaxDeliver == 0 {
 		c.MaxDeliver = 5
@@ -169,7 +183,7 @@ func (c *Config) setDefaults() {
 		c.TaskTTL = 7 * 24 * time.Hour
 	}
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 10 * time.Minute
+		c.LeaseTTL = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

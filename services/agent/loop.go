@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,16 +30,17 @@ func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 	}
 	id := TaskID(e.ID)
 	log := s.log.With("task_id", id, "envelope_id", e.ID, "thread", e.Meta.Thread)
-	if _, _, err := s.tasks.Get(ctx, id); err == nil {
+	if t, _, err := s.tasks.Get(ctx, id); err == nil {
 		if m.Delivered == 1 {
 			// Another copy of the trigger (a webhook redelivered after the
 			// bus's de-duplication window) made the task; its message
-			// carries the task on.
+			// carries the task on. What the task says is unpublished is
+			// published by whoever touches it next.
 			log.Info("trigger seen again; its task exists")
-			return nil
+			return s.complete(ctx, t, m)
 		}
 		log.Info("trigger redelivered; resuming its task", "delivered", m.Delivered)
-		return s.advance(ctx, id)
+		return s.advance(ctx, id, m)
 	} else if !errors.Is(err, ErrTaskNotFound) {
 		return err
 	}
@@ -48,13 +50,13 @@ func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 		return err
 	}
 	if !created && m.Delivered == 1 {
-		return nil // a copy of the trigger created it a moment ago
+		return nil // a copy of the trigger created it a moment ago; its message carries it
 	}
 	if created {
 		s.metrics.started.Inc()
 		log.Info("task started", "subject", m.Subject, "tools", len(t.Tools), "refs", len(t.Refs))
 	}
-	return s.advance(ctx, id)
+	return s.advance(ctx, id, m)
 }
 
 // handleResult records a tool result (tool.result or tool.failed) and, once
@@ -73,18 +75,20 @@ func (s *Service) handleResult(ctx context.Context, m *bus.Message) error {
 			return err
 		}
 		if t.final() {
-			return nil
+			// The result that drove the last step, redelivered: the answer
+			// may still be unpublished (its publisher crashed).
+			return s.complete(ctx, t, m)
 		}
 		i := callIndex(t, e.ToolCall.ID)
 		if i < 0 {
 			s.log.Debug("result of no pending call (an earlier step, or redelivered)", "task_id", t.ID, "call_id", e.ToolCall.ID)
-			return nil
+			return s.complete(ctx, t, m) // a later step's calls may be unpublished
 		}
 		if t.Calls[i].Done {
 			if m.Delivered == 1 {
-				return nil // another copy of a recorded result
+				return s.complete(ctx, t, m) // another copy of a recorded result
 			}
-			return s.advance(ctx, t.ID) // our redelivery: make sure the task moved on
+			return s.advance(ctx, t.ID, m) // our redelivery: make sure the task moved on
 		}
 		n := t.clone()
 		c := &n.Calls[i]
@@ -100,7 +104,7 @@ func (s *Service) handleResult(ctx context.Context, m *bus.Message) error {
 		}
 		s.log.Debug("tool result recorded", "task_id", t.ID, "call_id", c.ID, "tool", c.Tool, "failed", c.Failed)
 		if n.Status == StatusRunning {
-			return s.advance(ctx, t.ID)
+			return s.advance(ctx, t.ID, m)
 		}
 		return nil
 	}
@@ -116,16 +120,41 @@ func callIndex(t *Task, id string) int {
 	return -1
 }
 
+// unpublished reports whether the task's state says something is done but
+// not yet on the bus: the answer or notice of a final task, or the current
+// step's tool calls.
+func (t *Task) unpublished() bool {
+	if t.final() {
+		return !t.FinalPublished
+	}
+	return t.Status == StatusWaiting && !t.answered() && !t.CallsPublished
+}
+
+// complete publishes what t (as just read) says is unpublished, for a
+// message that does not itself continue the task. Publishes carry message ids
+// derived from the task, so completing twice is harmless.
+func (s *Service) complete(ctx context.Context, t *Task, m *bus.Message) error {
+	if !t.unpublished() {
+		return nil
+	}
+	return s.advance(ctx, t.ID, m)
+}
+
 // advance moves a task as far as it can go now: publish what its state says
 // is unpublished, or ask the model for the next step. Every state change is
 // a revision-checked update. Asking the model takes a lease on the task
-// first, so one process at a time thinks for it; another that finds the
-// task leased comes back when the lease ends (its message is redelivered
-// then), by which time the task has moved on, or the holder crashed and the
-// task is taken over. After losing an update to another writer, advance
-// still publishes but leaves thinking to that writer.
-func (s *Service) advance(ctx context.Context, id string) error {
+// first, so one process at a time thinks for it. The lease names the message
+// whose handler holds it and is renewed while the model is asked; a handler
+// that finds another message's live lease leaves the task to it (that
+// message is redelivered if its handler dies, and its redelivery takes the
+// lease over at once), and a lease that was not renewed for LeaseTTL is
+// taken over by anyone. After losing an update to another writer, advance
+// still publishes but leaves thinking to that writer. Once the step's calls
+// or the final envelope are published, the task is left to the results (or
+// is over).
+func (s *Service) advance(ctx context.Context, id string, m *bus.Message) error {
 	conflicted := false
+	holder := leaseHolder(m)
 	owner := s.instance + "/" + strconv.FormatUint(s.seq.Add(1), 10)
 	for range 4*s.cfg.MaxSteps + 20 {
 		t, rev, err := s.tasks.Get(ctx, id)
@@ -133,6 +162,7 @@ func (s *Service) advance(ctx context.Context, id string) error {
 			return err
 		}
 		var next *Task
+		handedOver := false
 		switch {
 		case t.final() && t.FinalPublished:
 			return nil
@@ -142,6 +172,7 @@ func (s *Service) advance(ctx context.Context, id string) error {
 			}
 			next = t.clone()
 			next.FinalPublished = true
+			handedOver = true
 		case t.Status == StatusWaiting && !t.answered():
 			if t.CallsPublished {
 				return nil // the results will continue the task
@@ -151,13 +182,20 @@ func (s *Service) advance(ctx context.Context, id string) error {
 			}
 			next = t.clone()
 			next.CallsPublished = true
+			handedOver = true
 		case conflicted:
 			return nil // the writer that moved the task on continues it
-		case t.Lease != nil && t.Lease.Owner != owner && time.Now().Before(t.Lease.Until):
-			return bus.RetryAfter(fmt.Errorf("task %s: %w by %s", id, ErrLeased, t.Lease.Owner), time.Until(t.Lease.Until)+time.Second)
+		case t.Lease != nil && t.Lease.Holder != holder && time.Now().Before(t.Lease.Until):
+			// Another handler thinks for the task; its message carries it.
+			s.log.Debug("task leased by another handler; leaving it to that one", "task_id", id, "lease_owner", t.Lease.Owner)
+			return nil
 		default:
+			if t.Lease != nil && t.Lease.Owner != owner {
+				s.log.Info("taking over the task's lease", "task_id", id, "lease_owner", t.Lease.Owner,
+					"own_redelivery", t.Lease.Holder == holder)
+			}
 			leased := t.clone()
-			leased.Lease = &Lease{Owner: owner, Until: time.Now().Add(s.cfg.LeaseTTL)}
+			leased.Lease = &Lease{Owner: owner, Holder: holder, Until: time.Now().Add(s.cfg.LeaseTTL)}
 			lrev, err := s.tasks.update(ctx, leased, rev)
 			if errors.Is(err, errConflict) {
 				conflicted = true
@@ -165,12 +203,17 @@ func (s *Service) advance(ctx context.Context, id string) error {
 			} else if err != nil {
 				return err
 			}
-			next, err = s.think(ctx, leased)
+			var lost bool
+			next, rev, lost, err = s.thinkLeased(ctx, leased, lrev)
+			if lost {
+				s.log.Warn("lease lost while thinking; the new holder continues the task", "task_id", id)
+				return nil
+			}
 			if err != nil {
-				s.release(leased, lrev)
+				s.release(leased, rev)
 				return err
 			}
-			next.Lease, rev = nil, lrev
+			next.Lease = nil
 		}
 		if _, err := s.tasks.update(ctx, next, rev); errors.Is(err, errConflict) {
 			conflicted = true
@@ -181,12 +224,77 @@ func (s *Service) advance(ctx context.Context, id string) error {
 		if next.final() && !t.final() {
 			s.finished(next)
 		}
+		if handedOver {
+			return nil
+		}
 	}
 	return fmt.Errorf("advance task %s: no progress after many attempts", id)
 }
 
-// ErrLeased means another process is asking the model for the task.
-var ErrLeased = errors.New("task is leased")
+// leaseHolder names the delivery a handler works for: its consumer and
+// stream sequence, the same across redeliveries.
+func leaseHolder(m *bus.Message) string {
+	if m == nil {
+		return ""
+	}
+	return m.Consumer + ":" + strconv.FormatUint(m.StreamSeq, 10)
+}
+
+// thinkLeased asks the model for the next step of a task leased at rev,
+// renewing the lease every LeaseTTL/3 meanwhile. It returns the next state,
+// the task's revision after the last renewal, and lost when another process
+// changed the task (it took over a lease that had run out): the step is then
+// abandoned.
+func (s *Service) thinkLeased(ctx context.Context, leased *Task, rev uint64) (*Task, uint64, bool, error) {
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		cur  = rev
+		lost bool
+	)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(s.cfg.LeaseTTL / 3)
+		defer tick.Stop()
+		renewed := leased.clone()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tctx.Done():
+				return
+			case <-tick.C:
+			}
+			mu.Lock()
+			r := cur
+			mu.Unlock()
+			renewed.Lease.Until = time.Now().Add(s.cfg.LeaseTTL)
+			nr, err := s.tasks.update(ctx, renewed, r)
+			if errors.Is(err, errConflict) {
+				mu.Lock()
+				lost = true
+				mu.Unlock()
+				cancel()
+				return
+			}
+			if err != nil {
+				s.log.Warn("lease not renewed; retrying", "task_id", leased.ID, "err", err)
+				continue
+			}
+			mu.Lock()
+			cur = nr
+			mu.Unlock()
+		}
+	}()
+	next, err := s.think(tctx, leased)
+	close(stop)
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	return next, cur, lost, err
+}
 
 // release drops this process's lease after an interrupted step (shutdown),
 // so the redelivered message can continue at once.

@@ -110,10 +110,15 @@ type Call struct {
 	Output string `json:"output,omitempty"`
 }
 
-// Lease marks a task one process is thinking for, until Until.
+// Lease marks a task one process is thinking for, until Until (renewed while
+// it thinks).
 type Lease struct {
-	Owner string    `json:"owner"`
-	Until time.Time `json:"until"`
+	// Owner is the advance call holding it (agent instance and a counter).
+	Owner string `json:"owner"`
+	// Holder is the delivery that handler works for (consumer and stream
+	// sequence): that message's redelivery takes the lease over at once.
+	Holder string    `json:"holder,omitempty"`
+	Until  time.Time `json:"until"`
 }
 
 // Failure says why a task ended without an answer.

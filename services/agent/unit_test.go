@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/secret"
 )
@@ -271,50 +270,6 @@ func TestTaskIDIsStable(t *testing.T) {
 	e.ID = derivedID("relay-call:t:s1-0")
 	if err := envelope.Validate(e); err != nil {
 		t.Errorf("derived id %s is not schema-valid: %v", e.ID, err)
-	}
-}
-
-func TestLeaseHeldByAnotherProcess(t *testing.T) {
-	t.Parallel()
-	h := setup(t, []reply{say("Taken over.")})
-	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testLogger(t)}, h.b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	origin := githubIssueOpened()
-	task := &Task{ID: TaskID(origin.ID), Status: StatusRunning, Origin: origin, Role: "agent",
-		Messages: []Message{{Role: "user", Content: origin.Content}},
-		Lease:    &Lease{Owner: "crashed-process/1", Until: time.Now().Add(time.Hour)}}
-	if ok, err := svc.tasks.create(t.Context(), task); !ok || err != nil {
-		t.Fatalf("create: %v %v", ok, err)
-	}
-	err = svc.advance(t.Context(), task.ID)
-	var re *bus.RetryError
-	if !errors.As(err, &re) || !errors.Is(err, ErrLeased) || re.Delay < 59*time.Minute {
-		t.Fatalf("got %v, want a retry after the lease ends", err)
-	}
-	if n := h.llm.count(); n != 0 {
-		t.Fatalf("got %d LLM requests while leased, want 0", n)
-	}
-
-	// The lease ran out: the holder crashed; the task is taken over.
-	cur, rev, err := svc.tasks.Get(t.Context(), task.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur.Lease.Until = time.Now().Add(-time.Second)
-	if _, err := svc.tasks.update(t.Context(), cur, rev); err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.advance(t.Context(), task.ID); err != nil {
-		t.Fatalf("advance after the lease ended: %v", err)
-	}
-	if s := h.next(t); s.Content != "Taken over." {
-		t.Errorf("got %q, want the answer", s.Content)
-	}
-	done, _, _ := svc.tasks.Get(t.Context(), task.ID)
-	if done.Lease != nil || done.Status != StatusDone {
-		t.Errorf("got lease %+v status %s, want no lease and done", done.Lease, done.Status)
 	}
 }
 

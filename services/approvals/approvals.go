@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/slack-go/slack"
 
 	"github.com/relaystation/relay/bus"
@@ -56,6 +58,8 @@ type SlackAPI interface {
 	PostEphemeralContext(ctx context.Context, channelID, userID string, options ...slack.MsgOption) (string, error)
 	OpenViewContext(ctx context.Context, triggerID string, view slack.ModalViewRequest) (*slack.ViewResponse, error)
 	GetUserGroupMembersContext(ctx context.Context, userGroup string, options ...slack.GetUserGroupMembersOption) ([]string, error)
+	GetConversationHistoryContext(ctx context.Context, params *slack.GetConversationHistoryParameters) (*slack.GetConversationHistoryResponse, error)
+	GetConversationRepliesContext(ctx context.Context, params *slack.GetConversationRepliesParameters) ([]slack.Message, bool, string, error)
 }
 
 // Service is the approvals worker. Run it once; its methods are safe for
@@ -214,32 +218,7 @@ func (s *Service) show(ctx context.Context, rec *Record) error {
 	blocks, fallback := message(rec)
 	opts := []slack.MsgOption{slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(fallback, false)}
 	if rec.SlackTS == "" {
-		if rec.ThreadTS != "" {
-			opts = append(opts, slack.MsgOptionTS(rec.ThreadTS))
-		}
-		_, ts, err := s.api.PostMessageContext(ctx, rec.SlackChannel, opts...)
-		if err != nil {
-			return fmt.Errorf("post approval message of task %s to %s: %w", rec.TaskID, rec.SlackChannel, slackmapper.Classify("chat.postMessage", err))
-		}
-		_, err = s.store.mutate(ctx, rec.TaskID, func(r *Record) (*Record, error) {
-			if r == nil || r.Round != rec.Round || r.SlackTS != "" {
-				return nil, errNoChange
-			}
-			r.SlackTS = ts
-			if r.ThreadTS == "" {
-				r.ThreadTS = ts
-			}
-			r.Shown = r.Text == rec.Text && r.Status == rec.Status
-			return r, nil
-		})
-		if err != nil {
-			return err
-		}
-		cur, _, err := s.store.get(ctx, rec.TaskID)
-		if err == nil && !cur.Shown && cur.Round == rec.Round && cur.SlackTS != "" {
-			return s.show(ctx, cur) // it changed while we posted
-		}
-		return nil
+		return s.post(ctx, rec, opts)
 	}
 	if _, _, _, err := s.api.UpdateMessageContext(ctx, rec.SlackChannel, rec.SlackTS, opts...); err != nil {
 		err = fmt.Errorf("update approval message %s/%s of task %s: %w", rec.SlackChannel, rec.SlackTS, rec.TaskID, slackmapper.Classify("chat.update", err))
@@ -256,6 +235,167 @@ func (s *Service) show(ctx context.Context, rec *Record) error {
 		return r, nil
 	})
 	return err
+}
+
+// post posts the round's message exactly once. The right to post is
+// claimed in the record first (Posting, until PostingUntil), so two handlers
+// of one round never both post; one that finds a live claim is retried after
+// it, and the claimer shows whatever changed meanwhile once it has recorded
+// the message's ts. A claim left by a poster that crashed between posting and
+// recording expires; whoever takes it over first looks in Slack for the
+// message (its metadata carries the round's approval id) and posts only when
+// it is not there.
+func (s *Service) post(ctx context.Context, rec *Record, opts []slack.MsgOption) error {
+	token := uuid.NewString()
+	var (
+		busyUntil time.Time
+		resumed   bool
+	)
+	now := s.cfg.Now()
+	claimed, err := s.store.mutate(ctx, rec.TaskID, func(r *Record) (*Record, error) {
+		busyUntil, resumed = time.Time{}, false
+		if r == nil || r.Round != rec.Round || r.SlackTS != "" {
+			return nil, errNoChange
+		}
+		if r.Posting != "" && now.Before(r.PostingUntil) {
+			busyUntil = r.PostingUntil
+			return nil, errNoChange
+		}
+		resumed = r.Posting != ""
+		r.Posting, r.PostingUntil = token, now.Add(postClaim)
+		return r, nil
+	})
+	if err != nil {
+		return err
+	}
+	switch {
+	case !busyUntil.IsZero():
+		return bus.RetryAfter(fmt.Errorf("task %s round %d: %w", rec.TaskID, rec.Round, ErrPosting), busyUntil.Sub(now)+100*time.Millisecond)
+	case claimed == nil || claimed.Posting != token:
+		// Posted by someone else meanwhile (or the round moved on).
+		if claimed != nil && claimed.Round == rec.Round && !claimed.Shown && claimed.SlackTS != "" {
+			return s.show(ctx, claimed)
+		}
+		return nil
+	}
+	rec = claimed
+	ts := ""
+	if resumed {
+		// The previous claimer may have posted without recording it.
+		found, err := s.findPosted(ctx, rec)
+		if err != nil {
+			s.log.Warn("cannot look for an approval message posted before a crash; posting it", "task_id", rec.TaskID, "round", rec.Round, "err", err)
+		}
+		ts = found
+	}
+	if ts == "" {
+		if rec.ThreadTS != "" {
+			opts = append(opts, slack.MsgOptionTS(rec.ThreadTS))
+		}
+		opts = append(opts, slack.MsgOptionMetadata(slack.SlackMetadata{
+			EventType: MetadataEventType, EventPayload: map[string]any{"approval_id": rec.ApprovalID()},
+		}))
+		pctx, cancel := context.WithTimeout(ctx, postClaim/2)
+		_, ts, err = s.api.PostMessageContext(pctx, rec.SlackChannel, opts...)
+		cancel()
+		if err != nil {
+			s.unclaim(rec, token)
+			return fmt.Errorf("post approval message of task %s to %s: %w", rec.TaskID, rec.SlackChannel, slackmapper.Classify("chat.postMessage", err))
+		}
+	}
+	_, err = s.store.mutate(ctx, rec.TaskID, func(r *Record) (*Record, error) {
+		if r == nil || r.Round != rec.Round || r.SlackTS != "" {
+			return nil, errNoChange
+		}
+		r.SlackTS, r.Posting, r.PostingUntil = ts, "", time.Time{}
+		if r.ThreadTS == "" {
+			r.ThreadTS = ts
+		}
+		r.Shown = r.Text == rec.Text && r.Status == rec.Status
+		return r, nil
+	})
+	if err != nil {
+		// Posted, not recorded: the claim expires and the redelivery finds
+		// the message in Slack.
+		return err
+	}
+	cur, _, err := s.store.get(ctx, rec.TaskID)
+	if err == nil && !cur.Shown && cur.Round == rec.Round && cur.SlackTS != "" {
+		return s.show(ctx, cur) // it changed while we posted
+	}
+	return nil
+}
+
+// MetadataEventType is the Slack message metadata event type of approval
+// messages; its payload is {"approval_id": Record.ApprovalID()}.
+const MetadataEventType = "relay_approval"
+
+// ErrPosting means another handler is posting the round's message.
+var ErrPosting = errors.New("approval message is being posted")
+
+// postClaim is how long a claim to post a round's message lasts; the post
+// itself is bounded to half of it.
+const postClaim = 10 * time.Second
+
+// unclaim drops a claim whose post failed, so the retry need not wait for it.
+func (s *Service) unclaim(rec *Record, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = s.store.mutate(ctx, rec.TaskID, func(r *Record) (*Record, error) {
+		if r == nil || r.Posting != token {
+			return nil, errNoChange
+		}
+		r.Posting, r.PostingUntil = "", time.Time{}
+		return r, nil
+	})
+}
+
+// findPosted looks for the round's message in its thread (or, for the first
+// round, the channel's recent history) by its metadata and returns its ts, or
+// "". It needs the channels:history scope.
+func (s *Service) findPosted(ctx context.Context, rec *Record) (string, error) {
+	match := func(msgs []slack.Message) string {
+		for _, m := range msgs {
+			if m.Metadata.EventType == MetadataEventType && fmt.Sprint(m.Metadata.EventPayload["approval_id"]) == rec.ApprovalID() {
+				return m.Timestamp
+			}
+		}
+		return ""
+	}
+	oldest := strconv.FormatInt(rec.CreatedAt.Add(-time.Minute).Unix(), 10) + ".000000"
+	cursor := ""
+	for range 20 {
+		var (
+			msgs []slack.Message
+			more bool
+			next string
+		)
+		if rec.ThreadTS != "" {
+			var err error
+			msgs, more, next, err = s.api.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{
+				ChannelID: rec.SlackChannel, Timestamp: rec.ThreadTS, Cursor: cursor, Oldest: oldest, Limit: 200, IncludeAllMetadata: true,
+			})
+			if err != nil {
+				return "", fmt.Errorf("conversations.replies %s/%s: %w", rec.SlackChannel, rec.ThreadTS, err)
+			}
+		} else {
+			h, err := s.api.GetConversationHistoryContext(ctx, &slack.GetConversationHistoryParameters{
+				ChannelID: rec.SlackChannel, Cursor: cursor, Oldest: oldest, Limit: 200, IncludeAllMetadata: true,
+			})
+			if err != nil {
+				return "", fmt.Errorf("conversations.history %s: %w", rec.SlackChannel, err)
+			}
+			msgs, more, next = h.Messages, h.HasMore, h.ResponseMetaData.NextCursor
+		}
+		if ts := match(msgs); ts != "" {
+			return ts, nil
+		}
+		if !more || next == "" {
+			return "", nil
+		}
+		cursor = next
+	}
+	return "", nil
 }
 
 // outEnvelope builds the envelope posted to out.{channel}: the suggestion's

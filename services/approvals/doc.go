@@ -47,6 +47,15 @@
 // Nats-Msg-Id and, downstream, by the idempotency key; a crash between the
 // decision and the publish is finished by the redelivery.
 //
+// The approval message is posted once per round: the handler that posts it
+// claims the round in the record first (a short-lived claim), so a second
+// handler of the same round waits for it instead of posting too, and the
+// message carries the round's approval id in its Slack metadata
+// (MetadataEventType). A claim left by a worker that died between posting and
+// recording the ts expires; the handler that takes it over looks for the
+// message in the thread or channel history (conversations.replies/history)
+// before posting.
+//
 // A suggestion expires after Config.TTL (RELAY_APPROVAL_TTL, default 24h): a
 // click after that fails closed (the message says "expired", nothing is
 // posted) and a periodic sweep marks expired records and their messages.

@@ -39,13 +39,24 @@ type harness struct {
 	slack  *fakes.Slack
 	svc    *approvals.Service
 	cfg    approvals.Config
-	offset atomic.Int64 // added to the clock, to expire suggestions
+	api    approvals.SlackAPI // nil: the worker builds a client of the fake
+	offset atomic.Int64       // added to the clock, to expire suggestions
 	stop   func()
 }
 
 func newHarness(t *testing.T, mod ...func(*approvals.Config)) *harness {
 	t.Helper()
+	return newHarnessAPI(t, nil, mod...)
+}
+
+// newHarnessAPI is newHarness with the worker's Slack client made by api from
+// the fake's URL.
+func newHarnessAPI(t *testing.T, api func(url string) approvals.SlackAPI, mod ...func(*approvals.Config)) *harness {
+	t.Helper()
 	h := &harness{t: t, bus: bustest.Embedded(t), slack: fakes.NewSlack(t)}
+	if api != nil {
+		h.api = api(h.slack.URL())
+	}
 	h.cfg = approvals.Config{
 		BotToken:      secret.New("xoxb-test"),
 		APIURL:        h.slack.URL(),
@@ -65,7 +76,7 @@ func newHarness(t *testing.T, mod ...func(*approvals.Config)) *harness {
 // start builds and runs a worker on the harness's bus.
 func (h *harness) start() {
 	h.t.Helper()
-	svc, err := approvals.New(h.t.Context(), h.cfg, h.bus, nil)
+	svc, err := approvals.New(h.t.Context(), h.cfg, h.bus, h.api)
 	if err != nil {
 		h.t.Fatalf("New: %v", err)
 	}

@@ -66,6 +66,10 @@ type Record struct {
 	Reason string `json:"reason,omitempty"`
 	// Published is set once the approved answer was acknowledged by JetStream.
 	Published bool `json:"published,omitempty"`
+	// Posting is the claim of the handler posting the round's message, until
+	// PostingUntil; it is cleared once SlackTS is recorded.
+	Posting      string    `json:"posting,omitempty"`
+	PostingUntil time.Time `json:"posting_until,omitzero"`
 	// Shown is set once the Slack message shows the current state.
 	Shown bool `json:"shown,omitempty"`
 	// Announced is set once the decision was published on approval.decided.

@@ -27,8 +27,8 @@
 //   - a second envelope arriving while the first is being posted finds a
 //     fresh claim and is retried after it;
 //   - after a crash between the API call and the record (the claim is left
-//     "pending"), the redelivered message takes the claim over and the
-//     provider is asked first: GitHub, Sentry and OpenProject comments carry
+//     "pending"), or a failed attempt whose answer may have been lost, the
+//     next delivery takes the claim over and the provider is asked first: GitHub, Sentry and OpenProject comments carry
 //     a hidden marker <!-- relay:{key} --> that is searched for before
 //     commenting; Slack messages carry the key in their message metadata,
 //     searched in the thread (needs channels:history); a webhook carries the
@@ -756,7 +756,9 @@ func (s *Service) claim(ctx context.Context, key string, m *bus.Message, t *enve
 		}
 		// A failed attempt, our own earlier delivery (crashed), or a stale
 		// claim: take it over, keeping the parts already posted. After a
-		// crash (still pending) the provider may hold unrecorded posts.
+		// crash (still pending), and after a failure whose answer was lost
+		// (a reset or a timeout once the request was sent), the provider may
+		// hold unrecorded posts: the take-over looks for them.
 		cl.rec.Parts = old.Parts
 		first := old.FirstClaimedAt
 		if first.IsZero() {
@@ -770,7 +772,7 @@ func (s *Service) claim(ctx context.Context, key string, m *bus.Message, t *enve
 		if err != nil {
 			continue // someone else moved first: look again
 		}
-		cl.rev, cl.resumed = rev, old.State != stateFailed
+		cl.rev, cl.resumed = rev, true
 		cl.since = first.Add(-time.Minute)
 		if first.IsZero() {
 			cl.since = m.Envelope.Timestamp.Add(-time.Hour)

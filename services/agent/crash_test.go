@@ -1,0 +1,193 @@
+package agent
+
+import (
+	"github.com/relaystation/relay/internal/testenv"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/fakes"
+)
+
+// storeTask puts a task state straight into the bucket, as a process that
+// crashed right after writing it would leave it.
+func storeTask(t *testing.T, svc *Service, task *Task) {
+	t.Helper()
+	if ok, err := svc.tasks.create(t.Context(), task); !ok || err != nil {
+		t.Fatalf("create task: %v %v", ok, err)
+	}
+}
+
+func newTestTask(origin *envelope.Envelope) *Task {
+	return &Task{ID: TaskID(origin.ID), Status: StatusRunning, Origin: origin, Role: "agent", AgentID: "agent-test",
+		Tools:    []OfferedTool{{ToolSpec: ToolSpec{Name: "everything__echo"}, Tool: echoTool.Name}},
+		Messages: []Message{{Role: "user", Content: origin.Content}}}
+}
+
+// resultMsg is a delivery of the tool result of call id of task.
+func resultMsg(task, call string, delivered uint64) *bus.Message {
+	e := envelope.New(envelope.ChannelGitHub, envelope.RoleTool, "Echo: hi")
+	e.Meta.TaskID = task
+	e.ToolCall = &envelope.ToolCall{ID: call, Name: echoTool.Name, Result: map[string]any{"text": "Echo: hi"}}
+	return &bus.Message{Envelope: e, Subject: envelope.SubjectToolResult, Delivered: delivered, StreamSeq: 42, Consumer: ConsumerResults}
+}
+
+// TestDoneButUnpublishedCompleted: an agent wrote the final answer and died
+// before publishing it. The redelivered tool result that drove the last step
+// (or any copy of it) publishes the suggestion, once.
+func TestDoneButUnpublishedCompleted(t *testing.T) {
+	t.Parallel()
+	for _, delivered := range []uint64{1, 2} {
+		h := setup(t, []reply{say("never asked")})
+		svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testLogger(t)}, h.b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		task := newTestTask(githubIssueOpened())
+		task.Status, task.Step, task.Answer = StatusDone, 2, "The answer that was never published."
+		task.Calls = []Call{{ID: "s1-0", LLMID: "call_1", Func: "everything__echo", Tool: echoTool.Name, Done: true}}
+		storeTask(t, svc, task)
+		for range 2 { // completing twice is harmless
+			if err := svc.handleResult(t.Context(), resultMsg(task.ID, "s1-0", delivered)); err != nil {
+				t.Fatalf("delivery %d: handleResult: %v", delivered, err)
+			}
+		}
+		if s := h.next(t); s.Content != task.Answer || s.Meta.TaskID != task.ID {
+			t.Errorf("delivery %d: got %q for task %s, want the stranded answer", delivered, s.Content, s.Meta.TaskID)
+		}
+		h.none(t)
+		if got, _, _ := svc.tasks.Get(t.Context(), task.ID); !got.FinalPublished {
+			t.Errorf("delivery %d: task not marked published", delivered)
+		}
+		if n := h.llm.count(); n != 0 {
+			t.Errorf("delivery %d: %d model calls, want 0", delivered, n)
+		}
+	}
+}
+
+// TestLaterStepCallsCompleted: an agent wrote step 2 with its tool call and
+// died before publishing the call. A redelivered result of step 1 (no longer
+// a pending call) publishes step 2's call, and the task goes on to answer.
+func TestLaterStepCallsCompleted(t *testing.T) {
+	t.Parallel()
+	h := setup(t, []reply{say("Step 2 answered.")})
+	task := newTestTask(githubIssueOpened())
+	task.Status, task.Step = StatusWaiting, 2
+	task.Calls = []Call{{ID: "s2-0", LLMID: "call_2", Func: "everything__echo", Tool: echoTool.Name, Args: map[string]any{"message": "again"}}}
+	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testLogger(t)}, h.b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storeTask(t, svc, task)
+	if err := svc.handleResult(t.Context(), resultMsg(task.ID, "s1-0", 2)); err != nil {
+		t.Fatalf("handleResult: %v", err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "step 2's call published", func() bool {
+		for _, c := range h.runner.received() {
+			if c.Meta.TaskID == task.ID && c.ToolCall.ID == "s2-0" {
+				return true
+			}
+		}
+		return false
+	})
+	var got *envelope.Envelope
+	for got == nil || got.Meta.TaskID != task.ID || got.Role != envelope.RoleAssistant || got.ToolCall != nil {
+		got = h.next(t)
+	}
+	if got.Content != "Step 2 answered." {
+		t.Errorf("got %q, want the answer after step 2's result", got.Content)
+	}
+}
+
+// TestLease: a live lease of another delivery is left alone (no model call,
+// the handler acks); the holder's own redelivery takes it over at once (its
+// handler died); a lease not renewed in time is taken over by anyone.
+func TestLease(t *testing.T) {
+	t.Parallel()
+	h := setup(t, []reply{say("Taken over.")})
+	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testLogger(t)}, h.b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := &bus.Message{Consumer: ConsumerInbound, StreamSeq: 7, Delivered: 1}
+	other := &bus.Message{Consumer: ConsumerResults, StreamSeq: 8, Delivered: 1}
+
+	task := newTestTask(githubIssueOpened())
+	task.Lease = &Lease{Owner: "dead-process/1", Holder: leaseHolder(holder), Until: time.Now().Add(time.Hour)}
+	storeTask(t, svc, task)
+	if err := svc.advance(t.Context(), task.ID, other); err != nil {
+		t.Fatalf("advance of another delivery: %v, want nil (left to the holder)", err)
+	}
+	if n := h.llm.count(); n != 0 {
+		t.Fatalf("got %d model calls while leased, want 0", n)
+	}
+	holder.Delivered = 2
+	if err := svc.advance(t.Context(), task.ID, holder); err != nil {
+		t.Fatalf("advance of the holder's redelivery: %v", err)
+	}
+	if s := h.next(t); s.Content != "Taken over." {
+		t.Errorf("got %q, want the answer", s.Content)
+	}
+	if done, _, _ := svc.tasks.Get(t.Context(), task.ID); done.Lease != nil || done.Status != StatusDone {
+		t.Errorf("got lease %+v status %s, want no lease and done", done.Lease, done.Status)
+	}
+
+	expired := newTestTask(githubComment("@relay-bot again", "octocat"))
+	expired.Lease = &Lease{Owner: "dead-process/2", Holder: "agent:99", Until: time.Now().Add(-time.Second)}
+	storeTask(t, svc, expired)
+	if err := svc.advance(t.Context(), expired.ID, other); err != nil {
+		t.Fatalf("advance after the lease ran out: %v", err)
+	}
+	if s := h.next(t); s.Meta.TaskID != expired.ID {
+		t.Errorf("got an envelope of task %s, want %s", s.Meta.TaskID, expired.ID)
+	}
+}
+
+// TestLeaseRenewedWhileThinking: a slow model step keeps its short lease
+// alive, so another agent neither thinks too nor waits for it; the answer
+// is published once.
+func TestLeaseRenewedWhileThinking(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	slow := func(w http.ResponseWriter, r *fakes.ChatRequest) {
+		select {
+		case <-release:
+		case <-time.After(30 * time.Second):
+		}
+		say("Slow answer.")(w, r)
+	}
+	h := setup(t, []reply{slow}, withConfig(func(c *Config) { c.LeaseTTL = time.Second }))
+	origin := githubIssueOpened()
+	h.publish(t, envelope.SubjectInbound+".github.issues", origin)
+	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testLogger(t), LeaseTTL: time.Second}, h.b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := TaskID(origin.ID)
+	var first time.Time
+	testenv.WaitFor(t, 10*time.Second, "the task leased", func() bool {
+		task, _, err := svc.tasks.Get(t.Context(), id)
+		if err == nil && task.Lease != nil {
+			first = task.Lease.Until
+		}
+		return !first.IsZero()
+	})
+	testenv.WaitFor(t, 10*time.Second, "the lease renewed past its first end", func() bool {
+		task, _, err := svc.tasks.Get(t.Context(), id)
+		return err == nil && task.Lease != nil && task.Lease.Until.After(first.Add(500*time.Millisecond)) && time.Now().After(first)
+	})
+	// Past the first lease's end, another agent's handler leaves the task alone.
+	if err := svc.advance(t.Context(), id, &bus.Message{Consumer: ConsumerInbound, StreamSeq: 1 << 40, Delivered: 1}); err != nil {
+		t.Fatalf("advance by another agent: %v", err)
+	}
+	if n := h.llm.count(); n != 1 {
+		t.Errorf("got %d model calls, want 1 (the lease holder's)", n)
+	}
+	close(release)
+	if s := h.next(t); s.Content != "Slow answer." {
+		t.Errorf("got %q, want the slow answer", s.Content)
+	}
+	h.none(t)
+}

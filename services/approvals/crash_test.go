@@ -1,0 +1,90 @@
+package approvals_test
+
+import (
+	"context"
+	"encoding/json"
+	"github.com/relaystation/relay/internal/testenv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/relaystation/relay/services/approvals"
+)
+
+// crashingAPI is the Slack client of the fake, except that the first
+// chat.postMessage dies right after Slack accepted it, before the worker can
+// record the message's ts: a crash between the side effect and its state.
+type crashingAPI struct {
+	*slack.Client
+	crashed atomic.Bool
+}
+
+func (c *crashingAPI) PostMessageContext(ctx context.Context, channel string, opts ...slack.MsgOption) (string, string, error) {
+	ch, ts, err := c.Client.PostMessageContext(ctx, channel, opts...)
+	if err == nil && c.crashed.CompareAndSwap(false, true) {
+		panic("crash after posting " + ts)
+	}
+	return ch, ts, err
+}
+
+// TestCrashAfterPostPostsOnce: a worker that dies between posting the
+// approval message and recording its ts leaves a claim; the redelivered
+// suggestion takes the claim over once it expires, finds the message in Slack
+// by its metadata and records it instead of posting a second one. Approving
+// then updates that message.
+func TestCrashAfterPostPostsOnce(t *testing.T) {
+	t.Parallel()
+	api := &crashingAPI{}
+	h2 := newHarnessAPI(t, func(url string) approvals.SlackAPI {
+		api.Client = slack.New("xoxb-test", slack.OptionAPIURL(url))
+		return api
+	})
+	task, _ := h2.suggestion(github7, "Draft.")
+	ts := h2.messageTS(1)
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		rec, err := record(t, h2, task)
+		if err == nil && rec.SlackTS != "" {
+			if rec.SlackTS != ts {
+				t.Fatalf("recorded ts %q, want the crashed post's %q", rec.SlackTS, ts)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the message posted before the crash was never recorded (record %+v, err %v)", rec, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !api.crashed.Load() {
+		t.Fatal("the worker never crashed; the test tests nothing")
+	}
+	if n := len(h2.slack.Calls("chat.postMessage")); n != 1 {
+		t.Fatalf("posted %d approval messages, want 1", n)
+	}
+	if n := len(h2.slack.Calls("conversations.history")); n == 0 {
+		t.Error("the take-over did not look in Slack for the message")
+	}
+	h2.interact(click(approver, approvals.ActionApprove, task, ts))
+	testenv.WaitFor(t, 10*time.Second, "out.github", func() bool { return len(h2.streamMsgs("out.github")) == 1 })
+	h2.drained()
+	if n := len(h2.slack.Calls("chat.postMessage")); n != 1 {
+		t.Errorf("posted %d approval messages after the approval, want 1", n)
+	}
+}
+
+// record reads the task's approval record from the bucket.
+func record(t *testing.T, h *harness, task string) (*approvals.Record, error) {
+	t.Helper()
+	kv, err := h.bus.JetStream().KeyValue(t.Context(), approvals.Bucket(h.bus.Prefix()))
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(t.Context(), task)
+	if err != nil {
+		return nil, err
+	}
+	var r approvals.Record
+	return &r, json.Unmarshal(e.Value(), &r)
+}
