@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"github.com/relaystation/relay/internal/testenv"
 	"net/http"
 	"testing"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // storeTask puts a task state straight into the bucket, as a process that
