@@ -3,13 +3,13 @@ package approvals_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/relaystation/relay/internal/testenv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/slack-go/slack"
 
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/services/approvals"
 )
 
