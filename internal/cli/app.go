@@ -125,7 +125,9 @@ func (a *app) busConfig(reg *prometheus.Registry) bus.Config {
 }
 
 // clientBus connects an operator command to the running relay: NATS_URL, or the
-// embedded server of a running `relay serve` on RELAY_NATS_LISTEN.
+// embedded server of a running `relay serve` on RELAY_NATS_LISTEN. It names
+// the server it reached on stderr, never on stdout (the error of a failed
+// connection names the URL it tried).
 func (a *app) clientBus(ctx context.Context) (*bus.Bus, error) {
 	url := a.base.NATSURL
 	if url == "" {
@@ -135,6 +137,7 @@ func (a *app) clientBus(ctx context.Context) (*bus.Bus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (is `relay serve` running? otherwise set NATS_URL)", err)
 	}
+	reportServer(a.stderr, b.Conn(), b.Prefix())
 	return b, nil
 }
 
