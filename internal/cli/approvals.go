@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"strings"
-	"time"
 
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/services/approvals"
@@ -17,50 +15,11 @@ func init() {
 	})
 }
 
-// configureApprovals reads SLACK_BOT_TOKEN, SLACK_API_URL, SLACK_APPROVAL_CHANNEL,
-// RELAY_APPROVAL_CHANNEL_{GITHUB,SENTRY,OPENPROJECT,WEBHOOK}, SLACK_APPROVERS,
-// RELAY_APPROVAL_TTL, RELAY_APPROVAL_SWEEP, RELAY_APPROVAL_GROUP_CACHE,
-// RELAY_APPROVAL_RETENTION, RELAY_APPROVAL_CONCURRENCY and SLACK_APP_TOKEN.
-// Without a bot token and an approval channel the worker is off (suggestions
-// wait in the stream); Socket Mode runs whenever SLACK_APP_TOKEN is set.
+// configureApprovals reads the worker's settings (approvals.ReadSettings) and
+// builds the worker, when enabled, and Socket Mode, when SLACK_APP_TOKEN is set.
 func configureApprovals(env *config.Env) buildFunc {
-	cfg := approvals.Config{
-		BotToken:      env.Secret("SLACK_BOT_TOKEN"),
-		APIURL:        env.URL("SLACK_API_URL", "http", "https"),
-		Channel:       env.String("SLACK_APPROVAL_CHANNEL", ""),
-		Channels:      map[string]string{},
-		Approvers:     env.List("SLACK_APPROVERS"),
-		TTL:           env.Duration("RELAY_APPROVAL_TTL", 24*time.Hour, time.Second, 90*24*time.Hour),
-		SweepInterval: env.Duration("RELAY_APPROVAL_SWEEP", time.Minute, time.Second, time.Hour),
-		GroupCacheTTL: env.Duration("RELAY_APPROVAL_GROUP_CACHE", 5*time.Minute, time.Second, 24*time.Hour),
-		Retention:     env.Duration("RELAY_APPROVAL_RETENTION", 30*24*time.Hour, time.Hour, 365*24*time.Hour),
-		Concurrency:   env.Int("RELAY_APPROVAL_CONCURRENCY", 8, 1, 256),
-	}
-	if cfg.Channel != "" && !approvals.ValidChannelID(cfg.Channel) {
-		env.Failf("SLACK_APPROVAL_CHANNEL", "%q is not a Slack channel id (C…, G…)", cfg.Channel)
-	}
-	for _, t := range approvals.TargetChannels {
-		name := "RELAY_APPROVAL_CHANNEL_" + strings.ToUpper(t)
-		if ch := env.String(name, ""); ch != "" {
-			if !approvals.ValidChannelID(ch) {
-				env.Failf(name, "%q is not a Slack channel id (C…, G…)", ch)
-			}
-			cfg.Channels[t] = ch
-		}
-	}
-	for _, a := range cfg.Approvers {
-		if !approvals.ValidApprover(a) {
-			env.Failf("SLACK_APPROVERS", "%q is not a Slack user id (U…, W…) or user-group id (S…)", a)
-		}
-	}
-	appToken := env.Secret("SLACK_APP_TOKEN")
-	if appToken.IsSet() && !strings.HasPrefix(appToken.Reveal(), "xapp-") {
-		env.Failf("SLACK_APP_TOKEN", "not an app-level token (want xapp-…)")
-	}
-	enabled := cfg.BotToken.IsSet() && cfg.Channel != ""
-	if cfg.TTL > cfg.Retention {
-		env.Failf("RELAY_APPROVAL_RETENTION", "%s is shorter than RELAY_APPROVAL_TTL %s", cfg.Retention, cfg.TTL)
-	}
+	s := approvals.ReadSettings(env)
+	cfg, appToken, enabled := s.Config, s.AppToken, s.Enabled
 	return func(ctx context.Context, d *deps) (*runner, error) {
 		log := d.Log.With("service", "approvals")
 		var runs []func(context.Context) error

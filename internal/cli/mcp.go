@@ -33,7 +33,7 @@ const mcpUsage = `usage:
   relay mcp stop | resume                             the stop switch: block / allow every new execution`
 
 func runMCP(ctx context.Context, a *app, args []string) error {
-	ts := readToolSettings(a.env)
+	ts := toolrunner.ReadSettings(a.env)
 	if err := a.checkEnv(); err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func runMCP(ctx context.Context, a *app, args []string) error {
 	return &exitError{code: 2, msg: fmt.Sprintf("mcp: unknown subcommand %q\n%s", sub, mcpUsage)}
 }
 
-func findServer(ts *toolSettings, name string) (mcpconfig.Server, error) {
+func findServer(ts *toolrunner.Settings, name string) (mcpconfig.Server, error) {
 	for _, s := range ts.Servers {
 		if s.Name == name {
 			return s, nil
@@ -69,7 +69,7 @@ func findServer(ts *toolSettings, name string) (mcpconfig.Server, error) {
 	return mcpconfig.Server{}, &exitError{code: 2, msg: fmt.Sprintf("no server %q in %s (servers: %s)", name, ts.ConfigPath, strings.Join(names, ", "))}
 }
 
-func mcpList(ctx context.Context, a *app, ts *toolSettings, args []string) error {
+func mcpList(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
 	fs := flag.NewFlagSet("mcp list", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -140,7 +140,7 @@ func orDash(s string) string {
 }
 
 // probeAll checks every enabled server with a fresh session, in parallel.
-func probeAll(ctx context.Context, ts *toolSettings, persisted map[string]tools.ServerState) []tools.ServerStatus {
+func probeAll(ctx context.Context, ts *toolrunner.Settings, persisted map[string]tools.ServerState) []tools.ServerStatus {
 	out := make([]tools.ServerStatus, len(ts.Servers))
 	var wg sync.WaitGroup
 	for i, s := range ts.Servers {
@@ -173,7 +173,7 @@ func probeAll(ctx context.Context, ts *toolSettings, persisted map[string]tools.
 	return out
 }
 
-func mcpTest(ctx context.Context, a *app, ts *toolSettings, args []string) error {
+func mcpTest(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
 	if len(args) == 0 {
 		return &exitError{code: 2, msg: "usage: relay mcp test <server> [-json]"}
 	}
@@ -212,7 +212,7 @@ func mcpTest(ctx context.Context, a *app, ts *toolSettings, args []string) error
 	return nil
 }
 
-func mcpCall(ctx context.Context, a *app, ts *toolSettings, args []string) error {
+func mcpCall(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
 	if len(args) < 2 {
 		return &exitError{code: 2, msg: "usage: relay mcp call <server> <tool> [--args '{...}'] [--role R] [-json]"}
 	}
@@ -275,7 +275,7 @@ func mcpCall(ctx context.Context, a *app, ts *toolSettings, args []string) error
 	return nil
 }
 
-func mcpEnable(ctx context.Context, a *app, ts *toolSettings, enable bool, args []string) error {
+func mcpEnable(ctx context.Context, a *app, ts *toolrunner.Settings, enable bool, args []string) error {
 	verb := map[bool]string{true: "enable", false: "disable"}[enable]
 	if len(args) == 0 {
 		return &exitError{code: 2, msg: "usage: relay mcp " + verb + " <server>"}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,12 +12,8 @@ import (
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/internal/httpserver"
 	"github.com/relaystation/relay/memory"
-	"github.com/relaystation/relay/memory/embed"
 	"github.com/relaystation/relay/memory/longterm"
-	"github.com/relaystation/relay/memory/pii"
 	"github.com/relaystation/relay/memory/remote"
-	"github.com/relaystation/relay/memory/session"
-	"github.com/relaystation/relay/memory/summary"
 	memsvc "github.com/relaystation/relay/services/memory"
 )
 
@@ -31,138 +26,29 @@ func init() {
 	})
 }
 
-// memorySettings are the memory worker's environment settings.
-type memorySettings struct {
-	redisURL, databaseURL             string
-	embBase, embModel                 string
-	embCfg                            embed.OpenAIConfig
-	llm                               summary.LLMConfig
-	piiNames                          []string
-	dims, efSearch, turns, fold, conc int
-	sessionTTL, episodeTTL, halfLife  time.Duration
-}
-
-func readMemorySettings(env *config.Env) *memorySettings {
-	s := &memorySettings{
-		redisURL:    env.URL("REDIS_URL", "redis", "rediss", "unix"),
-		databaseURL: env.URL("DATABASE_URL", "postgres", "postgresql"),
-		embBase:     env.URL("EMBEDDINGS_BASE_URL", "http", "https"),
-		embModel:    env.String("EMBEDDINGS_MODEL", ""),
-		piiNames:    env.List("RELAY_PII_NAMES"),
-		dims:        env.Int("RELAY_MEMORY_DIMENSIONS", 384, 1, 16000),
-		efSearch:    env.Int("RELAY_MEMORY_EF_SEARCH", 100, 10, 1000),
-		turns:       env.Int("RELAY_MEMORY_SESSION_TURNS", 100, 1, 10000),
-		fold:        env.Int("RELAY_MEMORY_FOLD_BYTES", 2048, 256, 1<<20),
-		conc:        env.Int("RELAY_MEMORY_CONCURRENCY", 4, 1, 256),
-		sessionTTL:  env.Duration("RELAY_MEMORY_SESSION_TTL", 24*time.Hour, time.Minute, 365*24*time.Hour),
-		episodeTTL:  env.Duration("RELAY_MEMORY_EPISODE_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour),
-		halfLife:    env.Duration("RELAY_MEMORY_HALF_LIFE", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),
-	}
-	key := env.Secret("EMBEDDINGS_API_KEY")
-	s.embCfg = embed.OpenAIConfig{BaseURL: s.embBase, Model: s.embModel, APIKey: key, Dimensions: s.dims}
-	if (s.embBase == "") != (s.embModel == "") {
-		env.Failf("EMBEDDINGS_MODEL", "set EMBEDDINGS_BASE_URL and EMBEDDINGS_MODEL together (or neither, for the local embedder)")
-	}
-	s.llm = summary.LLMConfig{
-		BaseURL: env.URL("LLM_BASE_URL", "http", "https"),
-		Model:   env.String("LLM_MODEL", ""),
-		APIKey:  env.Secret("LLM_API_KEY"),
-	}
-	if s.llm.BaseURL != "" && s.llm.Model == "" {
-		env.Failf("LLM_MODEL", "LLM_BASE_URL is set but LLM_MODEL is not")
-	}
-	return s
-}
-
+// configureMemory reads the worker's settings (memsvc.ReadSettings) and
+// builds the worker on the stores they name.
 func configureMemory(env *config.Env) buildFunc {
-	s := readMemorySettings(env)
+	s := memsvc.ReadSettings(env)
 	return func(ctx context.Context, d *deps) (*runner, error) {
-		var closers []func()
-		closeAll := func() {
-			for i := len(closers) - 1; i >= 0; i-- {
-				closers[i]()
-			}
-		}
-		var checks = map[string]httpserver.Check{}
-		opts := session.Options{MaxTurns: s.turns, TTL: s.sessionTTL}
-		var sessions session.Store
-		if s.redisURL != "" {
-			rs, err := session.NewRedis(ctx, session.RedisConfig{URL: s.redisURL, Options: opts})
-			if err != nil {
-				return nil, err
-			}
-			closers = append(closers, func() { _ = rs.Close() })
-			checks["redis"] = rs.Ping
-			sessions = rs
-		} else {
-			kv, err := session.NewKV(ctx, d.Bus.JetStream(), session.KVConfig{Bucket: d.Bus.Prefix() + "_sessions", Options: opts})
-			if err != nil {
-				return nil, err
-			}
-			sessions = kv
-		}
-		scoring := longterm.Scoring{HalfLife: s.halfLife}
-		var lt longterm.Store
-		if s.databaseURL != "" {
-			pg, err := longterm.NewPostgres(ctx, longterm.PostgresConfig{URL: s.databaseURL, Dimensions: s.dims,
-				EfSearch: s.efSearch, Scoring: scoring, Logger: d.Log})
-			if err != nil {
-				closeAll()
-				return nil, err
-			}
-			closers = append(closers, func() { _ = pg.Close() })
-			checks["postgres"] = pg.Ping
-			lt = pg
-		} else {
-			em, err := longterm.NewEmbedded(longterm.EmbeddedConfig{Dir: filepath.Join(d.DataDir, "memory"), Dimensions: s.dims, Scoring: scoring})
-			if err != nil {
-				closeAll()
-				return nil, err
-			}
-			lt = em
-		}
-		var emb embed.Embedder = embed.NewLocal(s.dims)
-		if s.embBase != "" {
-			o, err := embed.NewOpenAI(s.embCfg)
-			if err != nil {
-				closeAll()
-				return nil, err
-			}
-			emb = o
-		}
-		var sum summary.Summariser = summary.Extractive{}
-		if s.llm.BaseURL != "" {
-			cfg := s.llm
-			cfg.Fallback, cfg.Logger = summary.Extractive{}, d.Log
-			l, err := summary.NewLLM(cfg)
-			if err != nil {
-				closeAll()
-				return nil, err
-			}
-			sum = l
-		}
-		mem, err := memory.New(memory.Config{Sessions: sessions, LongTerm: lt, Embedder: emb, Scrubber: pii.New(s.piiNames),
-			Summariser: sum, FoldAt: s.fold, EpisodeTTL: s.episodeTTL, Logger: d.Log.With("service", "memory")})
+		log := d.Log.With("service", "memory")
+		m, err := s.Open(ctx, d.Bus, d.DataDir, log)
 		if err != nil {
-			closeAll()
 			return nil, err
 		}
-		w, err := memsvc.New(memsvc.Config{Concurrency: s.conc, Logger: d.Log.With("service", "memory")}, d.Bus, mem)
+		w, err := memsvc.New(memsvc.Config{Concurrency: s.Concurrency, Logger: log}, d.Bus, m.Memory)
 		if err != nil {
-			closeAll()
+			m.Close()
 			return nil, err
 		}
-		d.Log.Info("memory configured", "sessions", map[bool]string{true: "redis", false: "jetstream-kv"}[s.redisURL != ""],
-			"long_term", map[bool]string{true: "postgres", false: "embedded"}[s.databaseURL != ""],
-			"embedder", emb.Name(), "dimensions", s.dims, "summariser", map[bool]string{true: "llm", false: "extractive"}[s.llm.BaseURL != ""])
 		return &runner{
 			routes: func(srv *httpserver.Server) {
-				for name, c := range checks {
+				for name, c := range m.Checks {
 					srv.AddCheck(name, c)
 				}
 			},
 			run:   w.Run,
-			close: closeAll,
+			close: m.Close,
 		}, nil
 	}
 }
@@ -176,7 +62,7 @@ const memoryUsage = `usage:
 // runMemoryCLI runs the operator commands against the running memory worker
 // over the bus (request/reply), so they work with the embedded stores too.
 func runMemoryCLI(ctx context.Context, a *app, args []string) error {
-	readMemorySettings(a.env) // the worker's settings may be set; they are not unknown
+	memsvc.ReadSettings(a.env) // the worker's settings may be set; they are not unknown
 	if err := a.checkEnv(); err != nil {
 		return err
 	}

@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/relaystation/relay/config"
+)
+
+// serviceSettings names, per registered service, a setting the service owns
+// and a value its settings reader refuses.
+var serviceSettings = map[string][2]string{
+	"agent":      {"RELAY_AGENT_MAX_STEPS", "0"},
+	"approvals":  {"SLACK_APPROVAL_CHANNEL", "general"},
+	"ingest":     {"RELAY_INGEST_MAX_BODY_GITHUB", "1"},
+	"memory":     {"EMBEDDINGS_MODEL", "nomic-embed-text"},
+	"outbound":   {"RELAY_OUTBOUND_CONCURRENCY", "0"},
+	"toolrunner": {"RELAY_MCP_CONFIG", "/nonexistent/mcp.json"},
+}
+
+// TestServicesReadTheirSettings checks the registry in-process: every
+// service's settings stop `relay <service>` and `relay serve` before
+// anything connects, naming the variable; an operator command knows them all.
+func TestServicesReadTheirSettings(t *testing.T) {
+	t.Parallel()
+	if got, want := slices.Sorted(maps.Keys(services)), slices.Sorted(maps.Keys(serviceSettings)); !slices.Equal(got, want) {
+		t.Fatalf("registered services %v, want %v (add the new service to serviceSettings)", got, want)
+	}
+	for name, kv := range serviceSettings {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			// An unreachable NATS server: the run must stop on the setting first.
+			env := map[string]string{"NATS_URL": "nats://127.0.0.1:1", kv[0]: kv[1]}
+			for _, args := range [][]string{{name}, {"serve"}} {
+				var stderr syncBuffer
+				code := Run(t.Context(), args, config.FromMap(env), &syncBuffer{}, &stderr)
+				if code == 0 || !strings.Contains(stderr.String(), kv[0]+":") || strings.Contains(stderr.String(), "connect to nats") {
+					t.Errorf("relay %s with %s=%s: exit %d, stderr %q; want a failure naming %s before connecting",
+						args[0], kv[0], kv[1], code, stderr.String(), kv[0])
+				}
+			}
+			var stderr syncBuffer
+			Run(t.Context(), []string{"dlq", "list"}, config.FromMap(env), &syncBuffer{}, &stderr)
+			if strings.Contains(stderr.String(), "unknown") {
+				t.Errorf("relay dlq list with %s set: %q, want the setting known", kv[0], stderr.String())
+			}
+		})
+	}
+}

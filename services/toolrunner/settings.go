@@ -1,0 +1,81 @@
+package toolrunner
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/secret"
+	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+// KnownSecrets are the variables whose values are redacted from tool results
+// whenever they are set (RELAY_REDACT_SECRETS adds more).
+var KnownSecrets = []string{
+	"GITHUB_TOKEN", "GITHUB_WEBHOOK_SECRET", "SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET",
+	"SENTRY_TOKEN", "SENTRY_CLIENT_SECRET", "OPENPROJECT_TOKEN", "OPENPROJECT_WEBHOOK_SECRET", "LLM_API_KEY",
+}
+
+// Settings are the tool runner's settings, shared by the service and the
+// `relay mcp` operator commands.
+type Settings struct {
+	// ConfigPath is the mcp.json read (./mcp.json unless RELAY_MCP_CONFIG).
+	ConfigPath string
+	Servers    []mcpconfig.Server
+	Policy     *mcpconfig.Policy
+	// PolicySet is false when RELAY_POLICY is unset (the default policy
+	// grants nothing).
+	PolicySet bool
+	// Runner is the runner's configuration, without Logger and Registerer.
+	Runner tools.Config
+}
+
+// ReadSettings reads RELAY_DATA_DIR, RELAY_MCP_CONFIG, RELAY_POLICY,
+// RELAY_AUDIT_LOG, RELAY_MCP_HEALTH_INTERVAL and RELAY_REDACT_SECRETS (and
+// the KnownSecrets), loading both files. Problems are recorded in env.
+func ReadSettings(env *config.Env) *Settings {
+	dataDir := env.String("RELAY_DATA_DIR", "./data")
+	path := env.String("RELAY_MCP_CONFIG", "")
+	explicit := path != ""
+	if !explicit {
+		path = "./mcp.json"
+	}
+	ts := &Settings{ConfigPath: path}
+	servers, err := mcpconfig.Load(path, mcpconfig.Options{Lookup: os.LookupEnv, DataDir: dataDir})
+	switch {
+	case err == nil:
+		ts.Servers = servers
+	case errors.Is(err, mcpconfig.ErrNotFound) && !explicit:
+		// No default mcp.json: no servers.
+	default:
+		env.Failf("RELAY_MCP_CONFIG", "%v", err)
+	}
+	ts.Policy = mcpconfig.DefaultPolicy()
+	if p := env.String("RELAY_POLICY", ""); p != "" {
+		pol, err := mcpconfig.LoadPolicy(p)
+		if err != nil {
+			env.Failf("RELAY_POLICY", "%v", err)
+		} else {
+			ts.Policy, ts.PolicySet = pol, true
+		}
+	}
+	var secrets []secret.Value
+	for _, name := range slices.Concat(KnownSecrets, env.List("RELAY_REDACT_SECRETS")) {
+		if v := env.Secret(name); v.IsSet() {
+			secrets = append(secrets, v)
+		}
+	}
+	ts.Runner = tools.Config{
+		Servers:        ts.Servers,
+		Policy:         ts.Policy,
+		AuditPath:      env.String("RELAY_AUDIT_LOG", filepath.Join(dataDir, "audit", "tools.jsonl")),
+		HealthInterval: env.Duration("RELAY_MCP_HEALTH_INTERVAL", 30*time.Second, time.Second, time.Hour),
+		Redactor:       tools.NewRedactor(secrets...),
+		BaseEnv:        tools.BaseEnvFrom(os.Environ()),
+	}
+	return ts
+}
