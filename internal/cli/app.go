@@ -133,7 +133,7 @@ func (a *app) clientBus(ctx context.Context) (*bus.Bus, error) {
 	if url == "" {
 		url = "nats://" + a.base.NATSListen
 	}
-	b, err := bus.Connect(ctx, bus.Config{URL: url, Name: "relay-cli", Logger: a.log})
+	b, err := bus.Connect(ctx, bus.Config{URL: url, Name: "relay-cli", Logger: a.log, FailFast: true})
 	if err != nil {
 		return nil, fmt.Errorf("%w (is `relay serve` running? otherwise set NATS_URL)", err)
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -10,27 +11,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	natstest "github.com/nats-io/nats-server/v2/test"
 
 	"github.com/relaystation/relay/config"
 )
-
-func TestRedactURLs(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct{ in, want string }{
-		{"nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
-		{"nats://s3cret-token@127.0.0.1:4222", "nats://REDACTED@127.0.0.1:4222"},
-		{"nats://user:s3cret@nats.example:4222", "nats://REDACTED@nats.example:4222"},
-		{"tls://a:s3cret@h1:4222, nats://s3cret2@h2:4222", "tls://REDACTED@h1:4222,nats://REDACTED@h2:4222"},
-		{"nats://s3cret%zz@h:4222", "REDACTED@h:4222"},
-	} {
-		if got := redactURLs(tc.in); got != tc.want {
-			t.Errorf("redactURLs(%q): got %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
 
 // TestOperatorCommandsNameTheirServer runs the operator commands against a
 // NATS server with a name and a token: each names the server on stderr (URL
@@ -93,5 +80,26 @@ func TestOperatorCommandsNameTheirServer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOperatorCommandNoServer: with no server at NATS_URL an operator command
+// fails at once, naming the URL it tried without its credentials.
+func TestOperatorCommandNoServer(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t) // nothing listens there
+	env := map[string]string{"NATS_URL": "nats://s3cret-nats-token@" + addr}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	var out, errb syncBuffer
+	code := Run(ctx, []string{"dlq", "list", "-json"}, config.FromMap(env), &out, &errb)
+	if code != 1 || ctx.Err() != nil {
+		t.Fatalf("exit %d (ctx %v), stderr %q; want exit 1 before the deadline", code, ctx.Err(), errb.String())
+	}
+	if want := "nats://REDACTED@" + addr; !strings.Contains(errb.String(), want) || strings.Contains(errb.String(), "s3cret") {
+		t.Errorf("stderr %q, want it to name %s without the token", errb.String(), want)
+	}
+	if out.String() != "" {
+		t.Errorf("stdout %q, want nothing", out.String())
 	}
 }
