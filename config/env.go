@@ -1,9 +1,11 @@
 // Package config reads the relay's settings from environment variables (and
 // files they name) and validates them, naming the variable in every error.
 //
-// Only cmd/relay reads the environment: it builds an Env over os.Getenv, maps
-// variables into each service's Config, and stops startup on Env.Err. Secrets
-// come from NAME or from the file named by NAME_FILE, never from flags.
+// Only the command layer reads the environment: cmd/relay builds an Env over
+// os.Getenv, internal/cli hands it to each service's ReadSettings
+// (services/<name>/settings.go), which maps variables into the service's
+// Config, and stops startup on Env.Err. Secrets come from NAME or from the file
+// named by NAME_FILE, never from flags.
 package config
 
 import (

@@ -1,7 +1,7 @@
 // Package schemas embeds the project's JSON Schemas (draft-07): the MCP message
 // envelope and, as later components add them, the mcp.json, hooks and policy files.
 //
-// The files are the source of truth for the contracts in DESIGN.md; Go types in
+// The files are the source of truth for the contracts in docs/DESIGN.md; Go types in
 // other packages mirror them and validate against them.
 package schemas
 
