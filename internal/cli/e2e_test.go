@@ -333,150 +333,154 @@ func TestEndToEnd(t *testing.T) {
 	var n atomic.Int32
 	next := func() int { return 1000 + int(n.Add(1)) }
 
-	t.Run("approve posts exactly one GitHub comment", func(t *testing.T) {
-		t.Parallel()
-		s := s.with(t)
-		num := next()
-		target := s.issueOpened(num, "approve")
-		post := s.approvalPost(target)
-		if !strings.Contains(post.Params["blocks"], "checked the logs") {
-			t.Errorf("suggestion lacks the model's text: %s", post.Params["blocks"])
+	for _, sc := range []struct {
+		name string
+		run  func(t *testing.T, s *stack, num int)
+	}{
+		{"approve posts exactly one GitHub comment", e2eApprove},
+		{"edit then approve posts the edited text", e2eEditThenApprove},
+		{"reject with a reason posts nothing", e2eReject},
+		{"a non-approver is refused", e2eNonApprover},
+		{"a double click posts once", e2eDoubleClick},
+		{"a failing tool goes back to the model", e2eFailingTool},
+		{"the model down ends in a notice, not a post", e2eModelDown},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			sc.run(t, s.with(t), next())
+		})
+	}
+}
+
+// e2eApprove: approve posts exactly one GitHub comment.
+func e2eApprove(t *testing.T, s *stack, num int) {
+	target := s.issueOpened(num, "approve")
+	post := s.approvalPost(target)
+	if !strings.Contains(post.Params["blocks"], "checked the logs") {
+		t.Errorf("suggestion lacks the model's text: %s", post.Params["blocks"])
+	}
+	if len(s.comments(num)) != 0 {
+		t.Fatal("a comment was posted before approval")
+	}
+	s.click(e2eApprover, post, "approve")
+	c := s.exactlyOneComment(num)
+	if !strings.Contains(c.Body, "The tool says: checked the logs") {
+		t.Errorf("comment %q lacks the approved text", c.Body)
+	}
+	if c.Token != "ghp_e2etoken000000000000000000000000000" {
+		t.Errorf("comment made with token %q", c.Token)
+	}
+	s.updatedTo(post, e2eApprover)
+	// The tool really ran: the model's second request carries the echo result.
+	found := false
+	for _, r := range s.llm.Requests() {
+		if strings.Contains(r.Text(), "Echo: checked the logs") {
+			found = true
 		}
-		if len(s.comments(num)) != 0 {
-			t.Fatal("a comment was posted before approval")
-		}
-		s.click(e2eApprover, post, "approve")
-		c := s.exactlyOneComment(num)
-		if !strings.Contains(c.Body, "The tool says: checked the logs") {
-			t.Errorf("comment %q lacks the approved text", c.Body)
-		}
-		if c.Token != "ghp_e2etoken000000000000000000000000000" {
-			t.Errorf("comment made with token %q", c.Token)
-		}
-		s.updatedTo(post, e2eApprover)
-		// The tool really ran: the model's second request carries the echo result.
-		found := false
-		for _, r := range s.llm.Requests() {
-			if strings.Contains(r.Text(), "Echo: checked the logs") {
-				found = true
+	}
+	if !found {
+		t.Error("no model request carried the echo tool's result")
+	}
+}
+
+// e2eEditThenApprove: edit then approve posts the edited text.
+func e2eEditThenApprove(t *testing.T, s *stack, num int) {
+	post := s.approvalPost(s.issueOpened(num, "edit"))
+	s.click(e2eApprover, post, "edit")
+	view := s.modal("relay_approval_edit", num)
+	s.interact(fakes.ViewSubmission(e2eTeam, e2eApprover, "trig-"+uuid.NewString(), view,
+		map[string]map[string]string{"text_0": {"text": "Edited by the supervisor: fixed in 1.2.3."}}))
+	s.updatedTo(post, "Edited by the supervisor")
+	s.click(e2eApprover, post, "approve")
+	c := s.exactlyOneComment(num)
+	if !strings.Contains(c.Body, "Edited by the supervisor: fixed in 1.2.3.") || strings.Contains(c.Body, "checked the logs") {
+		t.Errorf("comment %q, want the edited text only", c.Body)
+	}
+}
+
+// e2eReject: reject with a reason posts nothing.
+func e2eReject(t *testing.T, s *stack, num int) {
+	post := s.approvalPost(s.issueOpened(num, "reject"))
+	s.click(e2eApprover, post, "reject")
+	view := s.modal("relay_approval_reject", num)
+	s.interact(fakes.ViewSubmission(e2eTeam, e2eApprover, "trig-"+uuid.NewString(), view,
+		map[string]map[string]string{"reason": {"reason": "duplicate of #7"}}))
+	s.updatedTo(post, "duplicate of #7")
+	s.click(e2eApprover, post, "approve") // too late: rejected stays rejected
+	time.Sleep(2 * time.Second)
+	if cs := s.comments(num); len(cs) != 0 {
+		t.Fatalf("got %d comments after a rejection, want 0", len(cs))
+	}
+}
+
+// e2eNonApprover: a non-approver is refused.
+func e2eNonApprover(t *testing.T, s *stack, num int) {
+	post := s.approvalPost(s.issueOpened(num, "stranger"))
+	s.click(e2eStranger, post, "approve")
+	eventually(t, "an ephemeral refusal", 20*time.Second, func() bool {
+		for _, c := range s.slack.Calls("chat.postEphemeral") {
+			if c.Params["user"] == e2eStranger {
+				return true
 			}
 		}
-		if !found {
-			t.Error("no model request carried the echo tool's result")
-		}
+		return false
 	})
+	time.Sleep(time.Second)
+	if cs := s.comments(num); len(cs) != 0 {
+		t.Fatalf("a non-approver's click posted %d comments", len(cs))
+	}
+	s.click(e2eApprover, post, "approve") // the real approver still can
+	s.exactlyOneComment(num)
+}
 
-	t.Run("edit then approve posts the edited text", func(t *testing.T) {
-		t.Parallel()
-		s := s.with(t)
-		num := next()
-		post := s.approvalPost(s.issueOpened(num, "edit"))
-		s.click(e2eApprover, post, "edit")
-		view := s.modal("relay_approval_edit", num)
-		s.interact(fakes.ViewSubmission(e2eTeam, e2eApprover, "trig-"+uuid.NewString(), view,
-			map[string]map[string]string{"text_0": {"text": "Edited by the supervisor: fixed in 1.2.3."}}))
-		s.updatedTo(post, "Edited by the supervisor")
-		s.click(e2eApprover, post, "approve")
-		c := s.exactlyOneComment(num)
-		if !strings.Contains(c.Body, "Edited by the supervisor: fixed in 1.2.3.") || strings.Contains(c.Body, "checked the logs") {
-			t.Errorf("comment %q, want the edited text only", c.Body)
+// e2eDoubleClick: a double click posts once.
+func e2eDoubleClick(t *testing.T, s *stack, num int) {
+	post := s.approvalPost(s.issueOpened(num, "double"))
+	done := make(chan struct{})
+	for range 3 {
+		go func() { s.click(e2eApprover, post, "approve"); done <- struct{}{} }()
+	}
+	for range 3 {
+		<-done
+	}
+	s.exactlyOneComment(num)
+}
+
+// e2eFailingTool: a failing tool goes back to the model.
+func e2eFailingTool(t *testing.T, s *stack, num int) {
+	post := s.approvalPost(s.issueOpened(num, "tool-fails"))
+	if !strings.Contains(post.Params["blocks"], "Thanks for the report") {
+		t.Errorf("suggestion after a failed tool: %s", post.Params["blocks"])
+	}
+	sawError := false
+	for _, r := range s.llm.Requests() {
+		if strings.Contains(r.Text(), "scenario:tool-fails") && r.HasToolResult() && strings.Contains(strings.ToLower(r.Text()), "error") {
+			sawError = true
 		}
-	})
+	}
+	if !sawError {
+		t.Error("the model never saw the tool's error")
+	}
+}
 
-	t.Run("reject with a reason posts nothing", func(t *testing.T) {
-		t.Parallel()
-		s := s.with(t)
-		num := next()
-		post := s.approvalPost(s.issueOpened(num, "reject"))
-		s.click(e2eApprover, post, "reject")
-		view := s.modal("relay_approval_reject", num)
-		s.interact(fakes.ViewSubmission(e2eTeam, e2eApprover, "trig-"+uuid.NewString(), view,
-			map[string]map[string]string{"reason": {"reason": "duplicate of #7"}}))
-		s.updatedTo(post, "duplicate of #7")
-		s.click(e2eApprover, post, "approve") // too late: rejected stays rejected
-		time.Sleep(2 * time.Second)
-		if cs := s.comments(num); len(cs) != 0 {
-			t.Fatalf("got %d comments after a rejection, want 0", len(cs))
-		}
-	})
-
-	t.Run("a non-approver is refused", func(t *testing.T) {
-		t.Parallel()
-		s := s.with(t)
-		num := next()
-		post := s.approvalPost(s.issueOpened(num, "stranger"))
-		s.click(e2eStranger, post, "approve")
-		eventually(t, "an ephemeral refusal", 20*time.Second, func() bool {
-			for _, c := range s.slack.Calls("chat.postEphemeral") {
-				if c.Params["user"] == e2eStranger {
-					return true
-				}
-			}
+// e2eModelDown: the model down ends in a notice, not a post.
+func e2eModelDown(t *testing.T, s *stack, num int) {
+	s.issueOpened(num, "llm-down")
+	sub, err := s.nc.SubscribeSync("relay.agent.notice")
+	must(t, err)
+	defer sub.Unsubscribe()
+	js, _ := s.nc.JetStream()
+	eventually(t, "an agent.notice for the task", 60*time.Second, func() bool {
+		m, err := js.GetLastMsg("RELAY_WORK", "relay.agent.notice")
+		if err != nil {
 			return false
-		})
-		time.Sleep(time.Second)
-		if cs := s.comments(num); len(cs) != 0 {
-			t.Fatalf("a non-approver's click posted %d comments", len(cs))
 		}
-		s.click(e2eApprover, post, "approve") // the real approver still can
-		s.exactlyOneComment(num)
+		e, err := envelope.Parse(m.Data)
+		return err == nil && strings.Contains(e.Content+fmt.Sprint(e.Meta.Extra), fmt.Sprintf("/%d", num))
 	})
-
-	t.Run("a double click posts once", func(t *testing.T) {
-		t.Parallel()
-		s := s.with(t)
-		num := next()
-		post := s.approvalPost(s.issueOpened(num, "double"))
-		done := make(chan struct{})
-		for range 3 {
-			go func() { s.click(e2eApprover, post, "approve"); done <- struct{}{} }()
-		}
-		for range 3 {
-			<-done
-		}
-		s.exactlyOneComment(num)
-	})
-
-	t.Run("a failing tool goes back to the model", func(t *testing.T) {
-		t.Parallel()
-		s := s.with(t)
-		num := next()
-		post := s.approvalPost(s.issueOpened(num, "tool-fails"))
-		if !strings.Contains(post.Params["blocks"], "Thanks for the report") {
-			t.Errorf("suggestion after a failed tool: %s", post.Params["blocks"])
-		}
-		sawError := false
-		for _, r := range s.llm.Requests() {
-			if strings.Contains(r.Text(), "scenario:tool-fails") && r.HasToolResult() && strings.Contains(strings.ToLower(r.Text()), "error") {
-				sawError = true
-			}
-		}
-		if !sawError {
-			t.Error("the model never saw the tool's error")
-		}
-	})
-
-	t.Run("the model down ends in a notice, not a post", func(t *testing.T) {
-		t.Parallel()
-		s := s.with(t)
-		num := next()
-		s.issueOpened(num, "llm-down")
-		sub, err := s.nc.SubscribeSync("relay.agent.notice")
-		must(t, err)
-		defer sub.Unsubscribe()
-		js, _ := s.nc.JetStream()
-		eventually(t, "an agent.notice for the task", 60*time.Second, func() bool {
-			m, err := js.GetLastMsg("RELAY_WORK", "relay.agent.notice")
-			if err != nil {
-				return false
-			}
-			e, err := envelope.Parse(m.Data)
-			return err == nil && strings.Contains(e.Content+fmt.Sprint(e.Meta.Extra), fmt.Sprintf("/%d", num))
-		})
-		if cs := s.comments(num); len(cs) != 0 {
-			t.Fatalf("got %d comments with the model down", len(cs))
-		}
-	})
+	if cs := s.comments(num); len(cs) != 0 {
+		t.Fatalf("got %d comments with the model down", len(cs))
+	}
 }
 
 func TestEndToEndExpiry(t *testing.T) {

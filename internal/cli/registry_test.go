@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"bytes"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -47,5 +50,26 @@ func TestServicesReadTheirSettings(t *testing.T) {
 				t.Errorf("relay dlq list with %s set: %q, want the setting known", kv[0], stderr.String())
 			}
 		})
+	}
+}
+
+// TestMainStaysThin keeps package main a call into this package: commands and
+// services are wired here, where they can be imported and tested.
+func TestMainStaysThin(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../../cmd/relay/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no files in cmd/relay (%v)", err)
+	}
+	lines := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines += bytes.Count(b, []byte("\n"))
+	}
+	if lines >= 400 {
+		t.Errorf("package main has %d lines, want under 400: wire new commands in internal/cli", lines)
 	}
 }
