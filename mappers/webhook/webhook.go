@@ -32,6 +32,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/mappers"
 )
 
@@ -296,7 +297,7 @@ func (e *SendError) Error() string {
 	case e.Err != nil:
 		return fmt.Sprintf("%s: %v", e.Op, e.Err)
 	case e.Body != "":
-		return fmt.Sprintf("%s: %d %s: %s", e.Op, e.Status, http.StatusText(e.Status), truncate(e.Body, 200))
+		return fmt.Sprintf("%s: %d %s: %s", e.Op, e.Status, http.StatusText(e.Status), clip.To(e.Body, 200))
 	}
 	return fmt.Sprintf("%s: %d %s", e.Op, e.Status, http.StatusText(e.Status))
 }
@@ -315,13 +316,3 @@ func (e *SendError) Permanent() bool {
 
 // RetryDelay is the receiver's Retry-After, or 0.
 func (e *SendError) RetryDelay() time.Duration { return e.RetryAfter }
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
-}
