@@ -268,12 +268,9 @@ func (s *Sender) Send(ctx context.Context, url, id string, body []byte) (Deliver
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return Delivery{Status: resp.StatusCode}, nil
 	}
-	return Delivery{}, &SendError{
-		Op:         op,
-		Status:     resp.StatusCode,
-		Body:       strings.TrimSpace(string(snippet)),
-		RetryAfter: mappers.RetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now()),
-	}
+	se := &SendError{Op: op, Status: resp.StatusCode, Body: strings.TrimSpace(string(snippet))}
+	se.RetryAfter, _ = mappers.RetryAfter(resp.Header, s.cfg.Now())
+	return Delivery{}, se
 }
 
 // SendError is a failed delivery: a network error (Status 0) or a non-2xx answer.
