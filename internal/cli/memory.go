@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/internal/httpserver"
 	"github.com/relaystation/relay/memory"
 	"github.com/relaystation/relay/memory/embed"
@@ -291,7 +292,7 @@ func printRefs(a *app, refs []memory.Ref, asJSON bool) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCORE\tAGE\tSOURCE\tTHREAD\tID\tTEXT")
 	for _, r := range refs {
-		text := oneLine(r.Text, 80)
+		text := clip.Line(r.Text, 80)
 		if r.URI != "" {
 			text += " <" + r.URI + ">"
 		}
