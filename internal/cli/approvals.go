@@ -7,6 +7,7 @@ import (
 
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/services/approvals"
+	"github.com/relaystation/relay/services/outbound"
 )
 
 func init() {
@@ -20,7 +21,8 @@ func init() {
 // configureApprovals reads SLACK_BOT_TOKEN, SLACK_API_URL, SLACK_APPROVAL_CHANNEL,
 // RELAY_APPROVAL_CHANNEL_{GITHUB,SENTRY,OPENPROJECT,WEBHOOK}, SLACK_APPROVERS,
 // RELAY_APPROVAL_TTL, RELAY_APPROVAL_SWEEP, RELAY_APPROVAL_GROUP_CACHE,
-// RELAY_APPROVAL_RETENTION, RELAY_APPROVAL_CONCURRENCY and SLACK_APP_TOKEN.
+// RELAY_APPROVAL_RETENTION, RELAY_APPROVAL_CONCURRENCY, RELAY_REF_BASE_URL (the
+// preview links citations as posts do) and SLACK_APP_TOKEN.
 // Without a bot token and an approval channel the worker is off (suggestions
 // wait in the stream); Socket Mode runs whenever SLACK_APP_TOKEN is set.
 func configureApprovals(env *config.Env) buildFunc {
@@ -35,6 +37,7 @@ func configureApprovals(env *config.Env) buildFunc {
 		GroupCacheTTL: env.Duration("RELAY_APPROVAL_GROUP_CACHE", 5*time.Minute, time.Second, 24*time.Hour),
 		Retention:     env.Duration("RELAY_APPROVAL_RETENTION", 30*24*time.Hour, time.Hour, 365*24*time.Hour),
 		Concurrency:   env.Int("RELAY_APPROVAL_CONCURRENCY", 8, 1, 256),
+		RefURL:        outbound.RefBaseURL(env.URL("RELAY_REF_BASE_URL", "http", "https")),
 	}
 	if cfg.Channel != "" && !approvals.ValidChannelID(cfg.Channel) {
 		env.Failf("SLACK_APPROVAL_CHANNEL", "%q is not a Slack channel id (C…, G…)", cfg.Channel)
