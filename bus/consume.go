@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 )
 
 // ConsumerConfig describes one worker type's durable consumer. Every process
@@ -332,7 +332,7 @@ func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, ms
 			delay = nakDelay(cfg.NakDelays, md.NumDelivered)
 		}
 		log.Warn("handler failed; will retry", "envelope_id", env.ID, "subject", m.Subject,
-			"delivered", md.NumDelivered, "retry_in", delay, "err", firstLine(herr.Error()))
+			"delivered", md.NumDelivered, "retry_in", delay, "err", clip.Line(herr.Error(), maxReasonLine))
 		_ = msg.NakWithDelay(delay)
 		b.outcome(cfg.Name, "nak")
 	}
@@ -347,13 +347,6 @@ func nakDelay(delays []time.Duration, delivered uint64) time.Duration {
 		i = len(delays) - 1
 	}
 	return delays[i]
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
 }
 
 func (b *Bus) outcome(consumer, o string) {

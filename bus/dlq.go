@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 )
 
 // DeadLetter is what the bus stores on dlq.{consumer}.{original subject} when
@@ -55,6 +56,10 @@ type StoredDeadLetter struct {
 	DeadLetter
 }
 
+// maxReasonLine bounds the one-line form of a failure in logs and in the
+// term reason JetStream advises; the dead letter keeps the whole reason.
+const maxReasonLine = 1024
+
 // deadLetter stores a dead letter for msg and terms it. If the dead letter
 // cannot be stored the message is nak'ed instead, so nothing is lost.
 func (b *Bus) deadLetter(ctx context.Context, cfg *ConsumerConfig, msg jetstream.Msg, m *Message, reason string, log *slog.Logger) {
@@ -79,8 +84,8 @@ func (b *Bus) deadLetter(ctx context.Context, cfg *ConsumerConfig, msg jetstream
 		return
 	}
 	log.Warn("message dead-lettered", "subject", m.Subject, "stream_seq", m.StreamSeq,
-		"deliveries", m.Delivered, "reason", firstLine(reason))
-	_ = msg.TermWithReason(firstLine(reason))
+		"deliveries", m.Delivered, "reason", clip.Line(reason, maxReasonLine))
+	_ = msg.TermWithReason(clip.Line(reason, maxReasonLine))
 	b.outcome(cfg.Name, "term")
 	if b.metrics != nil {
 		b.metrics.deadLetters.WithLabelValues(cfg.Name).Inc()

@@ -30,25 +30,36 @@ func PermanentStatus(code int) bool {
 	return code >= 300
 }
 
-// RetryAfter reads a Retry-After header, delay seconds or an HTTP date,
-// capped at a day. It returns 0 when the header is absent, unreadable or past.
-func RetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
+// MaxRetryAfter caps what RetryAfter reads.
+const MaxRetryAfter = 24 * time.Hour
+
+// RetryAfter reads how long a server asks to wait before the next request:
+// the Retry-After-Ms header (OpenAI's, milliseconds) or Retry-After (delay
+// seconds, fractions accepted, or an HTTP date, counted from now), capped at
+// MaxRetryAfter. ok is false when neither header is present and readable; a
+// date in the past reads as 0 with ok true. It is the relay's one Retry-After
+// parser: the provider clients and the LLM client use it.
+func RetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
+	if d, ok := delay(h.Get("Retry-After-Ms"), time.Millisecond); ok {
+		return d, true
 	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n <= 0 {
-			return 0
-		}
-		return time.Duration(min(n, 24*3600)) * time.Second
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if d, ok := delay(v, time.Second); ok || v == "" {
+		return d, ok
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return min(d, 24*time.Hour)
-		}
+		return min(max(t.Sub(now), 0), MaxRetryAfter), true
 	}
-	return 0
+	return 0, false
+}
+
+// delay reads a non-negative number of units, capped at MaxRetryAfter.
+func delay(v string, unit time.Duration) (time.Duration, bool) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || !(f >= 0) { // NaN too
+		return 0, false
+	}
+	return time.Duration(min(f, float64(MaxRetryAfter/unit)) * float64(unit)), true
 }
 
 // APIError is a failed call to a provider's HTTP API.
@@ -151,8 +162,9 @@ func (a *JSONAPI) Do(ctx context.Context, method, u string, body []byte, out any
 		if a.Message != nil {
 			msg = a.Message(data)
 		}
-		return fail(&APIError{Status: resp.StatusCode, Message: msg,
-			RetryAfter: RetryAfter(resp.Header.Get("Retry-After"), time.Now())})
+		ae := &APIError{Status: resp.StatusCode, Message: msg}
+		ae.RetryAfter, _ = RetryAfter(resp.Header, time.Now())
+		return fail(ae)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {

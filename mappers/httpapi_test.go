@@ -32,21 +32,59 @@ func TestMarker(t *testing.T) {
 func TestRetryAfter(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	cases := map[string]time.Duration{
-		"":       0,
-		"30":     30 * time.Second,
-		" 7 ":    7 * time.Second,
-		"-1":     0,
-		"soon":   0,
-		"999999": 24 * time.Hour,
-		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
-		now.Add(-time.Minute).Format(http.TimeFormat):     0,
-	}
-	for in, want := range cases {
-		if got := mappers.RetryAfter(in, now); got != want {
-			t.Errorf("RetryAfter(%q): got %s, want %s", in, got, want)
+	h := func(kv ...string) http.Header {
+		out := http.Header{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out.Set(kv[i], kv[i+1])
 		}
+		return out
 	}
+	cases := []struct {
+		name   string
+		header http.Header
+		want   time.Duration
+		ok     bool
+	}{
+		{"none", h(), 0, false},
+		{"empty", h("Retry-After", ""), 0, false},
+		{"seconds", h("Retry-After", "30"), 30 * time.Second, true},
+		{"spaces", h("Retry-After", " 7 "), 7 * time.Second, true},
+		{"zero", h("Retry-After", "0"), 0, true},
+		{"fraction", h("Retry-After", "1.5"), 1500 * time.Millisecond, true},
+		{"negative", h("Retry-After", "-1"), 0, false},
+		{"garbage", h("Retry-After", "soon"), 0, false},
+		{"capped", h("Retry-After", "999999"), mappers.MaxRetryAfter, true},
+		{"huge", h("Retry-After", "1e300"), mappers.MaxRetryAfter, true},
+		{"date", h("Retry-After", now.Add(90*time.Second).Format(http.TimeFormat)), 90 * time.Second, true},
+		{"date in the past", h("Retry-After", now.Add(-time.Minute).Format(http.TimeFormat)), 0, true},
+		{"ms", h("retry-after-ms", "250"), 250 * time.Millisecond, true},
+		{"ms first", h("Retry-After-Ms", "250", "Retry-After", "9"), 250 * time.Millisecond, true},
+		{"bad ms falls back", h("Retry-After-Ms", "x", "Retry-After", "9"), 9 * time.Second, true},
+		{"ms capped", h("Retry-After-Ms", "1e18"), mappers.MaxRetryAfter, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, ok := mappers.RetryAfter(tc.header, now)
+			if got != tc.want || ok != tc.ok {
+				t.Errorf("RetryAfter(%v): got %s %v, want %s %v", tc.header, got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// FuzzRetryAfter: any header value reads as a delay within [0, MaxRetryAfter].
+func FuzzRetryAfter(f *testing.F) {
+	for _, v := range []string{"", "30", "-1", "1.5", "1e300", "NaN", "Inf", "Wed, 21 Oct 2015 07:28:00 GMT"} {
+		f.Add(v, v)
+	}
+	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, secs, ms string) {
+		h := http.Header{"Retry-After": {secs}, "Retry-After-Ms": {ms}}
+		if d, ok := mappers.RetryAfter(h, now); d < 0 || d > mappers.MaxRetryAfter || (!ok && d != 0) {
+			t.Fatalf("RetryAfter(%q, %q) = %s %v: want within [0, %s]", secs, ms, d, ok, mappers.MaxRetryAfter)
+		}
+	})
 }
 
 func TestPermanentStatus(t *testing.T) {

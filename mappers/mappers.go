@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 )
 
 // Request is a webhook request as the gateway received it: the raw body bytes
@@ -99,17 +100,9 @@ type ParseError struct {
 func (e *ParseError) Error() string { return fmt.Sprintf("%s payload: %v", e.Provider, e.Err) }
 func (e *ParseError) Unwrap() error { return e.Err }
 
-// Trim bounds s to at most n bytes on a rune boundary, marking a cut with "…".
-func Trim(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && s[cut]&0xC0 == 0x80 { // do not split a UTF-8 sequence
-		cut--
-	}
-	return s[:cut] + "…"
-}
+// Trim bounds s to n bytes, marking a cut with "…"; it is clip.To, named for
+// the mappers that bound envelope fields with it.
+func Trim(s string, n int) string { return clip.To(s, n) }
 
 // MaxContent is the default bound on bodies copied into an envelope's content.
 const MaxContent = 4000

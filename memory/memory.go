@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/memory/embed"
 	"github.com/relaystation/relay/memory/longterm"
 	"github.com/relaystation/relay/memory/pii"
@@ -131,7 +132,7 @@ func (m *Memory) Observe(ctx context.Context, e *envelope.Envelope) error {
 		}
 	}
 	if e.Meta.Thread != "" {
-		if text := cut(TurnText(e), maxTurnBytes); text != "" {
+		if text := clip.To(TurnText(e), maxTurnBytes); text != "" {
 			t := session.Turn{ID: e.ID, Role: string(e.Role), Content: text, Time: e.Timestamp}
 			if _, err := m.AppendTurn(ctx, e.Meta.Thread, t); err != nil {
 				return err
@@ -157,10 +158,10 @@ func TurnText(e *envelope.Envelope) string {
 		switch {
 		case tc.Result != nil:
 			b, _ := json.Marshal(tc.Result)
-			part = fmt.Sprintf("[tool %s result: %s]", tc.Name, cut(string(b), 500))
+			part = fmt.Sprintf("[tool %s result: %s]", tc.Name, clip.To(string(b), 500))
 		default:
 			b, _ := json.Marshal(tc.Args)
-			part = fmt.Sprintf("[calls tool %s with %s]", tc.Name, cut(string(b), 500))
+			part = fmt.Sprintf("[calls tool %s with %s]", tc.Name, clip.To(string(b), 500))
 		}
 		if text == "" {
 			return part
@@ -168,16 +169,6 @@ func TurnText(e *envelope.Envelope) string {
 		return text + " " + part
 	}
 	return text
-}
-
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 // AppendTurn appends t to the thread's session (idempotent by t.ID) and, once

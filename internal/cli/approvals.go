@@ -5,6 +5,7 @@ import (
 
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/services/approvals"
+	"github.com/relaystation/relay/services/outbound"
 )
 
 func init() {
@@ -19,6 +20,8 @@ func init() {
 // builds the worker, when enabled, and Socket Mode, when SLACK_APP_TOKEN is set.
 func configureApprovals(env *config.Env) buildFunc {
 	s := approvals.ReadSettings(env)
+	// The preview links citations as outbound's posts do (RELAY_REF_BASE_URL).
+	s.Config.RefURL = outbound.RefBaseURL(env.URL("RELAY_REF_BASE_URL", "http", "https"))
 	cfg, appToken, enabled := s.Config, s.AppToken, s.Enabled
 	return func(ctx context.Context, d *deps) (*runner, error) {
 		log := d.Log.With("service", "approvals")

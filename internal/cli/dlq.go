@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 )
 
 func init() {
@@ -67,7 +68,7 @@ func dlqList(ctx context.Context, a *app, args []string) error {
 			id = e.ID
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", d.Seq, time.Since(d.Time).Round(time.Second), d.Consumer,
-			d.Subject, d.Deliveries, id, oneLine(d.Reason, 120))
+			d.Subject, d.Deliveries, id, clip.Line(d.Reason, 120))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -117,19 +118,6 @@ func dlqReplay(ctx context.Context, a *app, args []string) error {
 		return &exitError{code: 1, msg: fmt.Sprintf("%d of %d replays failed", failed, len(seqs))}
 	}
 	return nil
-}
-
-func oneLine(s string, n int) string {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\n' {
-			s = s[:i]
-			break
-		}
-	}
-	if len(s) > n {
-		s = s[:n] + "…"
-	}
-	return s
 }
 
 var _ = envelope.Version

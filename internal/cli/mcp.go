@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/services/toolrunner"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
@@ -113,7 +114,7 @@ func mcpList(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 			note = s.DisabledReason
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Type, s.State, orDash(s.Breaker), orDash(s.ProtocolVersion),
-			toolList(s), oneLine(note, 80))
+			toolList(s), clip.Line(note, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -129,7 +130,7 @@ func toolList(s tools.ServerStatus) string {
 		}
 		return fmt.Sprint(s.Tools)
 	}
-	return fmt.Sprintf("%d: %s", len(s.ToolNames), oneLine(strings.Join(s.ToolNames, ","), 60))
+	return fmt.Sprintf("%d: %s", len(s.ToolNames), clip.Line(strings.Join(s.ToolNames, ","), 60))
 }
 
 func orDash(s string) string {

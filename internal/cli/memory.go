@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/internal/httpserver"
 	"github.com/relaystation/relay/memory"
 	"github.com/relaystation/relay/memory/longterm"
@@ -177,7 +178,7 @@ func printRefs(a *app, refs []memory.Ref, asJSON bool) error {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCORE\tAGE\tSOURCE\tTHREAD\tID\tTEXT")
 	for _, r := range refs {
-		text := oneLine(r.Text, 80)
+		text := clip.Line(r.Text, 80)
 		if r.URI != "" {
 			text += " <" + r.URI + ">"
 		}

@@ -204,7 +204,7 @@ func classify(op string, resp *gh.Response, err error) error {
 		}
 	case errors.As(err, &er) && er.Response != nil:
 		pe.Status = er.Response.StatusCode
-		pe.RetryAfter = mappers.RetryAfter(er.Response.Header.Get("Retry-After"), time.Now())
+		pe.RetryAfter, _ = mappers.RetryAfter(er.Response.Header, time.Now())
 	}
 	return pe
 }

@@ -15,6 +15,7 @@ import (
 
 	slackapi "github.com/slack-go/slack"
 
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/secret"
 )
 
@@ -40,12 +41,19 @@ type PostPart struct {
 	Blocks []slackapi.Block
 }
 
-// FormatParts converts markdown with Mrkdwn and splits the result into
-// messages within Slack's limits (MaxSectionText per section block, MaxBlocks
-// blocks and MaxMessageText of text per message). The parts are in reading
-// order; an empty answer has no parts.
+// Sections converts markdown with Mrkdwn and splits the result with
+// SplitMrkdwn into section texts of at most MaxSectionText bytes: the texts of
+// the section blocks FormatParts posts, in order (none for an empty answer).
+// A preview of a post (the approval message) shows these.
+func Sections(markdown string, ref RefLinker) []string {
+	return SplitMrkdwn(Mrkdwn(markdown, ref), MaxSectionText)
+}
+
+// FormatParts splits the Sections of markdown into messages within Slack's
+// limits (MaxBlocks blocks and MaxMessageText of text per message). The parts
+// are in reading order; an empty answer has no parts.
 func FormatParts(markdown string, ref RefLinker) []PostPart {
-	sections := SplitMrkdwn(Mrkdwn(markdown, ref), MaxSectionText)
+	sections := Sections(markdown, ref)
 	var parts []PostPart
 	var cur PostPart
 	for _, s := range sections {
@@ -137,10 +145,7 @@ func SplitMrkdwn(text string, limit int) []string {
 func splitLine(line string, n int) []string {
 	var out []string
 	for len(line) > n {
-		cut := n
-		for cut > 0 && !utf8.RuneStart(line[cut]) {
-			cut--
-		}
+		cut := len(clip.Prefix(line, n))
 		if sp := strings.LastIndexByte(line[:cut], ' '); sp > n/2 {
 			cut = sp + 1
 		}
@@ -151,12 +156,8 @@ func splitLine(line string, n int) []string {
 			cut = amp // nor an entity
 		}
 		if cut <= 0 {
-			cut = n
-			for cut > 0 && !utf8.RuneStart(line[cut]) {
-				cut--
-			}
-			if cut == 0 {
-				cut = n
+			if cut = len(clip.Prefix(line, n)); cut == 0 {
+				_, cut = utf8.DecodeRuneInString(line) // n below one character
 			}
 		}
 		out = append(out, strings.TrimRight(line[:cut], " "))

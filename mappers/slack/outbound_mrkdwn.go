@@ -411,8 +411,12 @@ var linkEscaper = strings.NewReplacer("&", "&amp;", "<", "%3C", ">", "%3E", "|",
 
 var escaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
-// escape applies Slack's three mandatory escapes.
-func escape(s string) string { return escaper.Replace(s) }
+// Escape applies Slack's three mandatory escapes (&, <, >) to plain text, so
+// it can never mention @channel or inject a link. Mrkdwn applies them to
+// Markdown; Escape is for text that is not Markdown (a target, a reason).
+func Escape(s string) string { return escaper.Replace(s) }
+
+func escape(s string) string { return Escape(s) }
 
 func run(s string, i int, ch byte) int {
 	n := 0

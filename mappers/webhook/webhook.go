@@ -32,6 +32,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/mappers"
 )
 
@@ -267,12 +268,9 @@ func (s *Sender) Send(ctx context.Context, url, id string, body []byte) (Deliver
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return Delivery{Status: resp.StatusCode}, nil
 	}
-	return Delivery{}, &SendError{
-		Op:         op,
-		Status:     resp.StatusCode,
-		Body:       strings.TrimSpace(string(snippet)),
-		RetryAfter: mappers.RetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now()),
-	}
+	se := &SendError{Op: op, Status: resp.StatusCode, Body: strings.TrimSpace(string(snippet))}
+	se.RetryAfter, _ = mappers.RetryAfter(resp.Header, s.cfg.Now())
+	return Delivery{}, se
 }
 
 // SendError is a failed delivery: a network error (Status 0) or a non-2xx answer.
@@ -296,7 +294,7 @@ func (e *SendError) Error() string {
 	case e.Err != nil:
 		return fmt.Sprintf("%s: %v", e.Op, e.Err)
 	case e.Body != "":
-		return fmt.Sprintf("%s: %d %s: %s", e.Op, e.Status, http.StatusText(e.Status), truncate(e.Body, 200))
+		return fmt.Sprintf("%s: %d %s: %s", e.Op, e.Status, http.StatusText(e.Status), clip.To(e.Body, 200))
 	}
 	return fmt.Sprintf("%s: %d %s", e.Op, e.Status, http.StatusText(e.Status))
 }
@@ -315,13 +313,3 @@ func (e *SendError) Permanent() bool {
 
 // RetryDelay is the receiver's Retry-After, or 0.
 func (e *SendError) RetryDelay() time.Duration { return e.RetryAfter }
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
-}

@@ -10,11 +10,11 @@ import (
 	"log/slog"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
 
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/memory/session"
 	"github.com/relaystation/relay/secret"
 )
@@ -59,7 +59,7 @@ func (x Extractive) Summarise(_ context.Context, previous string, turns []sessio
 		total += len(lines[start]) + 1
 	}
 	if start == len(lines) && len(lines) > 0 {
-		return truncate(lines[len(lines)-1], limit), nil
+		return clip.Within(lines[len(lines)-1], limit), nil
 	}
 	return strings.Join(lines[start:], "\n"), nil
 }
@@ -74,19 +74,7 @@ func firstSentence(s string, n int) string {
 			break
 		}
 	}
-	return truncate(s, n)
-}
-
-// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:max(cut, 0)] + "…"
+	return clip.Within(s, n)
 }
 
 // LLMConfig configures the chat-model summariser.
@@ -182,5 +170,5 @@ func (l *LLM) summarise(ctx context.Context, previous string, turns []session.Tu
 	if len(res.Choices) == 0 || strings.TrimSpace(res.Choices[0].Message.Content) == "" {
 		return "", fmt.Errorf("summarise with %s: empty answer", l.cfg.Model)
 	}
-	return truncate(strings.TrimSpace(res.Choices[0].Message.Content), l.cfg.MaxBytes), nil
+	return clip.Within(strings.TrimSpace(res.Choices[0].Message.Content), l.cfg.MaxBytes), nil
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -14,6 +12,7 @@ import (
 	"github.com/openai/openai-go/option"
 	"github.com/openai/openai-go/shared"
 
+	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/secret"
 )
 
@@ -241,31 +240,14 @@ type retryAfterError struct {
 func (e *retryAfterError) Error() string   { return e.err.Error() }
 func (e *retryAfterError) Unwrap() []error { return []error{e.after, e.err} }
 
-// retryAfter reads retry-after-ms (OpenAI) or Retry-After (seconds or an
-// HTTP date), capped at limit.
+// retryAfter is the delay the server asked for (mappers.RetryAfter), capped
+// at limit.
 func retryAfter(resp *http.Response, limit time.Duration) (time.Duration, bool) {
 	if resp == nil {
 		return 0, false
 	}
-	var d time.Duration
-	if v := resp.Header.Get("Retry-After-Ms"); v != "" {
-		ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil || ms < 0 {
-			return 0, false
-		}
-		d = time.Duration(ms * float64(time.Millisecond))
-	} else if v := strings.TrimSpace(resp.Header.Get("Retry-After")); v != "" {
-		if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 {
-			d = time.Duration(secs * float64(time.Second))
-		} else if t, err := http.ParseTime(v); err == nil {
-			d = max(time.Until(t), 0)
-		} else {
-			return 0, false
-		}
-	} else {
-		return 0, false
-	}
-	return min(d, limit), true
+	d, ok := mappers.RetryAfter(resp.Header, time.Now())
+	return min(d, limit), ok
 }
 
 func toParams(msgs []Message) []openai.ChatCompletionMessageParamUnion {

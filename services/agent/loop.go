@@ -15,6 +15,7 @@ import (
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/memory"
 )
 
@@ -510,7 +511,7 @@ func writeRef(b *strings.Builder, n int, r Ref, limit int) {
 	if r.URI != "" {
 		b.WriteString(" " + r.URI)
 	}
-	b.WriteString("\n" + trim(r.Text, max(limit, 200)) + "\n")
+	b.WriteString("\n" + clip.Mark(r.Text, max(limit, 200), truncated) + "\n")
 }
 
 // toolOutput is what the model sees of a tool envelope: its text, structured
@@ -527,7 +528,7 @@ func (s *Service) toolOutput(e *envelope.Envelope, failedSubject bool) (string, 
 		if text != "" {
 			out += "\n" + text
 		}
-		return trim(out, s.cfg.MaxToolOutput), true
+		return clip.Mark(out, s.cfg.MaxToolOutput, truncated), true
 	}
 	if text == "" {
 		for _, k := range []string{"structured", "content"} {
@@ -541,19 +542,11 @@ func (s *Service) toolOutput(e *envelope.Envelope, failedSubject bool) (string, 
 	if text == "" {
 		text = e.Content
 	}
-	return trim(text, s.cfg.MaxToolOutput), false
+	return clip.Mark(text, s.cfg.MaxToolOutput, truncated), false
 }
 
-func trim(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && cut < len(s) && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "\n… (truncated)"
-}
+// truncated marks a text cut to the model's budget.
+const truncated = "\n… (truncated)"
 
 // derivedID is a UUID (version 4 form, as the schema wants) derived from
 // name, so a re-published envelope keeps its id.

@@ -215,7 +215,7 @@ func (s *Service) show(ctx context.Context, rec *Record) error {
 	if rec == nil || rec.Shown && rec.SlackTS != "" {
 		return nil
 	}
-	blocks, fallback := message(rec)
+	blocks, fallback := message(rec, s.cfg.RefURL)
 	opts := []slack.MsgOption{slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(fallback, false)}
 	if rec.SlackTS == "" {
 		return s.post(ctx, rec, opts)

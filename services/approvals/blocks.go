@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/slack-go/slack"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
+	slackmapper "github.com/relaystation/relay/mappers/slack"
 )
 
 // The Block Kit identities of the approval message and its modals. Buttons
@@ -31,11 +32,11 @@ const (
 
 // Slack's limits the message and modals stay within.
 const (
-	maxSectionText = 3000 // characters of a section's text
-	maxInputText   = 3000 // characters of a plain_text_input
-	maxTextBlocks  = 40   // sections of answer text in one message (50 blocks in all)
-	maxModalInputs = 90   // input blocks in one modal (100 blocks in all)
-	maxMetadata    = 3000 // private_metadata
+	maxSectionText = slackmapper.MaxSectionText // characters of a section's text
+	maxInputText   = 3000                       // characters of a plain_text_input
+	maxTextBlocks  = 40                         // sections of answer text in one message (50 blocks in all)
+	maxModalInputs = 90                         // input blocks in one modal (100 blocks in all)
+	maxMetadata    = 3000                       // private_metadata
 )
 
 // suggestionInfo is what the message shows of the suggestion besides the text.
@@ -81,28 +82,15 @@ func stringList(v any) []string {
 	return out
 }
 
-// escape makes text safe inside mrkdwn: no mentions (<!channel>), links or
-// entities the answer did not mean literally.
-func escape(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
-}
-
-// chunks splits s into pieces of at most n bytes (n ≥ 4), on line breaks
-// where possible and never inside a UTF-8 sequence.
+// chunks splits s into pieces of at most n bytes (n ≥ 4) that join back to s
+// exactly (the edit modal's inputs hold the raw Markdown), on line breaks
+// where possible and never inside a UTF-8 character.
 func chunks(s string, n int) []string {
 	var out []string
 	for len(s) > n {
 		cut := strings.LastIndexByte(s[:n], '\n') + 1
 		if cut < n/2 {
-			cut = n
-			// Step back to a rune start, at most a UTF-8 sequence's length;
-			// invalid bytes are cut anywhere.
-			for i := 0; i < utf8.UTFMax-1 && cut > 1 && !utf8.RuneStart(s[cut]); i++ {
-				cut--
-			}
-			if !utf8.RuneStart(s[cut]) {
-				cut = n
-			}
+			cut = len(clip.Prefix(s, n))
 		}
 		out = append(out, s[:cut])
 		s = s[cut:]
@@ -111,6 +99,21 @@ func chunks(s string, n int) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// preview is the suggestion's text as the approval message shows it: the
+// section texts outbound posts to Slack (Markdown converted to mrkdwn, split
+// between lines, words or characters, never inside a link, an entity or a
+// UTF-8 character), so the approver sees what will be posted.
+func preview(text string, ref slackmapper.RefLinker) []string {
+	parts := slackmapper.Sections(text, ref)
+	if len(parts) == 0 {
+		return []string{"_(empty)_"}
+	}
+	if len(parts) > maxTextBlocks {
+		parts = append(parts[:maxTextBlocks], "_… the rest is not shown here; the whole text is posted._")
+	}
+	return parts
 }
 
 func mrkdwn(s string) *slack.TextBlockObject {
@@ -125,12 +128,13 @@ func slackDate(t time.Time) string {
 	return fmt.Sprintf("<!date^%d^{date_short_pretty} {time}|%s>", t.Unix(), t.UTC().Format(time.RFC3339))
 }
 
-// message renders the approval message of r: text, destination, source,
-// flags, the state line and, while pending, the buttons. It also returns the
-// notification fallback text.
-func message(r *Record) ([]slack.Block, string) {
+// message renders the approval message of r: text (its preview, with
+// [[ref:id]] citations linked by ref), destination, source, flags, the state
+// line and, while pending, the buttons. It also returns the notification
+// fallback text.
+func message(r *Record, ref slackmapper.RefLinker) ([]slack.Block, string) {
 	in := infoOf(r.Suggestion)
-	head := "*Suggested answer* — will be posted to *" + escape(r.Target.String()) + "*"
+	head := "*Suggested answer* — will be posted to *" + slackmapper.Escape(r.Target.String()) + "*"
 	if r.Round > 1 {
 		head += fmt.Sprintf(" (round %d)", r.Round)
 	}
@@ -142,27 +146,20 @@ func message(r *Record) ([]slack.Block, string) {
 		if in.SourceEvent != "" {
 			label = "source: " + in.SourceEvent
 		}
-		ctx = append(ctx, mrkdwn("<"+escape(in.SourceURL)+"|"+escape(label)+">"))
+		ctx = append(ctx, mrkdwn("<"+slackmapper.Escape(in.SourceURL)+"|"+slackmapper.Escape(label)+">"))
 	}
-	ctx = append(ctx, mrkdwn("task `"+escape(r.TaskID)+"`"))
+	ctx = append(ctx, mrkdwn("task `"+slackmapper.Escape(r.TaskID)+"`"))
 	if r.Status == StatusPending {
 		ctx = append(ctx, mrkdwn("expires "+slackDate(r.ExpiresAt)))
 	}
 	blocks = append(blocks, slack.NewContextBlock("relay_approval_context", ctx...))
 
-	parts := chunks(escape(r.Text), maxSectionText)
-	if len(parts) > maxTextBlocks {
-		parts = append(parts[:maxTextBlocks], "_… the rest is not shown here; the whole text is posted._")
-	}
-	for _, p := range parts {
-		if strings.TrimSpace(p) == "" {
-			p = "_(empty)_"
-		}
+	for _, p := range preview(r.Text, ref) {
 		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(p), nil, nil))
 	}
 	if len(in.UnknownRefs) > 0 {
 		blocks = append(blocks, slack.NewContextBlock("relay_approval_refs",
-			mrkdwn(":warning: cites refs it was not given: "+escape(strings.Join(in.UnknownRefs, ", ")))))
+			mrkdwn(":warning: cites refs it was not given: "+slackmapper.Escape(strings.Join(in.UnknownRefs, ", ")))))
 	}
 	if r.EditedBy != "" {
 		blocks = append(blocks, slack.NewContextBlock("relay_approval_edited", mrkdwn(":pencil2: edited by <@"+r.EditedBy+">")))
@@ -179,12 +176,12 @@ func message(r *Record) ([]slack.Block, string) {
 		blocks = append(blocks, slack.NewActionBlock(BlockActions, approve, edit, reject))
 		fallback = "Approval needed: answer to " + r.Target.String()
 	case StatusApproved:
-		state = ":white_check_mark: *Approved* by <@" + r.DecidedBy + "> " + slackDate(r.DecidedAt) + " — posting to " + escape(r.Target.String())
+		state = ":white_check_mark: *Approved* by <@" + r.DecidedBy + "> " + slackDate(r.DecidedAt) + " — posting to " + slackmapper.Escape(r.Target.String())
 		fallback = "Approved: answer to " + r.Target.String()
 	case StatusRejected:
 		state = ":x: *Rejected* by <@" + r.DecidedBy + "> " + slackDate(r.DecidedAt)
 		if r.Reason != "" {
-			state += ": " + escape(r.Reason)
+			state += ": " + slackmapper.Escape(r.Reason)
 		}
 		fallback = "Rejected: answer to " + r.Target.String()
 	case StatusExpired:
@@ -193,7 +190,7 @@ func message(r *Record) ([]slack.Block, string) {
 	}
 	if state != "" {
 		if len(state) > maxSectionText {
-			state = state[:maxSectionText-1]
+			state = slackmapper.SplitMrkdwn(state, maxSectionText)[0] // a long reason: never cut inside a link or an entity
 		}
 		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(state), nil, nil))
 	}
@@ -222,7 +219,7 @@ func (m viewMetadata) encode() string {
 // editView is the modal that edits r's text.
 func editView(r *Record, md viewMetadata) slack.ModalViewRequest {
 	parts := chunks(r.Text, maxInputText)
-	blocks := []slack.Block{slack.NewSectionBlock(mrkdwn("Will be posted to *"+escape(r.Target.String())+"*"), nil, nil)}
+	blocks := []slack.Block{slack.NewSectionBlock(mrkdwn("Will be posted to *"+slackmapper.Escape(r.Target.String())+"*"), nil, nil)}
 	if len(parts) > maxModalInputs {
 		parts = parts[:maxModalInputs] // the modal cannot hold more; the tail is dropped on save
 		blocks = append(blocks, slack.NewContextBlock("", mrkdwn(":warning: the text is too long to edit whole; saving keeps only what is shown")))
@@ -263,7 +260,7 @@ func rejectView(r *Record, md viewMetadata) slack.ModalViewRequest {
 		Submit: plain("Reject"),
 		Close:  plain("Cancel"),
 		Blocks: slack.Blocks{BlockSet: []slack.Block{
-			slack.NewSectionBlock(mrkdwn("The answer to *"+escape(r.Target.String())+"* will not be posted."), nil, nil),
+			slack.NewSectionBlock(mrkdwn("The answer to *"+slackmapper.Escape(r.Target.String())+"* will not be posted."), nil, nil),
 			slack.NewInputBlock(InputReason, plain("Reason"), nil, in),
 		}},
 		CallbackID:      ViewReject,

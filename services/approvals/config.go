@@ -47,6 +47,9 @@ type Config struct {
 	// Consumer is the durable consumer of agent.suggestion; the interaction
 	// consumers are Consumer+"-actions" and Consumer+"-views". Default "approvals".
 	Consumer string
+	// RefURL returns the URL of a cited reference [[ref:id]] (RELAY_REF_BASE_URL,
+	// as outbound links it), or ""; nil shows citations as "[ref:id]".
+	RefURL func(id string) string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil discards.

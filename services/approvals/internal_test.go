@@ -159,7 +159,7 @@ func TestMessageGolden(t *testing.T) {
 			t.Parallel()
 			r := base
 			mod(&r)
-			blocks, fallback := message(&r)
+			blocks, fallback := message(&r, nil)
 			got, err := json.MarshalIndent(map[string]any{"text": fallback, "blocks": blocks}, "", "  ")
 			if err != nil {
 				t.Fatal(err)
@@ -184,7 +184,7 @@ func TestMessageGolden(t *testing.T) {
 func TestLongTextStaysWithinSlackLimits(t *testing.T) {
 	t.Parallel()
 	r := &Record{TaskID: "t", Round: 1, Status: StatusPending, Text: strings.Repeat("word ", 40000), Target: envelope.Target{Channel: "github"}}
-	blocks, _ := message(r)
+	blocks, _ := message(r, nil)
 	if len(blocks) > 50 {
 		t.Errorf("message has %d blocks, Slack allows 50", len(blocks))
 	}

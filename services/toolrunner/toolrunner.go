@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +31,7 @@ import (
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/tools"
 )
 
@@ -383,19 +383,9 @@ func AuditEnvelope(r tools.Record) *envelope.Envelope {
 func (s *Service) notify(ctx context.Context, n tools.Notice) {
 	e := envelope.New(envelope.ChannelInternal, envelope.RoleSystem,
 		fmt.Sprintf("MCP server %q was auto-disabled after %d failed health checks (last error: %s). Re-enable it with `relay mcp enable %s`.",
-			n.Server, n.Failures, oneLine(n.LastError), n.Server))
+			n.Server, n.Failures, clip.Line(n.LastError, 300), n.Server))
 	e.Meta.Set("notice", map[string]any{"kind": "server_auto_disabled", "server": n.Server, "failures": n.Failures, "reason": n.Reason})
 	if _, err := s.bus.Publish(ctx, SubjectNotice, e); err != nil {
 		s.log.Error("auto-disable notice not published", "server", n.Server, "err", err)
 	}
-}
-
-func oneLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[:i]
-	}
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
 }
