@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/testenv"
 )
 
@@ -108,4 +109,20 @@ func Connect(t testing.TB, b *bus.Bus) *bus.Bus {
 	}
 	t.Cleanup(o.Close)
 	return o
+}
+
+// Observe consumes the relative subject with a durable consumer named name
+// and sends every envelope to the returned channel (which buffers 64) until
+// the test ends.
+func Observe(t testing.TB, b *bus.Bus, name, subject string) <-chan *envelope.Envelope {
+	t.Helper()
+	ch := make(chan *envelope.Envelope, 64)
+	testenv.Go(t, "observe "+subject, func(ctx context.Context) error {
+		return b.Consume(ctx, bus.ConsumerConfig{Name: name, Subject: subject, ShutdownGrace: time.Second},
+			bus.HandlerFunc(func(_ context.Context, m *bus.Message) error {
+				ch <- m.Envelope
+				return nil
+			}))
+	})
+	return ch
 }

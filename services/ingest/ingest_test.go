@@ -24,6 +24,7 @@ import (
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/httpserver"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/github"
 	"github.com/relaystation/relay/mappers/mapperstest"
@@ -56,20 +57,8 @@ func startGateway(t *testing.T, pub ingest.Publisher, cfg ingest.Config, provide
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.ServeListener(ctx, ln) }()
-	runDone := make(chan error, 1)
-	go func() { runDone <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("http server: %v", err)
-		}
-		if err := <-runDone; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testenv.Go(t, "Run", svc.Run)
+	testenv.Go(t, "http server", func(ctx context.Context) error { return srv.ServeListener(ctx, ln) })
 	return &gateway{url: "http://" + ln.Addr().String(), reg: reg, svc: svc}
 }
 
