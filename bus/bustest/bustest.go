@@ -34,13 +34,7 @@ func WithMetrics(m *bus.Metrics) Option { return func(c *bus.Config) { c.Metrics
 // closed when the test ends.
 func Embedded(t testing.TB, opts ...Option) *bus.Bus {
 	t.Helper()
-	cfg := bus.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: t.Name(), Logger: testLogger()}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	b, err := bus.Connect(ctx, cfg)
+	b, err := connect(bus.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: t.Name(), Logger: testLogger()}, opts)
 	if err != nil {
 		t.Fatalf("start embedded bus: %v", err)
 	}
@@ -57,13 +51,7 @@ func External(t testing.TB, opts ...Option) *bus.Bus {
 	if url == "" {
 		testenv.Missing(t, "NATS_URL is not set; start nats-server -js and set NATS_URL=nats://127.0.0.1:4222")
 	}
-	cfg := bus.Config{URL: url, Prefix: RandomPrefix(), Name: t.Name(), Logger: testLogger()}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	b, err := bus.Connect(ctx, cfg)
+	b, err := connect(bus.Config{URL: url, Prefix: RandomPrefix(), Name: t.Name(), Logger: testLogger()}, opts)
 	if err != nil {
 		testenv.Missing(t, "NATS at %s: %v", url, err)
 	}
@@ -76,6 +64,16 @@ func External(t testing.TB, opts ...Option) *bus.Bus {
 		b.Close()
 	})
 	return b
+}
+
+// connect applies opts to cfg and connects, giving up after 20 seconds.
+func connect(cfg bus.Config, opts []Option) (*bus.Bus, error) {
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return bus.Connect(ctx, cfg)
 }
 
 // testLogger logs the bus to stderr when RELAY_TEST_LOG is set (debug with
