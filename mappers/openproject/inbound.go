@@ -236,17 +236,8 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	setIf(extra, "type", res.link("type").Title)
 	setIf(extra, "assignee", res.link("assignee").Title)
 	setIf(extra, "priority", res.link("priority").Title)
-	for k, v := range extra {
-		if s, ok := v.(string); ok {
-			extra[k] = trim(s)
-		}
-	}
-	e.Meta.Set(MetaKey, extra)
-	return mappers.Result{Items: []mappers.Item{{
-		Subject:  envelope.Inbound(envelope.ChannelOpenProject, event),
-		MsgID:    msgID,
-		Envelope: e,
-	}}}, nil
+	e.Meta.Set(MetaKey, mappers.TrimStrings(extra, mappers.MaxContent))
+	return mappers.One(envelope.Inbound(envelope.ChannelOpenProject, event), msgID, e), nil
 }
 
 // resourceKey finds the resource of an unknown action: the first key (in
