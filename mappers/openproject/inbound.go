@@ -92,16 +92,10 @@ type text string
 
 func (t *text) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
-	switch {
-	case len(b) == 0 || string(b) == "null":
-		*t = ""
-	case b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		*t = text(s)
-	case b[0] == '{':
+	if len(b) > 0 && b[0] == '"' {
+		return json.Unmarshal(b, (*string)(t))
+	}
+	if len(b) > 0 && b[0] == '{' {
 		var f struct {
 			Raw string `json:"raw"`
 		}
@@ -109,9 +103,9 @@ func (t *text) UnmarshalJSON(b []byte) error {
 			return err
 		}
 		*t = text(f.Raw)
-	default:
-		*t = "" // an unexpected shape carries no text; the rest still maps
+		return nil
 	}
+	*t = "" // null, or an unexpected shape: no text; the rest still maps
 	return nil
 }
 
