@@ -7,10 +7,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
@@ -123,4 +126,20 @@ func Observe(t testing.TB, b *bus.Bus, name, subject string) <-chan *envelope.En
 			}))
 	})
 	return ch
+}
+
+// Request sends an empty request to subj on nc and decodes the JSON answer
+// into a T (a $SRV discovery answer, say), failing the test when there is
+// none within 10 seconds or it does not decode.
+func Request[T any](t testing.TB, nc *nats.Conn, subj string) T {
+	t.Helper()
+	msg, err := nc.Request(subj, nil, 10*time.Second)
+	if err != nil {
+		t.Fatalf("request %s: %v", subj, err)
+	}
+	var v T
+	if err := json.Unmarshal(msg.Data, &v); err != nil {
+		t.Fatalf("decode %s: %v", subj, err)
+	}
+	return v
 }
