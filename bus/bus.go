@@ -185,8 +185,46 @@ func Open(cfg Config) (*Bus, error) {
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), ready: make(chan struct{}),
 	}
 	url := cfg.URL
+	opts := b.natsOptions()
+	if url == "" {
+		ns, err := startEmbedded(cfg.DataDir, cfg.Listen, cfg.Token, b.log)
+		if err != nil {
+			return nil, err
+		}
+		b.embedded = ns
+		// Connect over loopback TCP rather than nats.InProcessServer: the
+		// in-process pipe is unbuffered, so a briefly busy reader blocks the
+		// server's writes and trips its slow-consumer cut-off.
+		url = ns.ClientURL()
+		b.log.Info("embedded nats started", "listen", url, "store", cfg.DataDir, "auth", cfg.Token.IsSet())
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		b.shutdownEmbedded()
+		return nil, fmt.Errorf("connect to nats %s: %w", secret.RedactURLs(url), err)
+	}
+	b.nc = nc
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxAsyncPending))
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	b.js = replicated{JetStream: js, replicas: cfg.Replicas}
+	b.keeperWG.Add(1)
+	go b.keepStreams()
+	if nc.IsConnected() {
+		b.signal()
+	} else {
+		b.log.Warn("nats not reachable yet; waiting for it", "url", secret.RedactURLs(url))
+	}
+	return b, nil
+}
+
+// natsOptions are the options of the bus's connection: reconnect forever,
+// log what happens to it, and wake the stream keeper when it (re)connects.
+func (b *Bus) natsOptions() []nats.Option {
 	opts := []nats.Option{
-		nats.Name(cfg.Name),
+		nats.Name(b.cfg.Name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500 * time.Millisecond),
 		nats.Timeout(5 * time.Second),
@@ -223,44 +261,13 @@ func Open(cfg Config) (*Bus, error) {
 			b.log.Error("nats connection lost; the process must restart", "err", err)
 		}),
 	}
-	if !cfg.FailFast {
+	if !b.cfg.FailFast {
 		opts = append(opts, nats.RetryOnFailedConnect(true))
 	}
-	if cfg.Token.IsSet() && !hasUserInfo(url) {
-		opts = append(opts, nats.Token(cfg.Token.Reveal()))
+	if b.cfg.Token.IsSet() && !hasUserInfo(b.cfg.URL) {
+		opts = append(opts, nats.Token(b.cfg.Token.Reveal()))
 	}
-	if url == "" {
-		ns, err := startEmbedded(cfg.DataDir, cfg.Listen, cfg.Token, b.log)
-		if err != nil {
-			return nil, err
-		}
-		b.embedded = ns
-		// Connect over loopback TCP rather than nats.InProcessServer: the
-		// in-process pipe is unbuffered, so a briefly busy reader blocks the
-		// server's writes and trips its slow-consumer cut-off.
-		url = ns.ClientURL()
-		b.log.Info("embedded nats started", "listen", url, "store", cfg.DataDir, "auth", cfg.Token.IsSet())
-	}
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		b.shutdownEmbedded()
-		return nil, fmt.Errorf("connect to nats %s: %w", secret.RedactURLs(url), err)
-	}
-	b.nc = nc
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxAsyncPending))
-	if err != nil {
-		b.Close()
-		return nil, fmt.Errorf("jetstream: %w", err)
-	}
-	b.js = replicated{JetStream: js, replicas: cfg.Replicas}
-	b.keeperWG.Add(1)
-	go b.keepStreams()
-	if nc.IsConnected() {
-		b.signal()
-	} else {
-		b.log.Warn("nats not reachable yet; waiting for it", "url", secret.RedactURLs(url))
-	}
-	return b, nil
+	return opts
 }
 
 // WaitReady blocks until the bus first connected and its streams exist, or

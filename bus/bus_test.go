@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -168,21 +169,13 @@ func testInvalidRefused(t *testing.T, b *bus.Bus) {
 
 func testNakDelay(t *testing.T, b *bus.Bus) {
 	publish(t, b, "tool.call", newEnv("flaky"))
-	var times []time.Time
-	var mu sync.Mutex
-	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "tool.call", NakDelays: []time.Duration{300 * time.Millisecond, 600 * time.Millisecond}},
-		func(_ context.Context, m *bus.Message) error {
-			mu.Lock()
-			defer mu.Unlock()
-			times = append(times, time.Now())
+	times := deliveryTimes(t, b, bus.ConsumerConfig{Name: "w", Subject: "tool.call", NakDelays: []time.Duration{300 * time.Millisecond, 600 * time.Millisecond}},
+		3, 10*time.Second, func(m *bus.Message) error {
 			if m.Delivered < 3 {
 				return errors.New("transient")
 			}
 			return nil
 		})
-	testenv.WaitFor(t, 10*time.Second, "third delivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(times) >= 3 })
-	mu.Lock()
-	defer mu.Unlock()
 	if d := times[1].Sub(times[0]); d < 250*time.Millisecond {
 		t.Errorf("second delivery after %s, want >= 300ms", d)
 	}
@@ -190,6 +183,26 @@ func testNakDelay(t *testing.T, b *bus.Bus) {
 		t.Errorf("third delivery after %s, want >= 600ms (growing delay)", d)
 	}
 	assertDLQ(t, b, 0)
+}
+
+// deliveryTimes consumes with cfg, answering every delivery with handle, and
+// returns when the first n deliveries happened, waiting at most within.
+func deliveryTimes(t *testing.T, b *bus.Bus, cfg bus.ConsumerConfig, n int, within time.Duration, handle func(*bus.Message) error) []time.Time {
+	t.Helper()
+	var (
+		mu    sync.Mutex
+		times []time.Time
+	)
+	run(t, b, cfg, func(_ context.Context, m *bus.Message) error {
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+		return handle(m)
+	})
+	testenv.WaitFor(t, within, fmt.Sprintf("delivery %d", n), func() bool { mu.Lock(); defer mu.Unlock(); return len(times) >= n })
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Clone(times[:n])
 }
 
 func assertDLQ(t *testing.T, b *bus.Bus, want int) []bus.StoredDeadLetter {

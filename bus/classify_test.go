@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/relaystation/relay/bus"
-	"github.com/relaystation/relay/internal/testenv"
 )
 
 // apiError classifies itself the way the provider clients' errors do, without
@@ -85,23 +83,13 @@ func testClassifiedToDLQ(t *testing.T, b *bus.Bus) {
 // growing delay (here a minute, which would time the test out).
 func testRetryDelayDrivesNak(t *testing.T, b *bus.Bus) {
 	publish(t, b, "out.slack", newEnv("rate limited"))
-	var (
-		mu    sync.Mutex
-		times []time.Time
-	)
-	run(t, b, bus.ConsumerConfig{Name: "outbound", Subject: "out.>", NakDelays: []time.Duration{time.Minute}},
-		func(_ context.Context, m *bus.Message) error {
-			mu.Lock()
-			defer mu.Unlock()
-			times = append(times, time.Now())
+	times := deliveryTimes(t, b, bus.ConsumerConfig{Name: "outbound", Subject: "out.>", NakDelays: []time.Duration{time.Minute}},
+		2, 20*time.Second, func(m *bus.Message) error {
 			if m.Delivered == 1 {
 				return fmt.Errorf("post: %w", &apiError{status: 429, delay: 300 * time.Millisecond})
 			}
 			return nil
 		})
-	testenv.WaitFor(t, 20*time.Second, "the second delivery", func() bool { mu.Lock(); defer mu.Unlock(); return len(times) >= 2 })
-	mu.Lock()
-	defer mu.Unlock()
 	if d := times[1].Sub(times[0]); d < 250*time.Millisecond {
 		t.Errorf("second delivery after %s, want >= 300ms (the error's RetryDelay)", d)
 	}

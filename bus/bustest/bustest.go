@@ -7,12 +7,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/testenv"
 )
 
@@ -33,13 +37,7 @@ func WithMetrics(m *bus.Metrics) Option { return func(c *bus.Config) { c.Metrics
 // closed when the test ends.
 func Embedded(t testing.TB, opts ...Option) *bus.Bus {
 	t.Helper()
-	cfg := bus.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: t.Name(), Logger: testLogger()}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	b, err := bus.Connect(ctx, cfg)
+	b, err := connect(bus.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: t.Name(), Logger: testLogger()}, opts)
 	if err != nil {
 		t.Fatalf("start embedded bus: %v", err)
 	}
@@ -56,13 +54,7 @@ func External(t testing.TB, opts ...Option) *bus.Bus {
 	if url == "" {
 		testenv.Missing(t, "NATS_URL is not set; start nats-server -js and set NATS_URL=nats://127.0.0.1:4222")
 	}
-	cfg := bus.Config{URL: url, Prefix: RandomPrefix(), Name: t.Name(), Logger: testLogger()}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	b, err := bus.Connect(ctx, cfg)
+	b, err := connect(bus.Config{URL: url, Prefix: RandomPrefix(), Name: t.Name(), Logger: testLogger()}, opts)
 	if err != nil {
 		testenv.Missing(t, "NATS at %s: %v", url, err)
 	}
@@ -75,6 +67,16 @@ func External(t testing.TB, opts ...Option) *bus.Bus {
 		b.Close()
 	})
 	return b
+}
+
+// connect applies opts to cfg and connects, giving up after 20 seconds.
+func connect(cfg bus.Config, opts []Option) (*bus.Bus, error) {
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return bus.Connect(ctx, cfg)
 }
 
 // testLogger logs the bus to stderr when RELAY_TEST_LOG is set (debug with
@@ -108,4 +110,36 @@ func Connect(t testing.TB, b *bus.Bus) *bus.Bus {
 	}
 	t.Cleanup(o.Close)
 	return o
+}
+
+// Observe consumes the relative subject with a durable consumer named name
+// and sends every envelope to the returned channel (which buffers 64) until
+// the test ends.
+func Observe(t testing.TB, b *bus.Bus, name, subject string) <-chan *envelope.Envelope {
+	t.Helper()
+	ch := make(chan *envelope.Envelope, 64)
+	testenv.Go(t, "observe "+subject, func(ctx context.Context) error {
+		return b.Consume(ctx, bus.ConsumerConfig{Name: name, Subject: subject, ShutdownGrace: time.Second},
+			bus.HandlerFunc(func(_ context.Context, m *bus.Message) error {
+				ch <- m.Envelope
+				return nil
+			}))
+	})
+	return ch
+}
+
+// Request sends an empty request to subj on nc and decodes the JSON answer
+// into a T (a $SRV discovery answer, say), failing the test when there is
+// none within 10 seconds or it does not decode.
+func Request[T any](t testing.TB, nc *nats.Conn, subj string) T {
+	t.Helper()
+	msg, err := nc.Request(subj, nil, 10*time.Second)
+	if err != nil {
+		t.Fatalf("request %s: %v", subj, err)
+	}
+	var v T
+	if err := json.Unmarshal(msg.Data, &v); err != nil {
+		t.Fatalf("decode %s: %v", subj, err)
+	}
+	return v
 }

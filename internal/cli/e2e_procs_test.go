@@ -118,7 +118,7 @@ func TestSeparateProcesses(t *testing.T) {
 	must(t, err)
 	t.Cleanup(nc.Close)
 	s.nc = nc
-	eventually(t, "the tool runner process lists tools", 30*time.Second, func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the tool runner process lists tools", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		list, err := tools.ListRemote(ctx, nc, "relay", "agent")

@@ -91,8 +91,9 @@ func (f *Slack) Calls(method string) []SlackCall {
 	return out
 }
 
-func (f *Slack) serve(w http.ResponseWriter, r *http.Request) {
-	method := strings.TrimPrefix(r.URL.Path, "/api/")
+// callParams reads a Web API call's arguments: the JSON or form body and the
+// query, without the token.
+func callParams(r *http.Request) map[string]string {
 	params := map[string]string{}
 	body, _ := io.ReadAll(r.Body)
 	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
@@ -116,6 +117,12 @@ func (f *Slack) serve(w http.ResponseWriter, r *http.Request) {
 		params[k] = r.URL.Query().Get(k)
 	}
 	delete(params, "token")
+	return params
+}
+
+func (f *Slack) serve(w http.ResponseWriter, r *http.Request) {
+	method := strings.TrimPrefix(r.URL.Path, "/api/")
+	params := callParams(r)
 	f.mu.Lock()
 	f.seq++
 	ts := fmt.Sprintf("1700000000.%06d", f.seq)
@@ -151,37 +158,54 @@ func (f *Slack) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"ok":false,"error":%q}`, failWith)
 		return
 	}
+	_ = json.NewEncoder(w).Encode(call{method, params, ts, seq, found, members, known, wsURL}.answer())
+}
+
+// call is one Web API call and what the fake knew when it came.
+type call struct {
+	method  string
+	params  map[string]string
+	ts      string           // the timestamp of a message it posts
+	seq     int              // its number
+	found   []map[string]any // the messages conversations.* return
+	members []string         // the users of params["usergroup"], when known
+	known   bool
+	wsURL   string // the Socket Mode URL, if any
+}
+
+// answer is the Web API's answer to a call that did not fail.
+func (c call) answer() any {
 	var resp any
-	switch method {
+	switch c.method {
 	case "auth.test":
 		resp = map[string]any{"ok": true, "user_id": "UBOT", "bot_id": "BBOT", "team_id": "T0TEAM"}
 	case "chat.postMessage":
-		resp = map[string]any{"ok": true, "channel": params["channel"], "ts": ts,
-			"message": map[string]any{"type": "message", "ts": ts, "text": params["text"]}}
+		resp = map[string]any{"ok": true, "channel": c.params["channel"], "ts": c.ts,
+			"message": map[string]any{"type": "message", "ts": c.ts, "text": c.params["text"]}}
 	case "chat.update":
-		resp = map[string]any{"ok": true, "channel": params["channel"], "ts": params["ts"], "text": params["text"]}
+		resp = map[string]any{"ok": true, "channel": c.params["channel"], "ts": c.params["ts"], "text": c.params["text"]}
 	case "chat.postEphemeral":
-		resp = map[string]any{"ok": true, "message_ts": ts}
+		resp = map[string]any{"ok": true, "message_ts": c.ts}
 	case "views.open", "views.update", "views.push":
-		resp = map[string]any{"ok": true, "view": map[string]any{"id": fmt.Sprintf("V%06d", seq), "type": "modal"}}
+		resp = map[string]any{"ok": true, "view": map[string]any{"id": fmt.Sprintf("V%06d", c.seq), "type": "modal"}}
 	case "conversations.history", "conversations.replies":
-		resp = map[string]any{"ok": true, "messages": found, "has_more": false}
+		resp = map[string]any{"ok": true, "messages": c.found, "has_more": false}
 	case "usergroups.users.list":
-		if !known {
+		if !c.known {
 			resp = map[string]any{"ok": false, "error": "no_such_subteam"}
 		} else {
-			resp = map[string]any{"ok": true, "users": members}
+			resp = map[string]any{"ok": true, "users": c.members}
 		}
 	case "apps.connections.open":
-		if wsURL == "" {
+		if c.wsURL == "" {
 			resp = map[string]any{"ok": false, "error": "unknown_method"}
 		} else {
-			resp = map[string]any{"ok": true, "url": wsURL}
+			resp = map[string]any{"ok": true, "url": c.wsURL}
 		}
 	default:
 		resp = map[string]any{"ok": false, "error": "unknown_method"}
 	}
-	_ = json.NewEncoder(w).Encode(resp)
+	return resp
 }
 
 // conversation answers conversations.history (the channel's messages, newest

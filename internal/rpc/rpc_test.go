@@ -143,19 +143,6 @@ func TestCallTimeout(t *testing.T) {
 	}
 }
 
-func request[T any](t *testing.T, nc *nats.Conn, subj string) T {
-	t.Helper()
-	msg, err := nc.Request(subj, nil, 10*time.Second)
-	if err != nil {
-		t.Fatalf("request %s: %v", subj, err)
-	}
-	var v T
-	if err := json.Unmarshal(msg.Data, &v); err != nil {
-		t.Fatalf("decode %s: %v", subj, err)
-	}
-	return v
-}
-
 func TestDiscoveryAndStats(t *testing.T) {
 	t.Parallel()
 	b := bustest.Embedded(t)
@@ -163,18 +150,18 @@ func TestDiscoveryAndStats(t *testing.T) {
 	start(t, b.Conn(), b.Prefix(), echoEndpoint(subj, nil))
 	client := bustest.Connect(t, b).Conn()
 
-	ping := request[micro.Ping](t, client, "$SRV.PING.relay-echo")
+	ping := bustest.Request[micro.Ping](t, client, "$SRV.PING.relay-echo")
 	if ping.Name != "relay-echo" || ping.ID == "" || ping.Version != Version() || ping.Metadata[MetadataPrefix] != b.Prefix() {
 		t.Errorf("ping: got %+v", ping)
 	}
-	info := request[micro.Info](t, client, "$SRV.INFO.relay-echo."+ping.ID)
+	info := bustest.Request[micro.Info](t, client, "$SRV.INFO.relay-echo."+ping.ID)
 	if len(info.Endpoints) != 1 || info.Endpoints[0].Subject != subj || info.Endpoints[0].QueueGroup != "echo" || info.Description != "test" {
 		t.Errorf("info: got %+v, want one endpoint on %s in queue group echo", info, subj)
 	}
 	for _, in := range []string{"a", "b", "bad"} {
 		_, _ = Call(t.Context(), client, subj, in, 10*time.Second, target)
 	}
-	stats := request[micro.Stats](t, client, "$SRV.STATS.relay-echo")
+	stats := bustest.Request[micro.Stats](t, client, "$SRV.STATS.relay-echo")
 	if len(stats.Endpoints) != 1 {
 		t.Fatalf("stats: got %+v", stats)
 	}

@@ -1,11 +1,14 @@
 // Package testenv decides what an integration test does when a server or tool
 // it needs is missing: on a developer's machine it skips with a message saying
 // what to start; in CI (CI=true) it fails, because CI provides everything.
-// It also holds the helpers every test package shares, such as WaitFor.
+// It also holds the helpers every test package shares: WaitFor and Poll
+// wait for a condition with a deadline, Go runs a service for a test.
 package testenv
 
 import (
+	"context"
 	"os"
+	"sync"
 	"testing"
 	"time"
 )
@@ -54,6 +57,45 @@ func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", within, what)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Poll is WaitFor for a condition that can say why it does not hold yet:
+// cond returns false and the reason, and the failure after within quotes
+// the last reason. Like WaitFor, it calls t.Fatalf.
+func Poll(t testing.TB, within time.Duration, cond func() (ok bool, why string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", within, why)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Go runs run on its own goroutine until stop is called or the test ends,
+// whichever is first: stop cancels run's context, waits for run to return,
+// and reports an error it returned (naming what) with t.Errorf. stop may be
+// called more than once and from cleanups.
+func Go(t testing.TB, what string, run func(ctx context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("%s: %v", what, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }

@@ -60,11 +60,7 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	if f.bot {
 		e.Meta.Set("bot", true)
 	}
-	return mappers.Result{Items: []mappers.Item{{
-		Subject:  envelope.Inbound(envelope.ChannelGitHub, event),
-		MsgID:    msgID,
-		Envelope: e,
-	}}}, nil
+	return mappers.One(envelope.Inbound(envelope.ChannelGitHub, event), msgID, e), nil
 }
 
 // payloadOf returns the JSON payload of the request, as go-github's

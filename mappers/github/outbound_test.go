@@ -14,6 +14,7 @@ import (
 
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/github"
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/secret"
 )
 
@@ -27,7 +28,7 @@ type obGitHub struct {
 	nextID   int64
 	creates  int
 	lists    int
-	fail     []func(w http.ResponseWriter)
+	fail     mapperstest.Queue
 	auth     string
 }
 
@@ -76,10 +77,7 @@ func (g *obGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		_ = json.NewEncoder(w).Encode(all[lo:hi])
 	case http.MethodPost:
-		if len(g.fail) > 0 {
-			f := g.fail[0]
-			g.fail = g.fail[1:]
-			f(w)
+		if g.fail.Next(w) {
 			return
 		}
 		var in struct{ Body string }
@@ -171,15 +169,7 @@ func TestPostCommentOnce(t *testing.T) {
 
 func TestPostCommentErrors(t *testing.T) {
 	t.Parallel()
-	reply := func(status int, body string, hdr ...string) func(http.ResponseWriter) {
-		return func(w http.ResponseWriter) {
-			for i := 0; i+1 < len(hdr); i += 2 {
-				w.Header().Set(hdr[i], hdr[i+1])
-			}
-			w.WriteHeader(status)
-			_, _ = w.Write([]byte(body))
-		}
-	}
+	reply := mapperstest.Answer
 	cases := []struct {
 		name      string
 		repo      string

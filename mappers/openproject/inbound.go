@@ -92,16 +92,10 @@ type text string
 
 func (t *text) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
-	switch {
-	case len(b) == 0 || string(b) == "null":
-		*t = ""
-	case b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		*t = text(s)
-	case b[0] == '{':
+	if len(b) > 0 && b[0] == '"' {
+		return json.Unmarshal(b, (*string)(t))
+	}
+	if len(b) > 0 && b[0] == '{' {
 		var f struct {
 			Raw string `json:"raw"`
 		}
@@ -109,9 +103,9 @@ func (t *text) UnmarshalJSON(b []byte) error {
 			return err
 		}
 		*t = text(f.Raw)
-	default:
-		*t = "" // an unexpected shape carries no text; the rest still maps
+		return nil
 	}
+	*t = "" // null, or an unexpected shape: no text; the rest still maps
 	return nil
 }
 
@@ -236,17 +230,8 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	setIf(extra, "type", res.link("type").Title)
 	setIf(extra, "assignee", res.link("assignee").Title)
 	setIf(extra, "priority", res.link("priority").Title)
-	for k, v := range extra {
-		if s, ok := v.(string); ok {
-			extra[k] = trim(s)
-		}
-	}
-	e.Meta.Set(MetaKey, extra)
-	return mappers.Result{Items: []mappers.Item{{
-		Subject:  envelope.Inbound(envelope.ChannelOpenProject, event),
-		MsgID:    msgID,
-		Envelope: e,
-	}}}, nil
+	e.Meta.Set(MetaKey, mappers.TrimStrings(extra, mappers.MaxContent))
+	return mappers.One(envelope.Inbound(envelope.ChannelOpenProject, event), msgID, e), nil
 }
 
 // resourceKey finds the resource of an unknown action: the first key (in

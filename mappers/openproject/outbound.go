@@ -4,16 +4,14 @@ package openproject
 // per idempotency key.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/secret"
@@ -61,26 +59,20 @@ func NewCommenter(cfg CommenterConfig) (*Commenter, error) {
 	if !cfg.Token.IsSet() {
 		return nil, ErrNoToken
 	}
-	u, err := url.Parse(cfg.BaseURL)
-	if err != nil || u.Host == "" || u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("openproject: URL %q is not an absolute http(s) URL", cfg.BaseURL)
-	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	base, err := mappers.BaseURL("openproject", "URL", cfg.BaseURL)
+	if err != nil {
+		return nil, err
 	}
 	token := cfg.Token
 	api := &mappers.JSONAPI{
 		Provider:  "openproject",
-		Client:    cfg.HTTPClient,
+		Client:    mappers.ClientOr(cfg.HTTPClient),
 		Authorize: func(r *http.Request) { r.SetBasicAuth("apikey", token.Reveal()) },
 		Accept:    "application/hal+json",
 		MaxBody:   16 << 20,
 		Message:   message,
 	}
-	return &Commenter{base: strings.TrimSuffix(cfg.BaseURL, "/"), api: api, notify: cfg.Notify, log: cfg.Logger}, nil
+	return &Commenter{base: base, api: api, notify: cfg.Notify, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))}, nil
 }
 
 // Comment is a created (or found) work package comment.
@@ -125,8 +117,7 @@ func (c *Commenter) PostComment(ctx context.Context, id int, markdown, key strin
 	var a activity
 	u := c.activitiesURL(id) + "?notify=" + strconv.FormatBool(c.notify)
 	if err := c.api.Do(ctx, http.MethodPost, u, body, &a); err != nil {
-		var pe *PostError
-		if errors.As(err, &pe) && pe.Status >= 200 && pe.Status < 300 {
+		if mappers.AnswerLost(err) {
 			c.log.Warn("comment created but the answer did not decode", "work_package", id, "err", err)
 			return Comment{}, nil
 		}

@@ -2,7 +2,6 @@ package openproject_test
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/openproject"
 	"github.com/relaystation/relay/secret"
 )
@@ -23,7 +23,7 @@ type obOpenProject struct {
 	creates    int
 	user, pass string
 	notify     string
-	fail       []func(http.ResponseWriter)
+	fail       mapperstest.Queue
 }
 
 func (o *obOpenProject) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -41,10 +41,7 @@ func (o *obOpenProject) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"_type": "Collection", "total": len(o.activities), "count": len(o.activities),
 			"_embedded": map[string]any{"elements": o.activities}})
 	case http.MethodPost:
-		if len(o.fail) > 0 {
-			f := o.fail[0]
-			o.fail = o.fail[1:]
-			f(w)
+		if o.fail.Next(w) {
 			return
 		}
 		var in struct {
@@ -102,13 +99,7 @@ func TestOpenProjectCommentOnce(t *testing.T) {
 func TestOpenProjectCommentErrors(t *testing.T) {
 	t.Parallel()
 	reply := func(status int, hdr ...string) func(http.ResponseWriter) {
-		return func(w http.ResponseWriter) {
-			for i := 0; i+1 < len(hdr); i += 2 {
-				w.Header().Set(hdr[i], hdr[i+1])
-			}
-			w.WriteHeader(status)
-			_, _ = w.Write([]byte(`{"_type":"Error","message":"scripted"}`))
-		}
+		return mapperstest.Answer(status, `{"_type":"Error","message":"scripted"}`, hdr...)
 	}
 	cases := []struct {
 		name      string
@@ -132,10 +123,7 @@ func TestOpenProjectCommentErrors(t *testing.T) {
 				fake.fail = append(fake.fail, tc.fail)
 			}
 			_, err := c.PostComment(t.Context(), tc.wp, "x", "k")
-			var pe *openproject.PostError
-			if !errors.As(err, &pe) || pe.Status != tc.status || pe.Permanent() != tc.permanent || pe.RetryDelay() != tc.retry {
-				t.Fatalf("got %v, want status %d permanent=%v retry=%s", err, tc.status, tc.permanent, tc.retry)
-			}
+			mapperstest.CheckAPIError(t, err, tc.status, tc.permanent, tc.retry)
 		})
 	}
 	for _, cfg := range []openproject.CommenterConfig{{Token: secret.New("x")}, {BaseURL: "https://op.example.com"}, {BaseURL: "op.example.com", Token: secret.New("x")}} {

@@ -1,7 +1,6 @@
 package openproject
 
 import (
-	"crypto/hmac"
 	"crypto/sha1"
 	"encoding/hex"
 	"strings"
@@ -28,21 +27,15 @@ func (p *Provider) Verify(r *mappers.Request) error {
 	if !ok {
 		return sigErr("signature is not sha1=")
 	}
-	got, err := hex.DecodeString(hexSig)
-	if err != nil || len(got) != sha1.Size {
-		return sigErr("signature is not a hex SHA-1 digest")
-	}
-	if !hmac.Equal(got, Sign(p.cfg.Secret.Reveal(), r.Body)) {
-		return sigErr("signature mismatch")
+	if reason := mappers.CheckHexHMAC(sha1.New, "SHA-1", p.cfg.Secret.Reveal(), r.Body, hexSig); reason != "" {
+		return sigErr(reason)
 	}
 	return nil
 }
 
 // Sign returns HMAC-SHA1(secret, body). Tests and load generators use it.
 func Sign(secret string, body []byte) []byte {
-	m := hmac.New(sha1.New, []byte(secret))
-	m.Write(body)
-	return m.Sum(nil)
+	return mappers.HMAC(sha1.New, secret, body)
 }
 
 // SignatureHeader returns the X-OP-Signature value for body.

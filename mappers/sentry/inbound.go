@@ -240,17 +240,8 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	setIf(extra, "org", p.cfg.Org)
 	setIf(extra, "actor_type", h.Actor.Type)
 	setIf(extra, "request_id", r.Header.Get(HeaderRequestID))
-	for k, v := range extra {
-		if s, ok := v.(string); ok {
-			extra[k] = trim(s)
-		}
-	}
-	e.Meta.Set(MetaKey, extra)
-	return mappers.Result{Items: []mappers.Item{{
-		Subject:  envelope.Inbound(envelope.ChannelSentry, resource),
-		MsgID:    msgID,
-		Envelope: e,
-	}}}, nil
+	e.Meta.Set(MetaKey, mappers.TrimStrings(extra, mappers.MaxContent))
+	return mappers.One(envelope.Inbound(envelope.ChannelSentry, resource), msgID, e), nil
 }
 
 // mapResource maps the hook by its Sentry-Hook-Resource.

@@ -4,6 +4,7 @@ package sentry
 // effectively once per idempotency key.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +13,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/secret"
@@ -56,24 +56,18 @@ func NewCommenter(cfg CommenterConfig) (*Commenter, error) {
 	if cfg.APIURL == "" {
 		cfg.APIURL = DefaultAPIURL
 	}
-	u, err := url.Parse(cfg.APIURL)
-	if err != nil || u.Host == "" || u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("sentry: API URL %q is not an absolute http(s) URL", cfg.APIURL)
-	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	base, err := mappers.BaseURL("sentry", "API URL", cfg.APIURL)
+	if err != nil {
+		return nil, err
 	}
 	token := cfg.Token
 	api := &mappers.JSONAPI{
 		Provider:  "sentry",
-		Client:    cfg.HTTPClient,
+		Client:    mappers.ClientOr(cfg.HTTPClient),
 		Authorize: func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+token.Reveal()) },
 		Message:   detail,
 	}
-	return &Commenter{base: strings.TrimSuffix(cfg.APIURL, "/"), api: api, log: cfg.Logger}, nil
+	return &Commenter{base: base, api: api, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))}, nil
 }
 
 // Comment is a created (or found) issue comment.
@@ -110,8 +104,7 @@ func (c *Commenter) PostComment(ctx context.Context, issueID, text, key string) 
 	body, _ := json.Marshal(map[string]string{"text": text})
 	var n note
 	if err := c.api.Do(ctx, http.MethodPost, c.notesURL(issueID), body, &n); err != nil {
-		var pe *PostError
-		if errors.As(err, &pe) && pe.Status >= 200 && pe.Status < 300 {
+		if mappers.AnswerLost(err) {
 			c.log.Warn("comment created but the answer did not decode", "issue", issueID, "err", err)
 			return Comment{}, nil
 		}

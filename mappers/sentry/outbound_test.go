@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/sentry"
 	"github.com/relaystation/relay/secret"
 )
@@ -22,7 +23,7 @@ type obSentry struct {
 	notes   []map[string]any
 	creates int
 	auth    string
-	fail    []func(http.ResponseWriter)
+	fail    mapperstest.Queue
 }
 
 func (s *obSentry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -43,10 +44,7 @@ func (s *obSentry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		_ = json.NewEncoder(w).Encode(out)
 	case http.MethodPost:
-		if len(s.fail) > 0 {
-			f := s.fail[0]
-			s.fail = s.fail[1:]
-			f(w)
+		if s.fail.Next(w) {
 			return
 		}
 		var in struct{ Text string }
@@ -102,13 +100,7 @@ func TestSentryCommentOnce(t *testing.T) {
 func TestSentryCommentErrors(t *testing.T) {
 	t.Parallel()
 	reply := func(status int, hdr ...string) func(http.ResponseWriter) {
-		return func(w http.ResponseWriter) {
-			for i := 0; i+1 < len(hdr); i += 2 {
-				w.Header().Set(hdr[i], hdr[i+1])
-			}
-			w.WriteHeader(status)
-			_, _ = w.Write([]byte(`{"detail":"nope"}`))
-		}
+		return mapperstest.Answer(status, `{"detail":"nope"}`, hdr...)
 	}
 	cases := []struct {
 		name      string
@@ -131,10 +123,7 @@ func TestSentryCommentErrors(t *testing.T) {
 				fake.fail = append(fake.fail, tc.fail)
 			}
 			_, err := c.PostComment(t.Context(), tc.issue, "x", "k")
-			var pe *sentry.PostError
-			if !errors.As(err, &pe) || pe.Status != tc.status || pe.Permanent() != tc.permanent || pe.RetryDelay() != tc.retry {
-				t.Fatalf("got %v, want status %d permanent=%v retry=%s", err, tc.status, tc.permanent, tc.retry)
-			}
+			mapperstest.CheckAPIError(t, err, tc.status, tc.permanent, tc.retry)
 		})
 	}
 	if _, err := sentry.NewCommenter(sentry.CommenterConfig{}); !errors.Is(err, sentry.ErrNoToken) {

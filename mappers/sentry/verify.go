@@ -1,7 +1,6 @@
 package sentry
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 
@@ -28,12 +27,8 @@ func (p *Provider) Verify(r *mappers.Request) error {
 	if sig == "" {
 		return sigErr("missing " + HeaderSignature)
 	}
-	got, err := hex.DecodeString(sig)
-	if err != nil || len(got) != sha256.Size {
-		return sigErr("signature is not a hex SHA-256 digest")
-	}
-	if !hmac.Equal(got, Sign(p.cfg.Secret.Reveal(), r.Body)) {
-		return sigErr("signature mismatch")
+	if reason := mappers.CheckHexHMAC(sha256.New, "SHA-256", p.cfg.Secret.Reveal(), r.Body, sig); reason != "" {
+		return sigErr(reason)
 	}
 	return nil
 }
@@ -41,9 +36,7 @@ func (p *Provider) Verify(r *mappers.Request) error {
 // Sign returns HMAC-SHA256(secret, body); the header value is its hex form
 // (SignatureHeader). Tests and load generators use it.
 func Sign(secret string, body []byte) []byte {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return m.Sum(nil)
+	return mappers.HMAC(sha256.New, secret, body)
 }
 
 // SignatureHeader returns the Sentry-Hook-Signature value for body.

@@ -185,7 +185,7 @@ func (p *Provider) mapEvents(r *mappers.Request) (mappers.Result, error) {
 		e.Meta.Source = &envelope.Source{Event: o.Type}
 		e.Meta.Set(MetaKey, map[string]any{"team": o.TeamID, "bot": false, "edit": false, "api_app_id": o.APIAppID, "minute_rate_limited": o.MinuteRateLimited})
 		id := "slack:" + o.TeamID + ":app_rate_limited:" + strconv.FormatInt(o.MinuteRateLimited, 10)
-		return one(envelope.Inbound(envelope.ChannelSlack, o.Type), id, e), nil
+		return mappers.One(envelope.Inbound(envelope.ChannelSlack, o.Type), id, e), nil
 	case "":
 		return mappers.Result{}, parseErr(errors.New("events body without a type"))
 	}
@@ -249,7 +249,7 @@ func (p *Provider) mapCallback(r *mappers.Request, o *outerEvent) (mappers.Resul
 	if o.EventID == "" {
 		id = bodyID(team, "event", r.Body)
 	}
-	return one(envelope.Inbound(envelope.ChannelSlack, in.Type), id, e), nil
+	return mappers.One(envelope.Inbound(envelope.ChannelSlack, in.Type), id, e), nil
 }
 
 // genericMessage reads the fields every event type may carry.
@@ -400,7 +400,7 @@ func (p *Provider) mapCommand(r *mappers.Request) (mappers.Result, error) {
 	if cmd.TriggerID == "" {
 		id = bodyID(cmd.TeamID, "command", r.Body)
 	}
-	return one(envelope.Inbound(envelope.ChannelSlack, "command"), id, e), nil
+	return mappers.One(envelope.Inbound(envelope.ChannelSlack, "command"), id, e), nil
 }
 
 // ---- interactions ----
@@ -458,7 +458,7 @@ func (p *Provider) mapInteraction(r *mappers.Request) (mappers.Result, error) {
 	if ic.TriggerID == "" {
 		id = bodyID(team, typ, r.Body)
 	}
-	return one(envelope.Inbound(envelope.ChannelSlack, typ), id, e), nil
+	return mappers.One(envelope.Inbound(envelope.ChannelSlack, typ), id, e), nil
 }
 
 // parseInteraction decodes the payload= form field of an interaction request.
@@ -714,10 +714,6 @@ func (p *Provider) envelope(r *mappers.Request, role envelope.Role, content stri
 	}
 	e.Timestamp = at.UTC().Truncate(time.Microsecond)
 	return e
-}
-
-func one(subject, msgID string, e *envelope.Envelope) mappers.Result {
-	return mappers.Result{Items: []mappers.Item{{Subject: subject, MsgID: msgID, Envelope: e}}}
 }
 
 func bodyID(team, kind string, body []byte) string {

@@ -97,16 +97,8 @@ func fromDoc(id, content string, md map[string]string) Memory {
 
 // Upsert implements Store.
 func (e *Embedded) Upsert(ctx context.Context, recs ...Record) error {
-	for _, r := range recs {
-		if r.ID == "" {
-			return errors.New("longterm: record without id")
-		}
-		if len(r.Vector) == 0 {
-			return fmt.Errorf("record %s: %w", r.ID, ErrNoVector)
-		}
-		if len(r.Vector) != e.cfg.Dimensions {
-			return fmt.Errorf("record %s: %w", r.ID, &embed.DimensionError{Where: "collection " + embeddedCollection, Want: e.cfg.Dimensions, Got: len(r.Vector)})
-		}
+	if err := checkRecords(recs, e.cfg.Dimensions, "collection "+embeddedCollection); err != nil {
+		return err
 	}
 	for _, r := range recs {
 		defaults(&r)
@@ -127,11 +119,8 @@ func (e *Embedded) Upsert(ctx context.Context, recs ...Record) error {
 // Search implements Store.
 func (e *Embedded) Search(ctx context.Context, q Query) ([]Hit, error) {
 	q.setDefaults()
-	if len(q.Vector) == 0 {
-		return nil, ErrNoVector
-	}
-	if len(q.Vector) != e.cfg.Dimensions {
-		return nil, &embed.DimensionError{Where: "collection " + embeddedCollection, Want: e.cfg.Dimensions, Got: len(q.Vector)}
+	if err := checkVector(q.Vector, e.cfg.Dimensions, "collection "+embeddedCollection); err != nil {
+		return nil, err
 	}
 	n := min(candidates(q.K), e.col.Count())
 	if n == 0 {

@@ -24,9 +24,12 @@ package longterm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sort"
 	"time"
+
+	"github.com/relaystation/relay/memory/embed"
 )
 
 // Kinds of memories.
@@ -177,3 +180,28 @@ var ErrEmptyFilter = errors.New("longterm: delete needs a thread or ids")
 // ErrNoVector is returned by Search without a query vector and by Upsert for a
 // record without one.
 var ErrNoVector = errors.New("longterm: no vector")
+
+// checkVector reports a missing vector, or one whose length is not the
+// store's dims; where names the store in the error.
+func checkVector(v []float32, dims int, where string) error {
+	if len(v) == 0 {
+		return ErrNoVector
+	}
+	if len(v) != dims {
+		return &embed.DimensionError{Where: where, Want: dims, Got: len(v)}
+	}
+	return nil
+}
+
+// checkRecords reports the first record without an id or with a bad vector.
+func checkRecords(recs []Record, dims int, where string) error {
+	for _, r := range recs {
+		if r.ID == "" {
+			return errors.New("longterm: record without id")
+		}
+		if err := checkVector(r.Vector, dims, where); err != nil {
+			return fmt.Errorf("record %s: %w", r.ID, err)
+		}
+	}
+	return nil
+}

@@ -238,18 +238,7 @@ func (p *Postgres) Close() error { p.pool.Close(); return nil }
 func (p *Postgres) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }
 
 func (p *Postgres) check(recs []Record) error {
-	for _, r := range recs {
-		if r.ID == "" {
-			return errors.New("longterm: record without id")
-		}
-		if len(r.Vector) == 0 {
-			return fmt.Errorf("record %s: %w", r.ID, ErrNoVector)
-		}
-		if len(r.Vector) != p.cfg.Dimensions {
-			return fmt.Errorf("record %s: %w", r.ID, &embed.DimensionError{Where: "table memories", Want: p.cfg.Dimensions, Got: len(r.Vector)})
-		}
-	}
-	return nil
+	return checkRecords(recs, p.cfg.Dimensions, "table memories")
 }
 
 func defaults(r *Record) {
@@ -319,11 +308,8 @@ func (p *Postgres) CreateIndex(ctx context.Context) error {
 // Search implements Store.
 func (p *Postgres) Search(ctx context.Context, q Query) ([]Hit, error) {
 	q.setDefaults()
-	if len(q.Vector) == 0 {
-		return nil, ErrNoVector
-	}
-	if len(q.Vector) != p.cfg.Dimensions {
-		return nil, &embed.DimensionError{Where: "table memories", Want: p.cfg.Dimensions, Got: len(q.Vector)}
+	if err := checkVector(q.Vector, p.cfg.Dimensions, "table memories"); err != nil {
+		return nil, err
 	}
 	where, args := filterSQL(q, pgvector.NewVector(q.Vector))
 	n := candidates(q.K)

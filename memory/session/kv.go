@@ -72,22 +72,30 @@ func kvKey(thread string) string { return "t." + base64.RawURLEncoding.EncodeToS
 
 const maxCASRetries = 50
 
+// read decodes the JSON value of key into v and returns its revision: 0,
+// with v untouched, when the key does not exist.
+func read(ctx context.Context, kv jetstream.KeyValue, key string, v any) (uint64, error) {
+	entry, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if err := json.Unmarshal(entry.Value(), v); err != nil {
+		return 0, fmt.Errorf("decode %s: %w", key, err)
+	}
+	return entry.Revision(), nil
+}
+
 // update reads the key, applies fn and writes it back with the read revision,
 // retrying on conflicts. fn returns false to write nothing.
 func update[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn func(v *T) (bool, error)) error {
 	for range maxCASRetries {
 		var v T
-		var rev uint64
-		entry, err := kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
+		rev, err := read(ctx, kv, key, &v)
+		if err != nil {
 			return err
-		default:
-			rev = entry.Revision()
-			if err := json.Unmarshal(entry.Value(), &v); err != nil {
-				return fmt.Errorf("decode %s: %w", key, err)
-			}
 		}
 		write, err := fn(&v)
 		if err != nil || !write {
@@ -144,15 +152,8 @@ func (k *KV) Load(ctx context.Context, thread string) (Session, error) {
 	if thread == "" {
 		return s, ErrNoThread
 	}
-	entry, err := k.sessions.Get(ctx, kvKey(thread))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return s, nil
-	}
-	if err != nil {
-		return s, fmt.Errorf("load session %s: %w", thread, err)
-	}
 	var v kvSession
-	if err := json.Unmarshal(entry.Value(), &v); err != nil {
+	if _, err := read(ctx, k.sessions, kvKey(thread), &v); err != nil {
 		return s, fmt.Errorf("load session %s: %w", thread, err)
 	}
 	s.Summary, s.Turns = v.Summary, v.Turns
@@ -208,15 +209,8 @@ func (k *KV) Episodes(ctx context.Context, thread string) ([]Episode, error) {
 	if thread == "" {
 		return nil, ErrNoThread
 	}
-	entry, err := k.episodes.Get(ctx, kvKey(thread))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("episodes of %s: %w", thread, err)
-	}
 	var list []Episode
-	if err := json.Unmarshal(entry.Value(), &list); err != nil {
+	if _, err := read(ctx, k.episodes, kvKey(thread), &list); err != nil {
 		return nil, fmt.Errorf("episodes of %s: %w", thread, err)
 	}
 	now := time.Now()

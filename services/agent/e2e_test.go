@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,15 +35,7 @@ func TestWithRealToolRunner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("toolrunner Run: %v", err)
-		}
-	})
+	testenv.Go(t, "toolrunner Run", tr.Run)
 	testenv.WaitFor(t, 30*time.Second, "mcp-server-everything ready", func() bool {
 		s := tr.Runner().Servers()
 		return len(s) == 1 && s[0].State == tools.StateReady

@@ -296,7 +296,7 @@ func setup(t testing.TB, script []reply, opts ...setupOption) *harness {
 		h.runner = startRunner(t, h.b, h.runner)
 	}
 	serveMemory(t, h.b, h.mem)
-	h.out = observe(t, h.b, "test-out", "agent.>")
+	h.out = bustest.Observe(t, h.b, "test-out", "agent.>")
 	h.start(t)
 	return h
 }
@@ -314,19 +314,7 @@ func (h *harness) start(t testing.TB) (stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("agent Run: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
+	stop = testenv.Go(t, "agent Run", svc.Run)
 	h.stops = append(h.stops, stop)
 	testenv.WaitFor(t, 10*time.Second, "agent consumers", func() bool {
 		for _, name := range []string{ConsumerInbound, ConsumerResults, ConsumerFailed} {
@@ -383,23 +371,6 @@ func (h *harness) drained(t testing.TB, name, subject string) {
 		info, err := c.Info(t.Context())
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	})
-}
-
-func observe(t testing.TB, b *bus.Bus, name, subject string) <-chan *envelope.Envelope {
-	t.Helper()
-	ch := make(chan *envelope.Envelope, 64)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = b.Consume(ctx, bus.ConsumerConfig{Name: name, Subject: subject, ShutdownGrace: time.Second},
-			bus.HandlerFunc(func(_ context.Context, m *bus.Message) error {
-				ch <- m.Envelope
-				return nil
-			}))
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return ch
 }
 
 func testLogger(t testing.TB) *slog.Logger {

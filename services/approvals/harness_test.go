@@ -1,7 +1,6 @@
 package approvals_test
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -81,21 +80,7 @@ func (h *harness) start() {
 		h.t.Fatalf("New: %v", err)
 	}
 	h.svc = svc
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	stopped := false
-	h.stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			h.t.Errorf("Run: %v", err)
-		}
-	}
-	h.t.Cleanup(h.stop)
+	h.stop = testenv.Go(h.t, "Run", svc.Run)
 }
 
 // suggestion publishes an agent.suggestion for target and returns its task id.

@@ -24,6 +24,7 @@ import (
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/httpserver"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/github"
 	"github.com/relaystation/relay/mappers/mapperstest"
@@ -56,20 +57,8 @@ func startGateway(t *testing.T, pub ingest.Publisher, cfg ingest.Config, provide
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.ServeListener(ctx, ln) }()
-	runDone := make(chan error, 1)
-	go func() { runDone <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("http server: %v", err)
-		}
-		if err := <-runDone; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testenv.Go(t, "Run", svc.Run)
+	testenv.Go(t, "http server", func(ctx context.Context) error { return srv.ServeListener(ctx, ln) })
 	return &gateway{url: "http://" + ln.Addr().String(), reg: reg, svc: svc}
 }
 
@@ -217,13 +206,14 @@ func TestOctokitExamplesOverHTTP(t *testing.T) {
 	if n := storedIn(t, b); n != uint64(len(exs)) {
 		t.Errorf("inbound stream holds %d messages, want %d", n, len(exs))
 	}
-	if v := counterSum(t, gw.reg, "relay_ingest_requests_total", "github", "200"); v != float64(len(exs)) {
+	if v := counterSum(t, gw.reg, "relay_ingest_requests_total", "provider", "github", "status", "200"); v != float64(len(exs)) {
 		t.Errorf("relay_ingest_requests_total{github,200} = %v, want %d", v, len(exs))
 	}
 }
 
-// counterSum adds the counter name over every series of provider and status.
-func counterSum(t *testing.T, reg *prometheus.Registry, name, provider, status string) float64 {
+// counterSum adds the counter name over every series whose labels include
+// the given name, value pairs.
+func counterSum(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -235,11 +225,15 @@ func counterSum(t *testing.T, reg *prometheus.Registry, name, provider, status s
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
+			has := map[string]string{}
 			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
+				has[l.GetName()] = l.GetValue()
 			}
-			if labels["provider"] == provider && labels["status"] == status {
+			match := true
+			for i := 0; i+1 < len(labels); i += 2 {
+				match = match && has[labels[i]] == labels[i+1]
+			}
+			if match {
 				sum += m.GetCounter().GetValue()
 			}
 		}
@@ -365,36 +359,13 @@ func (c statusCase) run(t *testing.T) {
 		}
 	}
 	if c.twice {
-		if v := resultSum(t, gw.reg, "duplicate"); v != 1 {
+		if v := counterSum(t, gw.reg, "relay_ingest_envelopes_total", "result", "duplicate"); v != 1 {
 			t.Errorf("relay_ingest_envelopes_total{result=duplicate} = %v, want 1", v)
 		}
 	}
-	if v := counterSum(t, gw.reg, "relay_ingest_requests_total", "github", fmt.Sprint(c.wantStatus)); v != float64(n) {
+	if v := counterSum(t, gw.reg, "relay_ingest_requests_total", "provider", "github", "status", fmt.Sprint(c.wantStatus)); v != float64(n) {
 		t.Errorf("relay_ingest_requests_total{github,%d} = %v, want %d", c.wantStatus, v, n)
 	}
-}
-
-// resultSum adds relay_ingest_envelopes_total over every series of result.
-func resultSum(t *testing.T, reg *prometheus.Registry, result string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != "relay_ingest_envelopes_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
 }
 
 // TestNoSecretRefused: a provider without a secret is routed but refuses
@@ -494,7 +465,7 @@ func TestBusDown(t *testing.T) {
 		if code, msg := do(t, githubRequest(t, gw.url, "issues", "closed", body)); code != http.StatusServiceUnavailable {
 			t.Errorf("got %d %q, want 503", code, msg)
 		}
-		if v := counterSum(t, gw.reg, "relay_ingest_requests_total", "github", "503"); v != 1 {
+		if v := counterSum(t, gw.reg, "relay_ingest_requests_total", "provider", "github", "status", "503"); v != 1 {
 			t.Errorf("relay_ingest_requests_total{github,503} = %v, want 1", v)
 		}
 	})

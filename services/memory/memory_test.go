@@ -44,15 +44,7 @@ func start(t *testing.T, b *bus.Bus, st stores) *memory.Memory {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testenv.Go(t, "Run", s.Run)
 	return m
 }
 
@@ -74,20 +66,6 @@ func publish(t *testing.T, b *bus.Bus, subject string, e *envelope.Envelope) {
 	if _, err := b.Publish(t.Context(), subject, e); err != nil {
 		t.Fatalf("publish %s: %v", subject, err)
 	}
-}
-
-func poll(t *testing.T, d time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	var why string
-	for time.Now().Before(deadline) {
-		var ok bool
-		if ok, why = cond(); ok {
-			return
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval, not a wait for a condition
-	}
-	t.Fatalf("after %s: %s", d, why)
 }
 
 func newEnv(thread string, role envelope.Role, content string) *envelope.Envelope {
@@ -123,7 +101,7 @@ func TestWorkerEmbedded(t *testing.T) {
 	publish(t, b, "memory.update", note)
 
 	var sc memory.SessionContext
-	poll(t, 15*time.Second, func() (bool, string) {
+	testenv.Poll(t, 15*time.Second, func() (bool, string) {
 		var err error
 		sc, err = client.Context(ctx, th, 0)
 		if err != nil {
@@ -174,7 +152,7 @@ func TestWorkerBadUpdate(t *testing.T) {
 	bad := newEnv("github:o/r#1", envelope.RoleAssistant, "remember this")
 	bad.MemoryUpdate = &envelope.MemoryUpdate{Kind: envelope.MemoryLongTerm, Data: map[string]any{"body": "no text field"}}
 	publish(t, b, "agent.answer", bad)
-	poll(t, 15*time.Second, func() (bool, string) {
+	testenv.Poll(t, 15*time.Second, func() (bool, string) {
 		dls, err := b.DeadLetters(t.Context(), 0)
 		if err != nil {
 			return false, err.Error()
@@ -224,7 +202,7 @@ func TestWorkerRedisOutage(t *testing.T) {
 
 	proxy.Down()
 	publish(t, b, "in.github.issues", newEnv(th, envelope.RoleUser, "during the outage"))
-	poll(t, 15*time.Second, func() (bool, string) {
+	testenv.Poll(t, 15*time.Second, func() (bool, string) {
 		info, err := consumerInfo(t, b, "memory-in")
 		if err != nil {
 			return false, err.Error()
@@ -274,7 +252,7 @@ func TestWorkerPostgresOutage(t *testing.T) {
 	e := newEnv("github:o/r#9", envelope.RoleAssistant, "")
 	e.MemoryUpdate = &envelope.MemoryUpdate{Kind: envelope.MemoryLongTerm, Data: map[string]any{"text": "kept across a database outage"}}
 	publish(t, b, "agent.answer", e)
-	poll(t, 15*time.Second, func() (bool, string) {
+	testenv.Poll(t, 15*time.Second, func() (bool, string) {
 		info, err := consumerInfo(t, b, "memory-agent")
 		if err != nil {
 			return false, err.Error()
@@ -282,7 +260,7 @@ func TestWorkerPostgresOutage(t *testing.T) {
 		return info.NumRedelivered > 0, "no redelivery yet"
 	})
 	proxy.Up(t)
-	poll(t, 30*time.Second, func() (bool, string) {
+	testenv.Poll(t, 30*time.Second, func() (bool, string) {
 		n, err := pg.Count(t.Context())
 		if err != nil {
 			return false, err.Error()
@@ -296,7 +274,7 @@ func TestWorkerPostgresOutage(t *testing.T) {
 
 func waitTurns(t *testing.T, s session.Store, th string, n int) {
 	t.Helper()
-	poll(t, 30*time.Second, func() (bool, string) {
+	testenv.Poll(t, 30*time.Second, func() (bool, string) {
 		got, err := s.Load(t.Context(), th)
 		if err != nil {
 			return false, err.Error()

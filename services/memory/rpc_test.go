@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/memory"
 	"github.com/relaystation/relay/memory/embed"
 	"github.com/relaystation/relay/memory/remote"
@@ -37,7 +38,7 @@ func TestRunOwnsTheService(t *testing.T) {
 		_, err := nc.Request("$SRV.PING."+remote.ServiceName, nil, 10*time.Second)
 		return err
 	}
-	poll(t, 10*time.Second, func() (bool, string) {
+	testenv.Poll(t, 10*time.Second, func() (bool, string) {
 		err := ping()
 		return err == nil, "ping: " + errString(err)
 	})

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/webhook"
 )
 
@@ -69,17 +70,6 @@ func (a *apis) failCall(route string, n int, f func(http.ResponseWriter)) {
 	a.failAt[route][n] = f
 }
 
-func reply(status int, body string, hdr ...string) func(http.ResponseWriter) {
-	return func(w http.ResponseWriter) {
-		for i := 0; i+1 < len(hdr); i += 2 {
-			w.Header().Set(hdr[i], hdr[i+1])
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_, _ = io.WriteString(w, body)
-	}
-}
-
 func (a *apis) scripted(route string, w http.ResponseWriter) bool {
 	a.calls[route] = append(a.calls[route], time.Now())
 	if f := a.failAt[route][len(a.calls[route])]; f != nil {
@@ -113,7 +103,7 @@ func (a *apis) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/hook":
 		a.serveHook(w, r, body)
 	default:
-		reply(404, `{}`)(w)
+		mapperstest.Answer(404, `{}`)(w)
 	}
 }
 
@@ -165,7 +155,7 @@ func (a *apis) serveGitHub(w http.ResponseWriter, r *http.Request, body []byte, 
 		return
 	}
 	if owner != "octo" || repo != "hello" || n == 0 {
-		reply(404, `{"message":"Not Found","documentation_url":"https://docs.github.com/rest"}`)(w)
+		mapperstest.Answer(404, `{"message":"Not Found","documentation_url":"https://docs.github.com/rest"}`)(w)
 		return
 	}
 	issue := fmt.Sprintf("%s/%s#%d", owner, repo, n)
@@ -189,7 +179,7 @@ func (a *apis) serveSentry(w http.ResponseWriter, r *http.Request, body []byte, 
 		return
 	}
 	if path != "/sentry/api/0/issues/4711/comments/" {
-		reply(404, `{"detail":"The requested resource does not exist"}`)(w)
+		mapperstest.Answer(404, `{"detail":"The requested resource does not exist"}`)(w)
 		return
 	}
 	if r.Method == http.MethodGet {
@@ -200,7 +190,7 @@ func (a *apis) serveSentry(w http.ResponseWriter, r *http.Request, body []byte, 
 	_ = json.Unmarshal(body, &in)
 	nt := map[string]any{"id": strconv.Itoa(id), "type": "note", "data": map[string]any{"text": in.Text}}
 	a.sentry = append(a.sentry, nt)
-	reply(201, mustJSON(nt))(w)
+	mapperstest.Answer(201, mustJSON(nt))(w)
 }
 
 // serveOpenProject answers OpenProject work package activities.
@@ -210,11 +200,11 @@ func (a *apis) serveOpenProject(w http.ResponseWriter, r *http.Request, body []b
 		return
 	}
 	if path != "/op/api/v3/work_packages/42/activities" {
-		reply(404, `{"_type":"Error","message":"The requested resource could not be found."}`)(w)
+		mapperstest.Answer(404, `{"_type":"Error","message":"The requested resource could not be found."}`)(w)
 		return
 	}
 	if r.Method == http.MethodGet {
-		reply(200, mustJSON(map[string]any{"_type": "Collection", "_embedded": map[string]any{"elements": a.op}}))(w)
+		mapperstest.Answer(200, mustJSON(map[string]any{"_type": "Collection", "_embedded": map[string]any{"elements": a.op}}))(w)
 		return
 	}
 	var in struct {
@@ -224,7 +214,7 @@ func (a *apis) serveOpenProject(w http.ResponseWriter, r *http.Request, body []b
 	act := map[string]any{"_type": "Activity::Comment", "id": id, "comment": map[string]any{"raw": in.Comment.Raw},
 		"_links": map[string]any{"self": map[string]any{"href": fmt.Sprintf("/api/v3/activities/%d", id)}}}
 	a.op = append(a.op, act)
-	reply(201, mustJSON(act))(w)
+	mapperstest.Answer(201, mustJSON(act))(w)
 }
 
 // serveHook verifies and records a Standard Webhooks delivery.
@@ -234,7 +224,7 @@ func (a *apis) serveHook(w http.ResponseWriter, r *http.Request, body []byte) {
 	}
 	if err := a.verifier.Verify(r.Header, body); err != nil {
 		a.hookErrs = append(a.hookErrs, err)
-		reply(401, `{}`)(w)
+		mapperstest.Answer(401, `{}`)(w)
 		return
 	}
 	var p struct {
@@ -242,7 +232,7 @@ func (a *apis) serveHook(w http.ResponseWriter, r *http.Request, body []byte) {
 		Data json.RawMessage `json:"data"`
 	}
 	if json.Unmarshal(body, &p) != nil || p.Type != "relay.message" || len(p.Data) == 0 {
-		reply(400, `{}`)(w)
+		mapperstest.Answer(400, `{}`)(w)
 		return
 	}
 	a.hooks = append(a.hooks, r.Header.Get(webhook.HeaderID))

@@ -1,7 +1,6 @@
 package outbound
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers/github"
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/openproject"
 	"github.com/relaystation/relay/mappers/sentry"
 	"github.com/relaystation/relay/mappers/slack"
@@ -84,15 +84,7 @@ func start(t testing.TB, opts ...option) *harness {
 
 // run starts the worker until the test ends.
 func (h *harness) run() {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.svc.Run(ctx) }()
-	h.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			h.t.Errorf("Run: %v", err)
-		}
-	})
+	testenv.Go(h.t, "Run", h.svc.Run)
 }
 
 func (h *harness) publish(e *envelope.Envelope, subject string, opts ...bus.PublishOption) {
@@ -322,7 +314,7 @@ func TestSlackCrashBeforeRecordingAPart(t *testing.T) {
 func TestRateLimitHonoursRetryAfter(t *testing.T) {
 	t.Parallel()
 	h := start(t, func(c *Config) { c.NakDelays = []time.Duration{time.Minute} })
-	h.apis.enqueue("github:POST", reply(429, `{"message":"slow down"}`, "Retry-After", "1"))
+	h.apis.enqueue("github:POST", mapperstest.Answer(429, `{"message":"slow down"}`, "Retry-After", "1"))
 	e := answer(ghTarget, "Rate limited once.")
 	h.run()
 	h.publish(e, "out.github")
@@ -345,7 +337,7 @@ func TestRateLimitHonoursRetryAfter(t *testing.T) {
 func TestServerErrorsRetried(t *testing.T) {
 	t.Parallel()
 	h := start(t)
-	h.apis.enqueue("sentry:POST", reply(502, `bad gateway`), reply(503, `{"detail":"down"}`))
+	h.apis.enqueue("sentry:POST", mapperstest.Answer(502, `bad gateway`), mapperstest.Answer(503, `{"detail":"down"}`))
 	e := answer(&envelope.Target{Channel: "sentry", IssueID: "4711"}, "After two 5xx.")
 	h.run()
 	h.publish(e, "out.sentry")
@@ -368,7 +360,7 @@ func TestSlackPartialFailureResumes(t *testing.T) {
 	if parts < 3 {
 		t.Fatalf("got %d parts, want a longer answer", parts)
 	}
-	h.apis.failCall("slack:chat.postMessage", 2, reply(500, `oops`))
+	h.apis.failCall("slack:chat.postMessage", 2, mapperstest.Answer(500, `oops`))
 	h.run()
 	h.publish(e, "out.slack")
 	h.waitDone("out:" + e.ID)

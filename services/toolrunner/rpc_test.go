@@ -151,7 +151,7 @@ func TestRollingRestart(t *testing.T) {
 			fromOld++
 		}
 	}
-	stats := srvRequest[micro.Stats](t, nc, "$SRV.STATS."+tools.ServiceName)
+	stats := bustest.Request[micro.Stats](t, nc, "$SRV.STATS."+tools.ServiceName)
 	newList := 0
 	for _, ep := range stats.Endpoints {
 		if ep.Name == "list" {
@@ -163,19 +163,6 @@ func TestRollingRestart(t *testing.T) {
 	}
 }
 
-func srvRequest[T any](t *testing.T, nc *nats.Conn, subj string) T {
-	t.Helper()
-	msg, err := nc.Request(subj, nil, 10*time.Second)
-	if err != nil {
-		t.Fatalf("request %s: %v", subj, err)
-	}
-	var v T
-	if err := json.Unmarshal(msg.Data, &v); err != nil {
-		t.Fatalf("decode %s: %v", subj, err)
-	}
-	return v
-}
-
 // TestRunnerServiceLifecycle: while Run runs, $SRV discovers the runner's
 // endpoints on the prefixed subjects; once it returned, nothing answers and
 // a client says which command to start.
@@ -183,7 +170,7 @@ func TestRunnerServiceLifecycle(t *testing.T) {
 	t.Parallel()
 	f := start(t)
 	nc := bustest.Connect(t, f.b).Conn()
-	info := srvRequest[micro.Info](t, nc, "$SRV.INFO."+tools.ServiceName)
+	info := bustest.Request[micro.Info](t, nc, "$SRV.INFO."+tools.ServiceName)
 	got := map[string]string{}
 	for _, ep := range info.Endpoints {
 		if ep.QueueGroup != tools.QueueGroup {

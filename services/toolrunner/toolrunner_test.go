@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -77,39 +76,10 @@ func start(t *testing.T, extra ...mcpconfig.Server) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
+	stop := testenv.Go(t, "Run", svc.Run)
 	f := &fixture{b: b, svc: svc, writes: writes, audit: auditPath, stop: stop}
 	testenv.WaitFor(t, 20*time.Second, "svc ready", func() bool { return svc.Runner().Servers()[0].State == tools.StateReady })
 	return f
-}
-
-// observe collects the envelopes published on a relative subject.
-func observe(t *testing.T, b *bus.Bus, name, subject string) <-chan *envelope.Envelope {
-	t.Helper()
-	ch := make(chan *envelope.Envelope, 64)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = b.Consume(ctx, bus.ConsumerConfig{Name: name, Subject: subject, ShutdownGrace: time.Second}, bus.HandlerFunc(func(_ context.Context, m *bus.Message) error {
-			ch <- m.Envelope
-			return nil
-		}))
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return ch
 }
 
 func next(t *testing.T, ch <-chan *envelope.Envelope) *envelope.Envelope {
@@ -135,9 +105,9 @@ func toolCall(name, role string, args map[string]any) *envelope.Envelope {
 func TestResultsAndFailuresAreRouted(t *testing.T) {
 	t.Parallel()
 	f := start(t)
-	results := observe(t, f.b, "obs-result", envelope.SubjectToolResult)
-	failed := observe(t, f.b, "obs-failed", envelope.SubjectToolFailed)
-	audits := observe(t, f.b, "obs-audit", SubjectAudit)
+	results := bustest.Observe(t, f.b, "obs-result", envelope.SubjectToolResult)
+	failed := bustest.Observe(t, f.b, "obs-failed", envelope.SubjectToolFailed)
+	audits := bustest.Observe(t, f.b, "obs-audit", SubjectAudit)
 
 	call := toolCall("svc.echo", "agent", map[string]any{"message": "hi"})
 	if _, err := f.b.Publish(t.Context(), envelope.SubjectToolCall, call); err != nil {
@@ -193,7 +163,7 @@ func TestResultsAndFailuresAreRouted(t *testing.T) {
 func TestRedeliveryDoesNotRepeatSideEffects(t *testing.T) {
 	t.Parallel()
 	f := start(t)
-	results := observe(t, f.b, "obs", envelope.SubjectToolResult)
+	results := bustest.Observe(t, f.b, "obs", envelope.SubjectToolResult)
 	call := toolCall("svc.write", "agent", map[string]any{"message": "once"})
 	// The same envelope twice, as a redelivery would bring it (a distinct
 	// Nats-Msg-Id keeps JetStream from dropping the second).
@@ -216,7 +186,7 @@ func TestRedeliveryDoesNotRepeatSideEffects(t *testing.T) {
 
 	// JetStream redelivers a call whose earlier delivery claimed it and
 	// never finished: a side-effecting tool is not repeated...
-	failed := observe(t, f.b, "obs-failed", envelope.SubjectToolFailed)
+	failed := bustest.Observe(t, f.b, "obs-failed", envelope.SubjectToolFailed)
 	interrupted := func(tool string) *envelope.Envelope {
 		c := toolCall(tool, "agent", map[string]any{"message": "again"})
 		b, _ := json.Marshal(callRecord{State: "running", Seq: 9999, At: time.Now()})
@@ -282,7 +252,7 @@ func TestAutoDisableNoticeAndRemoteEnable(t *testing.T) {
 	deadURL := "http://" + l.Addr().String() + "/mcp"
 	_ = l.Close()
 	f := start(t, mcpconfig.Server{Name: "dead", Type: mcpconfig.HTTP, URL: deadURL, ProtocolVersion: mcpconfig.DefaultProtocolVersion})
-	notices := observe(t, f.b, "obs", SubjectNotice)
+	notices := bustest.Observe(t, f.b, "obs", SubjectNotice)
 	n := next(t, notices)
 	if n.Role != envelope.RoleSystem || n.Channel != envelope.ChannelInternal {
 		t.Errorf("notice: got %s/%s", n.Role, n.Channel)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/memory/session"
 )
 
@@ -231,7 +232,7 @@ func testEpisodes(t *testing.T, newStore Factory) {
 	if err := s.PutEpisode(ctx, th, short); err != nil {
 		t.Fatalf("PutEpisode(short): %v", err)
 	}
-	poll(t, 10*time.Second, func() (bool, string) {
+	testenv.Poll(t, 10*time.Second, func() (bool, string) {
 		got, err := s.Episodes(ctx, th)
 		if err != nil {
 			return false, err.Error()
@@ -288,7 +289,7 @@ func testExpiry(t *testing.T, newStore Factory) {
 	if got := mustLoad(t, s, th); len(got.Turns) != 1 {
 		t.Fatalf("got %d turns, want 1", len(got.Turns))
 	}
-	poll(t, 15*time.Second, func() (bool, string) {
+	testenv.Poll(t, 15*time.Second, func() (bool, string) {
 		got, err := s.Load(t.Context(), th)
 		if err != nil {
 			return false, err.Error()
@@ -309,23 +310,4 @@ func testEmptyThread(t *testing.T, newStore Factory) {
 	if err := s.Forget(ctx, ""); err == nil {
 		t.Error("Forget of an empty thread: got nil error")
 	}
-}
-
-// poll calls cond until it reports true or the deadline passes.
-func poll(t *testing.T, d time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	var why string
-	for time.Now().Before(deadline) {
-		var ok bool
-		if ok, why = cond(); ok {
-			return
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatal(t.Context().Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	t.Fatalf("after %s: %s", d, why)
 }

@@ -1,0 +1,97 @@
+package testenv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/internal/testenv"
+)
+
+// recorder is a testing.TB that records failures; Fatalf ends its goroutine
+// as testing.T's does.
+type recorder struct {
+	testing.TB
+	failures []string
+	cleanups []func()
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.failures = append(r.failures, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.Errorf(format, args...)
+	runtime.Goexit()
+}
+func (r *recorder) Cleanup(f func()) { r.cleanups = append(r.cleanups, f) }
+
+// run calls f with the recorder on a goroutine of its own, as a test runs.
+func (r *recorder) run(f func(t testing.TB)) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(r)
+	}()
+	<-done
+}
+
+func TestWaitFor(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int32
+	var r recorder
+	r.run(func(tb testing.TB) {
+		testenv.WaitFor(tb, 5*time.Second, "three calls", func() bool { return n.Add(1) == 3 })
+	})
+	if len(r.failures) != 0 || n.Load() != 3 {
+		t.Errorf("got failures %q after %d calls, want none after 3", r.failures, n.Load())
+	}
+
+	r = recorder{}
+	r.run(func(tb testing.TB) {
+		testenv.WaitFor(tb, 30*time.Millisecond, "never", func() bool { return false })
+	})
+	if len(r.failures) != 1 || !strings.Contains(r.failures[0], "waiting for never") {
+		t.Errorf("got failures %q, want one naming what it waited for", r.failures)
+	}
+}
+
+func TestPoll(t *testing.T) {
+	t.Parallel()
+	var r recorder
+	calls := 0
+	r.run(func(tb testing.TB) {
+		testenv.Poll(tb, 30*time.Millisecond, func() (bool, string) {
+			calls++
+			return false, fmt.Sprintf("call %d", calls)
+		})
+	})
+	if want := fmt.Sprintf("call %d", calls); len(r.failures) != 1 || !strings.HasSuffix(r.failures[0], want) {
+		t.Errorf("got failures %q, want one quoting the last reason %q", r.failures, want)
+	}
+}
+
+func TestGo(t *testing.T) {
+	t.Parallel()
+	var r recorder
+	started := make(chan struct{})
+	stop := testenv.Go(&r, "service", func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done()
+		return errors.New("stopped badly")
+	})
+	<-started
+	stop()
+	stop() // a second stop (the cleanup) neither blocks nor reports again
+	for _, c := range r.cleanups {
+		c()
+	}
+	if len(r.failures) != 1 || r.failures[0] != "service: stopped badly" {
+		t.Errorf("got failures %q, want one: service: stopped badly", r.failures)
+	}
+}

@@ -1,0 +1,53 @@
+package mapperstest
+
+// Pieces of the local fakes of provider APIs that outbound tests run
+// against: scripted answers and the check of the error a client returns.
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/mappers"
+)
+
+// Answer returns a scripted answer: status, a JSON body and headers given as
+// name, value pairs.
+func Answer(status int, body string, hdr ...string) func(http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		for i := 0; i+1 < len(hdr); i += 2 {
+			w.Header().Set(hdr[i], hdr[i+1])
+		}
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}
+}
+
+// Queue holds scripted answers a fake gives instead of its own, in order.
+// The fake guards it with its own lock.
+type Queue []func(http.ResponseWriter)
+
+// Next answers w with the first queued answer, if any, and reports whether
+// it did.
+func (q *Queue) Next(w http.ResponseWriter) bool {
+	if len(*q) == 0 {
+		return false
+	}
+	f := (*q)[0]
+	*q = (*q)[1:]
+	f(w)
+	return true
+}
+
+// CheckAPIError fails the test unless err is a *mappers.APIError with the
+// status, permanence and retry delay given.
+func CheckAPIError(t testing.TB, err error, status int, permanent bool, retry time.Duration) {
+	t.Helper()
+	var ae *mappers.APIError
+	if !errors.As(err, &ae) || ae.Status != status || ae.Permanent() != permanent || ae.RetryDelay() != retry {
+		t.Fatalf("got %v, want status %d permanent=%v retry=%s", err, status, permanent, retry)
+	}
+}
