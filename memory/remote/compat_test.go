@@ -74,7 +74,7 @@ func oldServe(t *testing.T, nc *nats.Conn, prefix string, b Backend) {
 
 // serve runs Serve until the returned stop is called (also at cleanup) and
 // returns once the service answers $SRV.PING.
-func serve(t *testing.T, nc *nats.Conn, prefix string, b Backend) (stop func()) {
+func serve(t testing.TB, nc *nats.Conn, prefix string, b Backend) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
