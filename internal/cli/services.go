@@ -23,7 +23,7 @@ func init() {
 func runServices(ctx context.Context, a *app, args []string) error {
 	fs := flag.NewFlagSet("services", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
-	asJSON := fs.Bool("json", false, "print JSON lines, one per instance: {info, stats}")
+	asJSON := fs.Bool("json", false, "print one JSON array of instances, {info, stats} each ([] when none)")
 	all := fs.Bool("all", false, "every micro service on the NATS server, not only this relay's (bus prefix)")
 	wait := fs.Duration("wait", time.Second, "how long to gather answers")
 	if err := fs.Parse(args); err != nil {
@@ -46,13 +46,10 @@ func runServices(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(a.stdout)
-		for _, in := range found {
-			if err := enc.Encode(in); err != nil {
-				return err
-			}
+		if found == nil {
+			found = []rpc.Instance{}
 		}
-		return nil
+		return json.NewEncoder(a.stdout).Encode(found)
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVICE\tID\tVERSION\tENDPOINT\tSUBJECT\tQUEUE\tREQUESTS\tERRORS\tAVERAGE\tLAST ERROR")

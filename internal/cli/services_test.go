@@ -61,12 +61,12 @@ func TestServicesCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("services -json: exit %d\n%s", code, errOut)
 	}
+	var found []rpc.Instance
+	if err := json.Unmarshal([]byte(out), &found); err != nil || len(found) != 2 {
+		t.Fatalf("-json: got %d instances, %v; want an array of 2:\n%s", len(found), err, out)
+	}
 	lists := -1
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var in rpc.Instance
-		if err := json.Unmarshal([]byte(line), &in); err != nil {
-			t.Fatalf("-json line %q: %v", line, err)
-		}
+	for _, in := range found {
 		if in.Info.Name == tools.ServiceName && in.Stats != nil {
 			for _, ep := range in.Stats.Endpoints {
 				if ep.Name == "list" {
