@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/internal/rpc"
 	"github.com/relaystation/relay/tools"
@@ -77,5 +80,31 @@ func TestServicesCommand(t *testing.T) {
 	}
 	if lists != 1 {
 		t.Errorf("-json: got %d list requests in the runner's stats, want 1:\n%s", lists, out)
+	}
+}
+
+// TestMCPListSaysNoRunner: without a tool runner on the bus, `relay mcp list`
+// says which subject nobody answered before it probes the servers itself,
+// and its -json output stays pure JSON.
+func TestMCPListSaysNoRunner(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "mcp.json")
+	if err := os.WriteFile(cfg, []byte(`{"servers": {}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"NATS_URL": b.ClientURL(), "RELAY_MCP_CONFIG": cfg, "RELAY_DATA_DIR": dir}
+	var out, errb syncBuffer
+	if code := Run(t.Context(), []string{"mcp", "list", "-json"}, config.FromMap(env), &out, &errb); code != 0 {
+		t.Fatalf("mcp list: exit %d\n%s", code, errb.String())
+	}
+	want := "no tool runner answering on relay.rpc.tool.status: is `relay toolrunner` or `relay serve` running?; probing the MCP servers instead"
+	if !strings.Contains(errb.String(), want) {
+		t.Errorf("stderr: got %q, want it to contain %q", errb.String(), want)
+	}
+	var v struct{ Source string }
+	if err := json.Unmarshal([]byte(out.String()), &v); err != nil || !strings.HasPrefix(v.Source, "probed") {
+		t.Errorf("stdout: got %q (%v), want the probed listing as JSON", out.String(), err)
 	}
 }
