@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/rpc"
@@ -151,9 +150,9 @@ func TestRollingRestart(t *testing.T) {
 			fromOld++
 		}
 	}
-	stats := srvRequest[micro.Stats](t, nc, "$SRV.STATS."+tools.ServiceName)
+	runners := discover(t, nc, f.b.Prefix())
 	newList := 0
-	for _, ep := range stats.Endpoints {
+	for _, ep := range runners.Stats.Endpoints {
 		if ep.Name == "list" {
 			newList = ep.NumRequests
 		}
@@ -163,17 +162,14 @@ func TestRollingRestart(t *testing.T) {
 	}
 }
 
-func srvRequest[T any](t *testing.T, nc *nats.Conn, subj string) T {
+// discover returns the one tool runner instance $SRV knows of.
+func discover(t *testing.T, nc *nats.Conn, prefix string) rpc.Instance {
 	t.Helper()
-	msg, err := nc.Request(subj, nil, 10*time.Second)
-	if err != nil {
-		t.Fatalf("request %s: %v", subj, err)
+	found, err := rpc.Discover(t.Context(), nc, prefix, time.Second)
+	if err != nil || len(found) != 1 || found[0].Info.Name != tools.ServiceName || found[0].Stats == nil {
+		t.Fatalf("discover: got %+v, %v; want one %s with stats", found, err, tools.ServiceName)
 	}
-	var v T
-	if err := json.Unmarshal(msg.Data, &v); err != nil {
-		t.Fatalf("decode %s: %v", subj, err)
-	}
-	return v
+	return found[0]
 }
 
 // TestRunnerServiceLifecycle: while Run runs, $SRV discovers the runner's
@@ -183,7 +179,7 @@ func TestRunnerServiceLifecycle(t *testing.T) {
 	t.Parallel()
 	f := start(t)
 	nc := bustest.Connect(t, f.b).Conn()
-	info := srvRequest[micro.Info](t, nc, "$SRV.INFO."+tools.ServiceName)
+	info := discover(t, nc, f.b.Prefix()).Info
 	got := map[string]string{}
 	for _, ep := range info.Endpoints {
 		if ep.QueueGroup != tools.QueueGroup {
