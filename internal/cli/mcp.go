@@ -89,6 +89,8 @@ func mcpList(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 			if st.Stopped {
 				fmt.Fprintln(a.stderr, "stop switch is ON: no new tool executions")
 			}
+		} else {
+			fmt.Fprintf(a.stderr, "%v; probing the MCP servers instead\n", err)
 		}
 	}
 	if statuses == nil {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/rpc"
@@ -74,7 +73,7 @@ func oldServe(t *testing.T, nc *nats.Conn, prefix string, b Backend) {
 
 // serve runs Serve until the returned stop is called (also at cleanup) and
 // returns once the service answers $SRV.PING.
-func serve(t *testing.T, nc *nats.Conn, prefix string, b Backend) (stop func()) {
+func serve(t testing.TB, nc *nats.Conn, prefix string, b Backend) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -201,15 +200,12 @@ func TestWorkerServiceLifecycle(t *testing.T) {
 	b := bustest.Embedded(t)
 	stop := serve(t, b.Conn(), b.Prefix(), newMemory(t))
 	nc := bustest.Connect(t, b).Conn()
-	msg, err := nc.Request("$SRV.INFO."+ServiceName, nil, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	found, err := rpc.Discover(t.Context(), nc, b.Prefix(), time.Second)
+	if err != nil || len(found) != 1 {
+		t.Fatalf("discover: got %+v, %v; want one instance", found, err)
 	}
-	var info micro.Info
-	if err := json.Unmarshal(msg.Data, &info); err != nil {
-		t.Fatal(err)
-	}
-	if len(info.Endpoints) != len(Ops) || info.Metadata[rpc.MetadataPrefix] != b.Prefix() {
+	info := found[0].Info
+	if info.Name != ServiceName || len(info.Endpoints) != len(Ops) || info.Metadata[rpc.MetadataPrefix] != b.Prefix() {
 		t.Errorf("info: got %+v, want %d endpoints", info, len(Ops))
 	}
 	for _, ep := range info.Endpoints {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/rpc"
@@ -151,9 +150,9 @@ func TestRollingRestart(t *testing.T) {
 			fromOld++
 		}
 	}
-	stats := bustest.Request[micro.Stats](t, nc, "$SRV.STATS."+tools.ServiceName)
+	runners := discover(t, nc, f.b.Prefix())
 	newList := 0
-	for _, ep := range stats.Endpoints {
+	for _, ep := range runners.Stats.Endpoints {
 		if ep.Name == "list" {
 			newList = ep.NumRequests
 		}
@@ -163,6 +162,16 @@ func TestRollingRestart(t *testing.T) {
 	}
 }
 
+// discover returns the one tool runner instance $SRV knows of.
+func discover(t *testing.T, nc *nats.Conn, prefix string) rpc.Instance {
+	t.Helper()
+	found, err := rpc.Discover(t.Context(), nc, prefix, time.Second)
+	if err != nil || len(found) != 1 || found[0].Info.Name != tools.ServiceName || found[0].Stats == nil {
+		t.Fatalf("discover: got %+v, %v; want one %s with stats", found, err, tools.ServiceName)
+	}
+	return found[0]
+}
+
 // TestRunnerServiceLifecycle: while Run runs, $SRV discovers the runner's
 // endpoints on the prefixed subjects; once it returned, nothing answers and
 // a client says which command to start.
@@ -170,7 +179,7 @@ func TestRunnerServiceLifecycle(t *testing.T) {
 	t.Parallel()
 	f := start(t)
 	nc := bustest.Connect(t, f.b).Conn()
-	info := bustest.Request[micro.Info](t, nc, "$SRV.INFO."+tools.ServiceName)
+	info := discover(t, nc, f.b.Prefix()).Info
 	got := map[string]string{}
 	for _, ep := range info.Endpoints {
 		if ep.QueueGroup != tools.QueueGroup {
