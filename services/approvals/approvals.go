@@ -299,7 +299,7 @@ func (s *Service) post(ctx context.Context, rec *Record, opts []slack.MsgOption)
 		_, ts, err = s.api.PostMessageContext(pctx, rec.SlackChannel, opts...)
 		cancel()
 		if err != nil {
-			s.unclaim(rec, token)
+			s.unclaim(rec, token, notPosted(err))
 			return fmt.Errorf("post approval message of task %s to %s: %w", rec.TaskID, rec.SlackChannel, slackmapper.Classify("chat.postMessage", err))
 		}
 	}
@@ -337,17 +337,35 @@ var ErrPosting = errors.New("approval message is being posted")
 // itself is bounded to half of it.
 const postClaim = 10 * time.Second
 
-// unclaim drops a claim whose post failed, so the retry need not wait for it.
-func (s *Service) unclaim(rec *Record, token string) {
+// unclaim ends a claim whose post failed. When Slack said no, nothing was
+// posted and the claim is dropped; when the answer was lost (a reset, a
+// timeout) the message may exist, so the claim is left expired: whoever
+// takes it over looks for the message first.
+func (s *Service) unclaim(rec *Record, token string, drop bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	now := s.cfg.Now()
 	_, _ = s.store.mutate(ctx, rec.TaskID, func(r *Record) (*Record, error) {
 		if r == nil || r.Posting != token {
 			return nil, errNoChange
 		}
-		r.Posting, r.PostingUntil = "", time.Time{}
+		if drop {
+			r.Posting, r.PostingUntil = "", time.Time{}
+		} else {
+			r.PostingUntil = now
+		}
 		return r, nil
 	})
+}
+
+// notPosted reports a post error that says Slack did not post: an error
+// response or a rate limit, not a lost answer.
+func notPosted(err error) bool {
+	var (
+		se slack.SlackErrorResponse
+		rl *slack.RateLimitedError
+	)
+	return errors.As(err, &se) || errors.As(err, &rl)
 }
 
 // findPosted looks for the round's message in its thread (or, for the first

@@ -3,6 +3,7 @@ package approvals_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,16 +15,21 @@ import (
 )
 
 // crashingAPI is the Slack client of the fake, except that the first
-// chat.postMessage dies right after Slack accepted it, before the worker can
-// record the message's ts: a crash between the side effect and its state.
+// chat.postMessage goes wrong right after Slack accepted it, before the
+// worker can record the message's ts: the worker dies (a panic, so the
+// message is redelivered) or the answer is lost (an error).
 type crashingAPI struct {
 	*slack.Client
+	lose    bool // lose the answer instead of dying
 	crashed atomic.Bool
 }
 
 func (c *crashingAPI) PostMessageContext(ctx context.Context, channel string, opts ...slack.MsgOption) (string, string, error) {
 	ch, ts, err := c.Client.PostMessageContext(ctx, channel, opts...)
 	if err == nil && c.crashed.CompareAndSwap(false, true) {
+		if c.lose {
+			return "", "", errors.New("read tcp: connection reset by peer")
+		}
 		panic("crash after posting " + ts)
 	}
 	return ch, ts, err
@@ -33,10 +39,20 @@ func (c *crashingAPI) PostMessageContext(ctx context.Context, channel string, op
 // approval message and recording its ts leaves a claim; the redelivered
 // suggestion takes the claim over once it expires, finds the message in Slack
 // by its metadata and records it instead of posting a second one. Approving
-// then updates that message.
+// then updates that message. A post whose answer was lost is found the same
+// way.
 func TestCrashAfterPostPostsOnce(t *testing.T) {
 	t.Parallel()
-	api := &crashingAPI{}
+	for _, lose := range []bool{false, true} {
+		t.Run(map[bool]string{false: "crash", true: "lost answer"}[lose], func(t *testing.T) {
+			t.Parallel()
+			testCrashAfterPost(t, lose)
+		})
+	}
+}
+
+func testCrashAfterPost(t *testing.T, lose bool) {
+	api := &crashingAPI{lose: lose}
 	h2 := newHarnessAPI(t, func(url string) approvals.SlackAPI {
 		api.Client = slack.New("xoxb-test", slack.OptionAPIURL(url))
 		return api
