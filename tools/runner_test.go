@@ -427,8 +427,8 @@ func TestHealthAutoDisableAndReenable(t *testing.T) {
 	}
 	testenv.WaitFor(t, 20*time.Second, "auto-disable", func() bool { return r.Servers()[0].State == StateDisabled })
 	st := r.Servers()[0]
-	if st.DisabledBy != "health" || !strings.Contains(st.DisabledReason, "4 failed health checks") {
-		t.Errorf("got %+v, want disabled by health after 4 failed checks (1 + 3 retries)", st)
+	if st.DisabledBy != "health" || !strings.Contains(st.DisabledReason, "3 failed health checks") {
+		t.Errorf("got %+v, want disabled by health after 3 failed checks (1 + 2 retries)", st)
 	}
 	mu.Lock()
 	if len(notices) != 1 || notices[0].Server != "h" {
