@@ -56,7 +56,12 @@ func serveHelper() int {
 		fmt.Fprintln(os.Stderr, "helper: refusing to start")
 		return 3
 	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "relay-test-helper", Version: "1.0.0"}, nil)
+	var opts *mcp.ServerOptions
+	if exists("exit-after-init") {
+		// A flapping server: it completes the handshake, then goes away.
+		opts = &mcp.ServerOptions{InitializedHandler: func(context.Context, *mcp.InitializedRequest) { os.Exit(0) }}
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "relay-test-helper", Version: "1.0.0"}, opts)
 	ro := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true}
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "echoes", Annotations: ro},
 		func(_ context.Context, _ *mcp.CallToolRequest, in msgIn) (*mcp.CallToolResult, any, error) {
@@ -144,6 +149,13 @@ func everythingStdio(t testing.TB, name string) mcpconfig.Server {
 // port (it reads PORT) and returns its /mcp URL.
 func startEverythingHTTP(t *testing.T) string {
 	t.Helper()
+	return "http://" + startEverything(t, "streamableHttp") + "/mcp"
+}
+
+// startEverything starts `mcp-server-everything <mode>` on a free port and
+// returns its host:port.
+func startEverything(t *testing.T, mode string) string {
+	t.Helper()
 	bin := npmBin(t, "mcp-server-everything")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -151,7 +163,7 @@ func startEverythingHTTP(t *testing.T) string {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
-	cmd := exec.Command(bin, "streamableHttp")
+	cmd := exec.Command(bin, mode)
 	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
@@ -177,7 +189,7 @@ func startEverythingHTTP(t *testing.T) string {
 		}
 		return false
 	})
-	return "http://" + addr + "/mcp"
+	return addr
 }
 
 func fileExists(dir, name string) bool {

@@ -439,6 +439,12 @@ type ServerStatus struct {
 	ToolNames []string `json:"tool_names,omitempty"`
 }
 
+// Status is what a status request answers: every server, the stop switch,
+// the servers still on their first attempt and the file the runner read.
+func (r *Runner) Status() StatusResponse {
+	return StatusResponse{Servers: r.Servers(), Stopped: r.Stopped(), Pending: r.Pending(), ConfigPath: r.cfg.ConfigPath}
+}
+
 // Servers reports every server, in mcp.json order.
 func (r *Runner) Servers() []ServerStatus {
 	out := make([]ServerStatus, 0, len(r.order))
