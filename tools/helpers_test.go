@@ -153,43 +153,69 @@ func startEverythingHTTP(t *testing.T) string {
 }
 
 // startEverything starts `mcp-server-everything <mode>` on a free port and
-// returns its host:port.
+// returns its host:port. It waits for the server to say it listens (not for
+// the port to answer: another process may have taken the port meanwhile)
+// and starts over on a new port when the server exits first.
 func startEverything(t *testing.T, mode string) string {
 	t.Helper()
 	bin := npmBin(t, "mcp-server-everything")
+	for attempt := 1; ; attempt++ {
+		addr, err := tryEverything(t, bin, mode)
+		if err == nil {
+			return addr
+		}
+		if attempt == 3 {
+			t.Fatalf("mcp-server-everything %s: %v", mode, err)
+		}
+		t.Logf("mcp-server-everything %s: %v; trying another port", mode, err)
+	}
+}
+
+func tryEverything(t *testing.T, bin, mode string) (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	_ = l.Close()
 	cmd := exec.Command(bin, mode)
-	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
+	cmd.Env = append(os.Environ(), "PORT="+port)
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	listening := make(chan struct{})
+	exited := make(chan struct{})
 	var mu sync.Mutex
 	var lines []string
 	go func() {
+		defer close(exited)
 		sc := bufio.NewScanner(stderr)
+		said := false
 		for sc.Scan() {
+			line := sc.Text()
 			mu.Lock()
-			lines = append(lines, sc.Text())
+			lines = append(lines, line)
 			mu.Unlock()
+			if !said && strings.Contains(line, "port "+port) && !strings.Contains(line, "in use") {
+				said = true
+				close(listening)
+			}
 		}
+		_ = cmd.Wait()
 	}()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	testenv.WaitFor(t, 20*time.Second, "everything server listening on "+addr, func() bool {
-		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-		if err == nil {
-			_ = c.Close()
-			return true
-		}
-		return false
-	})
-	return addr
+	stop := func() { _ = cmd.Process.Kill(); <-exited }
+	select {
+	case <-listening:
+		t.Cleanup(stop)
+		return "127.0.0.1:" + port, nil
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		stop()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return "", fmt.Errorf("not listening on port %s: %s", port, strings.Join(lines, " | "))
 }
 
 func fileExists(dir, name string) bool {

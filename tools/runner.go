@@ -267,7 +267,7 @@ func New(cfg Config) (*Runner, error) {
 		metrics:    newMetrics(cfg.Registerer),
 		budgets:    newBudgets(cfg.Policy, cfg.Now),
 		redactor:   cfg.Redactor,
-		progress:   &progressRouter{fns: map[string]func(ProgressEvent){}},
+		progress:   &progressRouter{},
 		conns:      map[string]*conn{},
 		stopPolicy: cfg.Policy.Limits.Stop,
 	}
@@ -730,7 +730,8 @@ func (r *Runner) call(ctx context.Context, req *Request, server, tool string) *R
 		return res
 	}
 	timeout := r.cfg.Policy.TimeoutOr(server, tool, c.cfg.Timeout)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("the call's %s limit passed (the timeout of %s.%s: a policy budget, the server's \"timeout\", else %s)",
+		timeout, server, tool, mcpconfig.DefaultTimeout))
 	defer cancel()
 
 	entry, err := c.tool(ctx, tool)
@@ -861,7 +862,7 @@ func (c *conn) fill(res *Result, cr *mcp.CallToolResult, out *jsonschema.Schema)
 				texts = append(texts, s)
 			}
 		}
-		v, red := rd.Value(v)
+		v, red := redactBlock(rd, v)
 		res.Redacted = res.Redacted || red
 		res.Content = append(res.Content, v)
 	}
@@ -894,6 +895,39 @@ func (c *conn) fill(res *Result, cr *mcp.CallToolResult, out *jsonschema.Schema)
 	}
 }
 
+// redactBlock redacts a content block, leaving base64 payloads (image and
+// audio data, resource blobs) intact: a token shape matched inside one would
+// corrupt it, and a secret sent as a blob is not text anyone reads.
+func redactBlock(rd *Redactor, v any) (any, bool) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return rd.Value(v)
+	}
+	var keep map[string]any
+	hold := func(obj map[string]any, key string) {
+		if b, ok := obj[key].(string); ok {
+			if keep == nil {
+				keep = map[string]any{}
+			}
+			keep[key] = b
+			delete(obj, key)
+		}
+	}
+	hold(m, "data")
+	res, _ := m["resource"].(map[string]any)
+	if res != nil {
+		if b, ok := res["blob"].(string); ok {
+			delete(res, "blob")
+			defer func() { res["blob"] = b }()
+		}
+	}
+	out, red := rd.Value(m)
+	for k, b := range keep {
+		m[k] = b
+	}
+	return out, red
+}
+
 func plainJSON(v any) (any, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -904,25 +938,67 @@ func plainJSON(v any) (any, error) {
 }
 
 // progressRouter hands progress notifications to the call that asked.
+//
+// The SDK reads a server's messages in order but runs notification handlers
+// on their own goroutine, so a call's result can be seen before its last
+// progress notification was handed over. A route is therefore kept until
+// the last one arrived (progress reached total) or, briefly, until no more
+// come (progressGrace).
 type progressRouter struct {
-	mu  sync.Mutex
-	seq uint64
-	fns map[string]func(ProgressEvent)
+	mu     sync.Mutex
+	seq    uint64
+	routes map[string]*progressRoute
 }
+
+type progressRoute struct {
+	fn   func(ProgressEvent)
+	last ProgressEvent
+	seen bool
+	more chan struct{} // signalled on every delivery
+}
+
+// progressGrace bounds the wait for a notification still being handed over.
+const progressGrace = 100 * time.Millisecond
 
 func (p *progressRouter) add(fn func(ProgressEvent)) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.seq++
 	t := "relay-" + strconv.FormatUint(p.seq, 10)
-	p.fns[t] = fn
+	if p.routes == nil {
+		p.routes = map[string]*progressRoute{}
+	}
+	p.routes[t] = &progressRoute{fn: fn, more: make(chan struct{}, 1)}
 	return t
 }
 
+// remove ends a call's route once its last notification was delivered.
 func (p *progressRouter) remove(token string) {
 	p.mu.Lock()
-	delete(p.fns, token)
+	rt := p.routes[token]
 	p.mu.Unlock()
+	if rt != nil {
+		timer := time.NewTimer(progressGrace)
+		defer timer.Stop()
+		for !p.complete(rt) {
+			select {
+			case <-rt.more:
+				continue
+			case <-timer.C:
+			}
+			break
+		}
+	}
+	p.mu.Lock()
+	delete(p.routes, token)
+	p.mu.Unlock()
+}
+
+// complete reports whether rt saw its final notification.
+func (p *progressRouter) complete(rt *progressRoute) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return rt.seen && rt.last.Total > 0 && rt.last.Progress >= rt.last.Total
 }
 
 func (p *progressRouter) deliver(params *mcp.ProgressNotificationParams) {
@@ -930,17 +1006,37 @@ func (p *progressRouter) deliver(params *mcp.ProgressNotificationParams) {
 		return
 	}
 	token := fmt.Sprint(params.ProgressToken)
+	ev := ProgressEvent{Progress: params.Progress, Total: params.Total, Message: params.Message}
 	p.mu.Lock()
-	fn := p.fns[token]
+	rt := p.routes[token]
+	if rt != nil {
+		rt.last, rt.seen = ev, true
+	}
 	p.mu.Unlock()
-	if fn != nil {
-		fn(ProgressEvent{Progress: params.Progress, Total: params.Total, Message: params.Message})
+	if rt != nil {
+		rt.fn(ev)
+		select {
+		case rt.more <- struct{}{}:
+		default:
+		}
 	}
 }
 
+// Probe health statuses: Unhealthy when the handshake failed, Degraded when
+// it succeeded but the ping or the tool listing did not.
+const (
+	ProbeHealthy   = "Healthy"
+	ProbeDegraded  = "Degraded"
+	ProbeUnhealthy = "Unhealthy"
+)
+
 // Probe is the health report of `relay mcp test`.
 type Probe struct {
-	Server          string          `json:"server"`
+	Server string `json:"server"`
+	// Status is Healthy, Degraded or Unhealthy; Timestamp when the check began.
+	Status    string    `json:"status"`
+	Timestamp time.Time `json:"timestamp"`
+	// OK is Status == Healthy.
 	OK              bool            `json:"ok"`
 	Error           string          `json:"error,omitempty"`
 	Handshake       time.Duration   `json:"handshake_ns"`
@@ -960,7 +1056,7 @@ func ProbeServer(ctx context.Context, cfg Config, s mcpconfig.Server) *Probe {
 	cfg.AuditPath = ""
 	cfg.State = nil
 	r, err := New(cfg)
-	p := &Probe{Server: s.Name}
+	p := &Probe{Server: s.Name, Status: ProbeUnhealthy, Timestamp: time.Now().UTC()}
 	if err != nil {
 		p.Error = err.Error()
 		return p
@@ -976,6 +1072,7 @@ func ProbeServer(ctx context.Context, cfg Config, s mcpconfig.Server) *Probe {
 		return p
 	}
 	defer session.Close()
+	p.Status = ProbeDegraded
 	p.Handshake = time.Since(start)
 	init := session.InitializeResult()
 	p.ProtocolVersion = init.ProtocolVersion
@@ -999,7 +1096,7 @@ func ProbeServer(ctx context.Context, cfg Config, s mcpconfig.Server) *Probe {
 		}
 	}
 	sort.Strings(p.Tools)
-	p.OK = true
+	p.OK, p.Status = true, ProbeHealthy
 	return p
 }
 

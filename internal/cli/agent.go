@@ -68,6 +68,7 @@ func configureAgent(env *config.Env) buildFunc {
 		prompt = strings.TrimSpace(string(b))
 	}
 	cfg.System = prompt
+	toolsWait := env.Duration("RELAY_AGENT_TOOLS_WAIT", agent.DefaultToolsWait, 0, 10*time.Minute)
 	llm := agent.OpenAIConfig{
 		BaseURL:  baseURL,
 		Model:    model,
@@ -86,7 +87,7 @@ func configureAgent(env *config.Env) buildFunc {
 			}
 			cfg.Model = m
 			cfg.Memory = agent.BusMemory(d.Bus.Conn(), d.Bus.Prefix(), 10*time.Second)
-			cfg.Tools = agent.BusTools(d.Bus.Conn(), d.Bus.Prefix(), 30*time.Second)
+			cfg.Tools = agent.BusTools(d.Bus.Conn(), d.Bus.Prefix(), 30*time.Second).SetWait(toolsWait)
 		}
 		svc, err := agent.New(ctx, cfg, d.Bus)
 		if err != nil {

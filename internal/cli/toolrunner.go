@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/httpserver"
 	"github.com/relaystation/relay/secret"
+	"github.com/relaystation/relay/services/approvals"
 	"github.com/relaystation/relay/services/toolrunner"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
@@ -35,6 +37,17 @@ type toolSettings struct {
 	Policy     *mcpconfig.Policy
 	PolicySet  bool
 	Runner     tools.Config
+	// NoticeChannel is the Slack channel of auto-disable / re-enable notices.
+	NoticeChannel string
+}
+
+// configPathForStatus is the mcp.json path a running runner reports:
+// absolute, so `relay mcp list` run elsewhere names the right file.
+func configPathForStatus(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
 }
 
 // readToolSettings reads RELAY_MCP_CONFIG, RELAY_POLICY, RELAY_AUDIT_LOG,
@@ -72,8 +85,13 @@ func readToolSettings(env *config.Env) *toolSettings {
 			secrets = append(secrets, v)
 		}
 	}
+	ts.NoticeChannel = env.String("RELAY_OPS_CHANNEL", env.String("SLACK_APPROVAL_CHANNEL", ""))
+	if ts.NoticeChannel != "" && !approvals.ValidChannelID(ts.NoticeChannel) {
+		env.Failf("RELAY_OPS_CHANNEL", "%q is not a Slack channel id (C…, G…)", ts.NoticeChannel)
+	}
 	ts.Runner = tools.Config{
 		Servers:        ts.Servers,
+		ConfigPath:     configPathForStatus(path),
 		Policy:         ts.Policy,
 		AuditPath:      env.String("RELAY_AUDIT_LOG", filepath.Join(dataDir, "audit", "tools.jsonl")),
 		HealthInterval: env.Duration("RELAY_MCP_HEALTH_INTERVAL", 30*time.Second, time.Second, time.Hour),
@@ -93,10 +111,10 @@ func configureToolRunner(env *config.Env) buildFunc {
 			rc.Logger.Warn("RELAY_POLICY is not set: no role may call any tool until a policy grants capabilities")
 		}
 		rc.Logger.Info("mcp servers configured", "file", ts.ConfigPath, "servers", len(ts.Servers))
-		svc, err := toolrunner.New(ctx, toolrunner.Config{Tools: rc, Logger: rc.Logger}, d.Bus)
+		svc, err := toolrunner.New(ctx, toolrunner.Config{Tools: rc, Logger: rc.Logger, NoticeChannel: ts.NoticeChannel}, d.Bus)
 		if err != nil {
 			return nil, err
 		}
-		return &runner{run: svc.Run}, nil
+		return &runner{run: svc.Run, routes: func(s *httpserver.Server) { s.AddCheck("mcp_servers", svc.Ready) }}, nil
 	}
 }
