@@ -99,6 +99,13 @@ func serveHelper() int {
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{StructuredContent: map[string]any{"temperature": "hot"}, Content: []mcp.Content{&mcp.TextContent{Text: "{}"}}}, nil
 		})
+	// Names up to 100 characters are fine; longer ones are not offered.
+	mcp.AddTool(s, &mcp.Tool{Name: strings.Repeat("n", 100), Annotations: ro}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "long"}}}, nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: strings.Repeat("x", 101), Annotations: ro}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "too long"}}}, nil, nil
+	})
 	mcp.AddTool(s, &mcp.Tool{Name: "add-tool", Description: "adds tool 'added'"},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 			mcp.AddTool(s, &mcp.Tool{Name: "added", Annotations: ro}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, weather, error) {

@@ -195,3 +195,21 @@ func TestFlappingServerIsAutoDisabled(t *testing.T) {
 		t.Errorf("got notices %+v, want one auto-disable notice", notices)
 	}
 }
+
+func TestToolNamesUpTo100Characters(t *testing.T) {
+	t.Parallel()
+	cfg := fastConfig(t, helperServer(t, "h", t.TempDir()))
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	names := map[string]bool{}
+	for _, ti := range r.Tools(t.Context(), "agent") {
+		names[ti.Tool] = true
+	}
+	if !names[strings.Repeat("n", 100)] || names[strings.Repeat("x", 101)] {
+		t.Errorf("got tools %v, want the 100-character name and not the 101-character one", names)
+	}
+	res := r.Call(t.Context(), Request{Tool: "h." + strings.Repeat("n", 100), Caller: Caller{Role: "agent"}})
+	if res.Err != nil || res.Text != "long" {
+		t.Errorf("got %q, %v", res.Text, res.Err)
+	}
+}
