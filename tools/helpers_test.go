@@ -56,6 +56,11 @@ func serveHelper() int {
 		fmt.Fprintln(os.Stderr, "helper: refusing to start")
 		return 3
 	}
+	if b, err := os.ReadFile(filepath.Join(dir, "restart-delay-ms")); err == nil && exists("crashed") {
+		// A restart after the crash takes this long, as a real server's might.
+		ms, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+	}
 	var opts *mcp.ServerOptions
 	if exists("exit-after-init") {
 		// A flapping server: it completes the handshake, then goes away.
@@ -77,6 +82,17 @@ func serveHelper() int {
 				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
 			case <-ctx.Done():
 				mark("slow-cancelled")
+				return nil, nil, ctx.Err()
+			}
+		})
+	// slow-read is slow-but-read-only: the runner may retry it.
+	mcp.AddTool(s, &mcp.Tool{Name: "slow-read", Annotations: ro},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in slowIn) (*mcp.CallToolResult, any, error) {
+			mark("slow-read-started")
+			select {
+			case <-time.After(time.Duration(in.MS) * time.Millisecond):
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "read"}}}, nil, nil
+			case <-ctx.Done():
 				return nil, nil, ctx.Err()
 			}
 		})

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -211,5 +212,72 @@ func TestToolNamesUpTo100Characters(t *testing.T) {
 	res := r.Call(t.Context(), Request{Tool: "h." + strings.Repeat("n", 100), Caller: Caller{Role: "agent"}})
 	if res.Err != nil || res.Text != "long" {
 		t.Errorf("got %q, %v", res.Text, res.Err)
+	}
+}
+
+// With the default retry settings and the specified 1s first health retry, a
+// read-only call that crashed its stdio server waits for the restart (here
+// 1.5s) and succeeds.
+func TestReadOnlyRetryOutwaitsARestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "restart-delay-ms"), []byte("1500"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig(t, helperServer(t, "h", dir))
+	cfg.HealthBackoff, cfg.RetryBackoff, cfg.CallRetries = nil, 0, 0 // the defaults: 1s, 5s; 250ms; 2
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	res := r.Call(t.Context(), Request{Tool: "h.crash-once", Caller: Caller{Role: "agent"}})
+	if res.Err != nil || res.Text != "survived" {
+		t.Fatalf("got %q, %v after %s; want the retry to reach the restarted server", res.Text, res.Err, res.Duration)
+	}
+}
+
+// A read-only call whose server is killed and does not come back reports the
+// lost connection, not "server offline".
+func TestKilledServerReportsTheLostConnection(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := fastConfig(t, helperServer(t, "h", dir))
+	cfg.HealthBackoff = []time.Duration{time.Hour}
+	cfg.RetryWindow = 2 * time.Second
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	pid := r.conns["h"].pid()
+	done := make(chan *Result, 1)
+	go func() {
+		done <- r.Call(t.Context(), Request{Tool: "h.slow-read", Args: map[string]any{"ms": 30000}, Caller: Caller{Role: "agent"}})
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the call to reach the server", func() bool { return fileExists(dir, "slow-read-started") })
+	if err := os.WriteFile(filepath.Join(dir, "refuse-start"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if !errors.Is(res.Err, ErrConnection) || errors.Is(res.Err, ErrOffline) || strings.Contains(res.Err.Error(), "server offline") {
+		t.Fatalf("got %v, want the lost connection", res.Err)
+	}
+}
+
+func TestServerMemory(t *testing.T) {
+	t.Parallel()
+	srv := mcpconfig.Server{Name: "memory", Type: mcpconfig.Stdio, Command: npmBin(t, "mcp-server-memory"),
+		Env: map[string]string{"MEMORY_FILE_PATH": filepath.Join(t.TempDir(), "memory.jsonl")}, ProtocolVersion: mcpconfig.DefaultProtocolVersion}
+	cfg := fastConfig(t, srv)
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	c := Caller{Role: "agent"}
+	res := r.Call(t.Context(), Request{Tool: "memory.create_entities", Caller: c, Args: map[string]any{"entities": []any{
+		map[string]any{"name": "relay", "entityType": "project", "observations": []any{"runs MCP tools"}},
+	}}})
+	if res.Err != nil {
+		t.Fatalf("create_entities: %v", res.Err)
+	}
+	res = r.Call(t.Context(), Request{Tool: "memory.search_nodes", Caller: c, Args: map[string]any{"query": "relay"}})
+	if res.Err != nil || !strings.Contains(res.Text, "runs MCP tools") {
+		t.Fatalf("search_nodes: got %q, %v", res.Text, res.Err)
 	}
 }
