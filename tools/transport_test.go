@@ -56,7 +56,14 @@ func holdSession(t *testing.T, r *Runner, name string, hold time.Duration) {
 
 func TestSessionsHoldAcrossHealthIntervals(t *testing.T) {
 	t.Parallel()
-	const hold = 1500 * time.Millisecond
+	hold := 1500 * time.Millisecond
+	if v := os.Getenv("RELAY_TEST_HOLD"); v != "" { // a longer soak, for measuring uptime
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("RELAY_TEST_HOLD: %v", err)
+		}
+		hold = d
+	}
 	tests := []struct {
 		name   string
 		server func(t *testing.T) mcpconfig.Server
