@@ -396,6 +396,9 @@ func TestCancellationReachesServer(t *testing.T) {
 			if res.Status != tt.status {
 				t.Fatalf("got %s (%v), want %s", res.Status, res.Err, tt.status)
 			}
+			if tt.status == StatusTimeout && !strings.Contains(res.Err.Error(), "1s limit") {
+				t.Errorf("got %q, want the timeout to name its limit", res.Err)
+			}
 			testenv.WaitFor(t, 10*time.Second, "the server to see notifications/cancelled", func() bool { return fileExists(dir, "slow-cancelled") })
 			if fileExists(dir, "slow-done") {
 				t.Error("the tool ran to completion")

@@ -95,6 +95,7 @@ func readToolSettings(env *config.Env) *toolSettings {
 		Policy:         ts.Policy,
 		AuditPath:      env.String("RELAY_AUDIT_LOG", filepath.Join(dataDir, "audit", "tools.jsonl")),
 		HealthInterval: env.Duration("RELAY_MCP_HEALTH_INTERVAL", 30*time.Second, time.Second, time.Hour),
+		DisableAfter:   env.Int("RELAY_MCP_DISABLE_AFTER", 3, 1, 100),
 		Redactor:       tools.NewRedactor(secrets...),
 		BaseEnv:        tools.BaseEnvFrom(os.Environ()),
 	}
