@@ -73,7 +73,18 @@ func (b *budgets) admit(ctx context.Context, server, tool string) (release func(
 			keys = append(keys, k)
 		}
 	}
-	// Rate: reserve every bucket first, so a refusal consumes no token.
+	if err := reserveRate(ctx, ls, keys); err != nil {
+		return nil, err
+	}
+	if err := b.countQuota(ls, keys); err != nil {
+		return nil, err
+	}
+	return b.acquireSlots(ctx, ls)
+}
+
+// reserveRate waits for a token of every rate-limited budget: every bucket
+// is reserved first, so a refusal consumes no token.
+func reserveRate(ctx context.Context, ls []*limit, keys []string) error {
 	var wait time.Duration
 	reservations := make([]*rate.Reservation, 0, len(ls))
 	cancelAll := func() {
@@ -92,21 +103,27 @@ func (b *budgets) admit(ctx context.Context, server, tool string) (release func(
 		d := r.DelayFrom(now)
 		if !r.OK() || hasDeadline && now.Add(d).After(deadline) {
 			cancelAll()
-			return nil, fmt.Errorf("%w: budget %s allows %g/s", ErrRateLimited, keys[i], float64(l.lim.Limit()))
+			return fmt.Errorf("%w: budget %s allows %g/s", ErrRateLimited, keys[i], float64(l.lim.Limit()))
 		}
 		wait = max(wait, d)
 	}
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			cancelAll()
-			return nil, ctxErr(ctx)
-		}
+	if wait <= 0 {
+		return nil
 	}
-	// Quota: count, undoing on refusal.
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		cancelAll()
+		return ctxErr(ctx)
+	}
+}
+
+// countQuota counts the call against every daily quota, undoing the counts
+// already taken when one is used up.
+func (b *budgets) countQuota(ls []*limit, keys []string) error {
 	day := b.now().UTC().Format(time.DateOnly)
 	for i, l := range ls {
 		if l.quota == 0 {
@@ -121,12 +138,16 @@ func (b *budgets) admit(ctx context.Context, server, tool string) (release func(
 			for _, u := range ls[:i] {
 				u.unuse()
 			}
-			return nil, fmt.Errorf("%w: budget %s allows %d calls a day", ErrQuotaExhausted, keys[i], l.quota)
+			return fmt.Errorf("%w: budget %s allows %d calls a day", ErrQuotaExhausted, keys[i], l.quota)
 		}
 		l.used++
 		l.mu.Unlock()
 	}
-	// Concurrency: global, then server, then tool.
+	return nil
+}
+
+// acquireSlots takes a concurrency slot: global, then server, then tool.
+func (b *budgets) acquireSlots(ctx context.Context, ls []*limit) (release func(), err error) {
 	taken := make([]chan struct{}, 0, 3)
 	release = func() {
 		for _, s := range taken {

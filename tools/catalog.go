@@ -13,6 +13,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 type wireError = jsonrpc.Error
@@ -178,6 +180,10 @@ func (c *conn) cachedTools(ctx context.Context) ([]*toolEntry, error) {
 			ttl = time.Duration(res.TTLMs) * time.Millisecond
 		}
 		for _, t := range res.Tools {
+			if len(t.Name) > mcpconfig.MaxNameLen || t.Name == "" {
+				c.log.Warn("tool name empty or over the limit; not offered", "tool", t.Name[:min(len(t.Name), 120)], "limit", mcpconfig.MaxNameLen)
+				continue
+			}
 			e := &toolEntry{info: ToolInfo{
 				Name:         c.cfg.Name + "." + t.Name,
 				Server:       c.cfg.Name,

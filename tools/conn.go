@@ -1,13 +1,11 @@
 package tools
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"sort"
@@ -27,10 +25,11 @@ var errBreakerFailure = errors.New("breaker: failure")
 
 // ServerStatus values.
 const (
-	StateReady    = "ready"    // session up, breaker closed, last check passed
-	StateDegraded = "degraded" // session up, but checks fail or the breaker is not closed
-	StateOffline  = "offline"  // no session
-	StateDisabled = "disabled" // not run: configuration, operator or health checks
+	StateConnecting = "connecting" // a handshake is under way and there is no session yet
+	StateReady      = "ready"      // session up, breaker closed, no failed check since the last good ping
+	StateDegraded   = "degraded"   // session up, but a check failed since the last good ping or the breaker is not closed
+	StateOffline    = "offline"    // no session; the next retry is scheduled
+	StateDisabled   = "disabled"   // not run: configuration, operator or health checks
 )
 
 // conn owns one server: its session (one, long-lived), health loop, circuit
@@ -39,6 +38,9 @@ type conn struct {
 	r   *Runner
 	cfg mcpconfig.Server
 	log *slog.Logger
+	// redactor removes the runner's secrets and this server's own (values
+	// from ${input:…} and ${env:…}, secret-named env entries).
+	redactor *Redactor
 
 	wake chan struct{} // check now (enabled, or asked)
 	lost chan struct{} // the session ended
@@ -50,13 +52,11 @@ type conn struct {
 	disabled      bool
 	disabledWhy   string
 	disabledBy    string
-	checkFailing  bool
-	failures      int
-	lastErr       string
-	lastCheck     time.Time
+	health        health
 	handshake     time.Duration
 	init          *mcp.InitializeResult
 	breakerOpened int
+	calls         callStats
 
 	fatal atomic.Bool // the next breaker failure trips it at once
 
@@ -75,6 +75,8 @@ func newConn(r *Runner, s mcpconfig.Server) *conn {
 		log:  r.log.With("server", s.Name),
 		wake: make(chan struct{}, 1),
 		lost: make(chan struct{}, 1),
+
+		redactor: r.redactor.With(s.Secrets...),
 	}
 	c.disabled = s.Disabled
 	if s.Disabled {
@@ -115,133 +117,6 @@ func (c *conn) signal(ch chan struct{}) {
 	}
 }
 
-// run is the health loop: connect, ping every interval, retry with backoff,
-// auto-disable when every retry failed. It returns when ctx is done.
-func (c *conn) run(ctx context.Context) {
-	cfg := &c.r.cfg
-	failures := 0
-	delay := time.Duration(0)
-	for {
-		t := time.NewTimer(delay)
-		var err error
-		checked := true
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		case <-c.wake:
-		case <-c.lost:
-			checked = false
-			err = ErrConnection
-		}
-		t.Stop()
-		if c.isDisabled() {
-			failures = 0
-			delay = cfg.HealthInterval
-			continue
-		}
-		if checked {
-			err = c.check(ctx)
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			failures = 0
-			c.setHealth(0, nil)
-			delay = cfg.HealthInterval
-			continue
-		}
-		failures++
-		c.setHealth(failures, err)
-		if failures > len(cfg.HealthBackoff) {
-			c.r.autoDisable(ctx, c, failures, err)
-			failures = 0
-			delay = cfg.HealthInterval
-			continue
-		}
-		delay = cfg.HealthBackoff[failures-1]
-		c.log.Warn("health check failed; retrying", "failures", failures, "retry_in", delay, "err", err)
-	}
-}
-
-func (c *conn) setHealth(failures int, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.failures = failures
-	c.checkFailing = err != nil
-	c.lastCheck = time.Now()
-	if err != nil {
-		c.lastErr = err.Error()
-	} else {
-		c.lastErr = ""
-	}
-}
-
-// check connects when there is no session, pings otherwise. A failed ping
-// closes the session so the next check reconnects.
-func (c *conn) check(ctx context.Context) error {
-	c.mu.Lock()
-	s := c.session
-	c.mu.Unlock()
-	if s == nil {
-		return c.connect(ctx)
-	}
-	pctx, cancel := context.WithTimeout(ctx, c.r.cfg.PingTimeout)
-	defer cancel()
-	if err := s.Ping(pctx, nil); err != nil {
-		c.dropSession(s)
-		return fmt.Errorf("ping: %w", err)
-	}
-	return nil
-}
-
-// connect opens the server's one session.
-func (c *conn) connect(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, c.r.cfg.ConnectTimeout)
-	defer cancel()
-	start := time.Now()
-	session, cmd, err := dial(cctx, c.r, c.cfg, c.client(), c.log)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	hs := time.Since(start)
-	c.r.metrics.handshake.WithLabelValues(c.cfg.Name).Observe(hs.Seconds())
-	c.mu.Lock()
-	if c.disabled || c.r.closing.Load() {
-		c.mu.Unlock()
-		_ = session.Close()
-		return nil
-	}
-	c.session, c.cmd, c.handshake, c.init = session, cmd, hs, session.InitializeResult()
-	c.breaker = c.newBreaker() // a new session starts with a closed breaker
-	c.mu.Unlock()
-	c.r.metrics.up.WithLabelValues(c.cfg.Name).Set(1)
-	c.r.metrics.breaker.WithLabelValues(c.cfg.Name).Set(0)
-	c.invalidateTools()
-	if _, err := c.cachedTools(ctx); err != nil {
-		c.log.Warn("list tools after connect", "err", err)
-	}
-	c.log.Info("mcp session ready", "handshake", hs.Round(time.Microsecond).String(),
-		"protocol", session.InitializeResult().ProtocolVersion)
-	go func() {
-		_ = session.Wait()
-		c.mu.Lock()
-		current := c.session == session
-		if current {
-			c.session, c.cmd = nil, nil
-		}
-		c.mu.Unlock()
-		if current {
-			c.r.metrics.up.WithLabelValues(c.cfg.Name).Set(0)
-			c.log.Warn("mcp session ended")
-			c.signal(c.lost)
-		}
-	}()
-	return nil
-}
-
 // dropSession closes s if it is still the current session.
 func (c *conn) dropSession(s *mcp.ClientSession) {
 	c.mu.Lock()
@@ -270,45 +145,18 @@ func (c *conn) client() *mcp.Client {
 
 // dial opens a session to s with a fresh client.
 func dial(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client, log *slog.Logger) (*mcp.ClientSession, *exec.Cmd, error) {
-	var (
-		t   mcp.Transport
-		cmd *exec.Cmd
-	)
-	switch s.Type {
-	case mcpconfig.Stdio:
-		cmd = exec.Command(s.Command, s.Args...)
-		cmd.Env = stdioEnv(r.cfg.BaseEnv, s.Env)
-		cmd.Dir = s.Dir
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			return nil, nil, err
-		}
-		go logStderr(stderr, log)
-		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: r.cfg.TerminateDuration}
-	case mcpconfig.HTTP:
-		t = &mcp.StreamableClientTransport{Endpoint: s.URL, HTTPClient: httpClient(r.cfg.HTTPClient, s.Headers), MaxRetries: -1}
-	case mcpconfig.SSE:
-		t = &mcp.SSEClientTransport{Endpoint: s.URL, HTTPClient: httpClient(r.cfg.HTTPClient, s.Headers)}
-	default:
-		return nil, nil, fmt.Errorf("server %s: unknown transport %q", s.Name, s.Type)
+	t, cmd, err := transport(r, s, log)
+	if err != nil {
+		return nil, nil, err
 	}
 	session, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: s.ProtocolVersion})
 	if err != nil {
 		if cmd != nil && cmd.Process != nil {
 			_ = cmd.Process.Kill()
 		}
-		return nil, nil, err
+		return nil, nil, hint(s, err)
 	}
 	return session, cmd, nil
-}
-
-// logStderr copies a stdio server's stderr to the log, line by line.
-func logStderr(r io.Reader, log *slog.Logger) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), 64*1024)
-	for sc.Scan() {
-		log.Info("server stderr", "line", sc.Text())
-	}
 }
 
 // stdioEnv is the child's environment: the base (never the relay's secrets
@@ -353,46 +201,21 @@ func BaseEnvFrom(environ []string) []string {
 	return out
 }
 
-type headerTransport struct {
-	base    http.RoundTripper
-	headers map[string]string
-}
-
-func (h *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	req = req.Clone(req.Context())
-	for k, v := range h.headers {
-		req.Header.Set(k, v)
-	}
-	return h.base.RoundTrip(req)
-}
-
-func httpClient(base *http.Client, headers map[string]string) *http.Client {
-	if base == nil {
-		base = http.DefaultClient
-	}
-	if len(headers) == 0 {
-		return base
-	}
-	c := *base
-	rt := c.Transport
-	if rt == nil {
-		rt = http.DefaultTransport
-	}
-	c.Transport = &headerTransport{base: rt, headers: headers}
-	return &c
-}
-
 func (c *conn) isDisabled() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.disabled
 }
 
-// disable stops the server: the session is closed and calls fail with ErrDisabled.
-func (c *conn) disable(reason, by string) {
+// disable stops the server: the session is closed and calls fail with
+// ErrDisabled. It reports whether the server was enabled before.
+func (c *conn) disable(reason, by string) bool {
 	c.mu.Lock()
 	was := c.disabled
 	c.disabled, c.disabledWhy, c.disabledBy = true, reason, by
+	if by == "health" && !was {
+		c.health.autoDisabledAt = time.Now()
+	}
 	s := c.session
 	c.session, c.cmd = nil, nil
 	c.mu.Unlock()
@@ -403,19 +226,23 @@ func (c *conn) disable(reason, by string) {
 	if !was {
 		c.log.Warn("server disabled", "reason", reason, "by", by)
 	}
+	return !was
 }
 
-// enable lets the server run again; the failure count restarts at zero.
-func (c *conn) enable() {
+// enable lets the server run again; the failure count restarts at zero. It
+// returns who had disabled it ("" when it was enabled already).
+func (c *conn) enable() (wasDisabledBy string) {
 	c.mu.Lock()
-	was := c.disabled
+	was, by := c.disabled, c.disabledBy
 	c.disabled, c.disabledWhy, c.disabledBy = false, "", ""
-	c.failures, c.checkFailing, c.lastErr = 0, false, ""
+	c.health.failures, c.health.lastErr, c.health.nextRetry, c.health.autoDisabledAt = 0, "", time.Time{}, time.Time{}
 	c.mu.Unlock()
-	if was {
-		c.log.Info("server enabled")
-		c.signal(c.wake)
+	if !was {
+		return ""
 	}
+	c.log.Info("server enabled")
+	c.signal(c.wake)
+	return by
 }
 
 // acquire returns the session and the breaker's completion function, or
@@ -444,16 +271,27 @@ func (c *conn) acquire() (*mcp.ClientSession, func(bool), error) {
 func (c *conn) status() ServerStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	h := &c.health
 	st := ServerStatus{
-		Name:          c.cfg.Name,
-		Type:          string(c.cfg.Type),
-		Description:   c.cfg.Description,
-		Failures:      c.failures,
-		LastError:     c.lastErr,
-		LastCheck:     c.lastCheck,
-		Handshake:     c.handshake,
-		Breaker:       c.breaker.State().String(),
-		BreakerOpened: c.breakerOpened,
+		Name:           c.cfg.Name,
+		Type:           string(c.cfg.Type),
+		Description:    c.cfg.Description,
+		Failures:       h.failures,
+		LastError:      h.lastErr,
+		LastCheck:      h.lastCheck,
+		LastConnected:  h.lastConnected,
+		LastPing:       h.lastPing,
+		PingLatency:    h.pingLatency,
+		NextRetry:      h.nextRetry,
+		AutoDisabledAt: h.autoDisabledAt,
+		Handshake:      c.handshake,
+		Breaker:        c.breaker.State().String(),
+		BreakerOpened:  c.breakerOpened,
+		Invocations:    c.calls.invocations,
+		Successes:      c.calls.successes,
+		Errors:         c.calls.errors,
+		LastInvocation: c.calls.last,
+		AvgLatency:     c.calls.avg(),
 	}
 	if c.init != nil {
 		st.ProtocolVersion = c.init.ProtocolVersion
@@ -464,9 +302,11 @@ func (c *conn) status() ServerStatus {
 	switch {
 	case c.disabled:
 		st.State, st.DisabledReason, st.DisabledBy = StateDisabled, c.disabledWhy, c.disabledBy
+	case c.session == nil && h.connecting:
+		st.State = StateConnecting
 	case c.session == nil:
 		st.State = StateOffline
-	case c.checkFailing || c.breaker.State() != gobreaker.StateClosed:
+	case h.failures > 0 || c.breaker.State() != gobreaker.StateClosed:
 		st.State = StateDegraded
 	default:
 		st.State = StateReady
@@ -514,7 +354,7 @@ func (c *conn) classify(ctx context.Context, err error, done func(bool)) error {
 		return ctxErr(ctx)
 	case errors.As(err, &we):
 		done(true) // the server answered
-		msg, _ := c.r.redactor.String(we.Message)
+		msg, _ := c.redactor.String(we.Message)
 		return &ToolError{Code: we.Code, Message: msg}
 	case errors.Is(err, mcp.ErrConnectionClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, os.ErrClosed):
 		c.fatal.Store(true)

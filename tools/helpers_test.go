@@ -56,7 +56,17 @@ func serveHelper() int {
 		fmt.Fprintln(os.Stderr, "helper: refusing to start")
 		return 3
 	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "relay-test-helper", Version: "1.0.0"}, nil)
+	if b, err := os.ReadFile(filepath.Join(dir, "restart-delay-ms")); err == nil && exists("crashed") {
+		// A restart after the crash takes this long, as a real server's might.
+		ms, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+	}
+	var opts *mcp.ServerOptions
+	if exists("exit-after-init") {
+		// A flapping server: it completes the handshake, then goes away.
+		opts = &mcp.ServerOptions{InitializedHandler: func(context.Context, *mcp.InitializedRequest) { os.Exit(0) }}
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "relay-test-helper", Version: "1.0.0"}, opts)
 	ro := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true}
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "echoes", Annotations: ro},
 		func(_ context.Context, _ *mcp.CallToolRequest, in msgIn) (*mcp.CallToolResult, any, error) {
@@ -72,6 +82,17 @@ func serveHelper() int {
 				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
 			case <-ctx.Done():
 				mark("slow-cancelled")
+				return nil, nil, ctx.Err()
+			}
+		})
+	// slow-read is slow-but-read-only: the runner may retry it.
+	mcp.AddTool(s, &mcp.Tool{Name: "slow-read", Annotations: ro},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in slowIn) (*mcp.CallToolResult, any, error) {
+			mark("slow-read-started")
+			select {
+			case <-time.After(time.Duration(in.MS) * time.Millisecond):
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "read"}}}, nil, nil
+			case <-ctx.Done():
 				return nil, nil, ctx.Err()
 			}
 		})
@@ -94,6 +115,13 @@ func serveHelper() int {
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return &mcp.CallToolResult{StructuredContent: map[string]any{"temperature": "hot"}, Content: []mcp.Content{&mcp.TextContent{Text: "{}"}}}, nil
 		})
+	// Names up to 100 characters are fine; longer ones are not offered.
+	mcp.AddTool(s, &mcp.Tool{Name: strings.Repeat("n", 100), Annotations: ro}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "long"}}}, nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: strings.Repeat("x", 101), Annotations: ro}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "too long"}}}, nil, nil
+	})
 	mcp.AddTool(s, &mcp.Tool{Name: "add-tool", Description: "adds tool 'added'"},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 			mcp.AddTool(s, &mcp.Tool{Name: "added", Annotations: ro}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, weather, error) {
@@ -144,40 +172,73 @@ func everythingStdio(t testing.TB, name string) mcpconfig.Server {
 // port (it reads PORT) and returns its /mcp URL.
 func startEverythingHTTP(t *testing.T) string {
 	t.Helper()
+	return "http://" + startEverything(t, "streamableHttp") + "/mcp"
+}
+
+// startEverything starts `mcp-server-everything <mode>` on a free port and
+// returns its host:port. It waits for the server to say it listens (not for
+// the port to answer: another process may have taken the port meanwhile)
+// and starts over on a new port when the server exits first.
+func startEverything(t *testing.T, mode string) string {
+	t.Helper()
 	bin := npmBin(t, "mcp-server-everything")
+	for attempt := 1; ; attempt++ {
+		addr, err := tryEverything(t, bin, mode)
+		if err == nil {
+			return addr
+		}
+		if attempt == 3 {
+			t.Fatalf("mcp-server-everything %s: %v", mode, err)
+		}
+		t.Logf("mcp-server-everything %s: %v; trying another port", mode, err)
+	}
+}
+
+func tryEverything(t *testing.T, bin, mode string) (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 	_ = l.Close()
-	cmd := exec.Command(bin, "streamableHttp")
-	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
+	cmd := exec.Command(bin, mode)
+	cmd.Env = append(os.Environ(), "PORT="+port)
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	listening := make(chan struct{})
+	exited := make(chan struct{})
 	var mu sync.Mutex
 	var lines []string
 	go func() {
+		defer close(exited)
 		sc := bufio.NewScanner(stderr)
+		said := false
 		for sc.Scan() {
+			line := sc.Text()
 			mu.Lock()
-			lines = append(lines, sc.Text())
+			lines = append(lines, line)
 			mu.Unlock()
+			if !said && strings.Contains(line, "port "+port) && !strings.Contains(line, "in use") {
+				said = true
+				close(listening)
+			}
 		}
+		_ = cmd.Wait()
 	}()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	testenv.WaitFor(t, 20*time.Second, "everything server listening on "+addr, func() bool {
-		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
-		if err == nil {
-			_ = c.Close()
-			return true
-		}
-		return false
-	})
-	return "http://" + addr + "/mcp"
+	stop := func() { _ = cmd.Process.Kill(); <-exited }
+	select {
+	case <-listening:
+		t.Cleanup(stop)
+		return "127.0.0.1:" + port, nil
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		stop()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return "", fmt.Errorf("not listening on port %s: %s", port, strings.Join(lines, " | "))
 }
 
 func fileExists(dir, name string) bool {

@@ -116,3 +116,21 @@ func mayHoldBearer(s string) bool {
 	}
 	return false
 }
+
+// With returns a Redactor that also removes values (a server's own secrets);
+// r is unchanged. Values shorter than 6 bytes are ignored.
+func (r *Redactor) With(values ...string) *Redactor {
+	if len(values) == 0 {
+		return r
+	}
+	var all []secret.Value
+	if r != nil {
+		for _, v := range r.any {
+			all = append(all, secret.New(v))
+		}
+	}
+	for _, v := range values {
+		all = append(all, secret.New(v))
+	}
+	return NewRedactor(all...)
+}

@@ -49,6 +49,11 @@ type StatusResponse struct {
 	Servers []ServerStatus `json:"servers"`
 	Stopped bool           `json:"stopped"`
 	Error   string         `json:"error,omitempty"`
+	// Pending are the enabled servers whose first connect attempt has not
+	// finished (until it is empty a tool list may be partial); ConfigPath is
+	// the mcp.json the runner read. Runners before these fields send neither.
+	Pending    []string `json:"pending,omitempty"`
+	ConfigPath string   `json:"config_path,omitempty"`
 }
 
 // Requester sends a NATS request; *nats.Conn is one.
@@ -129,7 +134,7 @@ func Serve(ctx context.Context, nc *nats.Conn, prefix string, r *Runner, log *sl
 			return resp, nil
 		}},
 		rpc.Endpoint{Name: "status", Subject: prefix + "." + SubjectStatus, ErrorBody: statusError, Handle: func(context.Context, []byte) (any, error) {
-			return StatusResponse{Servers: r.Servers(), Stopped: r.Stopped()}, nil
+			return r.Status(), nil
 		}},
 	)
 	if err != nil {

@@ -16,6 +16,7 @@
 package tools
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -32,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -66,13 +68,27 @@ type Config struct {
 
 	// HealthInterval is the ping interval. Default 30s.
 	HealthInterval time.Duration
-	// HealthBackoff are the delays of the retries after a failed check; when
-	// every retry failed too the server is auto-disabled. Default 1s, 5s, 15s.
+	// HealthBackoff are the delays of the retries after the 1st, 2nd, ...
+	// consecutive failed check (the last repeats). Default 1s, 5s, 15s.
 	HealthBackoff []time.Duration
+	// DisableAfter consecutive failed checks auto-disable the server (a
+	// handshake that succeeds does not reset the count, a good ping on the
+	// session does). Default 3: with the default backoff the retries wait 1s
+	// and 5s, and 15s is reached only when DisableAfter is higher.
+	DisableAfter int
 	// PingTimeout bounds one ping. Default 10s (at most HealthInterval).
 	PingTimeout time.Duration
 	// ConnectTimeout bounds a handshake and a tool listing. Default 30s.
 	ConnectTimeout time.Duration
+	// StreamRetries bounds a streamable HTTP session's reconnects of its
+	// event streams without progress (the SDK waits the server's SSE retry
+	// delay and sends Last-Event-ID). Default 5; negative never reconnects.
+	StreamRetries int
+	// StderrLevel is the level stdio servers' stderr lines are logged at.
+	// Default Info; the CLI logs them at Debug (shown with -v).
+	StderrLevel slog.Level
+	// ConfigPath is the mcp.json this runner read, reported by status.
+	ConfigPath string
 	// TerminateDuration is how long a stdio server gets to exit after its
 	// stdin closes before SIGTERM. Default 2s.
 	TerminateDuration time.Duration
@@ -84,11 +100,17 @@ type Config struct {
 	// ToolsTTL is how long a tool list is cached unless the server sends
 	// ttlMs. Default 5m.
 	ToolsTTL time.Duration
-	// CallRetries is how many times a call is repeated where that is safe.
-	// Default 2; negative disables retries.
+	// CallRetries is how many times a call that reached the server is
+	// repeated where that is safe (a read-only or idempotent tool whose
+	// connection broke). Default 2; negative disables retries.
 	CallRetries int
-	// RetryBackoff is the delay before the first retry, doubled after. Default 250ms.
+	// RetryBackoff is the delay before the first retry, growing after (up to
+	// 2s). Default 250ms.
 	RetryBackoff time.Duration
+	// RetryWindow bounds how long a call keeps retrying while its server is
+	// offline (a stdio server restarting after a crash takes about 1.5s to be
+	// back). Default 5s; the call's own timeout still applies.
+	RetryWindow time.Duration
 
 	// ClientName and ClientVersion are sent in the handshake. Default "relay", "dev".
 	ClientName, ClientVersion string
@@ -117,6 +139,12 @@ func (c *Config) setDefaults() {
 	if c.HealthBackoff == nil {
 		c.HealthBackoff = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second}
 	}
+	if c.DisableAfter <= 0 {
+		c.DisableAfter = 3
+	}
+	if c.StreamRetries == 0 {
+		c.StreamRetries = 5
+	}
 	if c.PingTimeout <= 0 {
 		c.PingTimeout = min(10*time.Second, c.HealthInterval)
 	}
@@ -141,6 +169,9 @@ func (c *Config) setDefaults() {
 	if c.RetryBackoff <= 0 {
 		c.RetryBackoff = 250 * time.Millisecond
 	}
+	if c.RetryWindow <= 0 {
+		c.RetryWindow = 5 * time.Second
+	}
 	if c.ClientName == "" {
 		c.ClientName = "relay"
 	}
@@ -164,6 +195,9 @@ func (c *Config) Validate() error {
 		}
 		seen[s.Name] = true
 	}
+	if len(c.HealthBackoff) == 0 {
+		return errors.New("health backoff: at least one delay")
+	}
 	for _, d := range c.HealthBackoff {
 		if d <= 0 {
 			return fmt.Errorf("health backoff %s: must be positive", d)
@@ -175,10 +209,23 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Notice tells a human something happened to a server (auto-disable).
+// Notice kinds.
+const (
+	NoticeAutoDisabled = "server_auto_disabled"
+	NoticeReenabled    = "server_reenabled"
+)
+
+// Notice tells a human something happened to a server: it was
+// auto-disabled, or a server the health checks had disabled was enabled
+// again. One is sent per transition.
 type Notice struct {
+	// Kind is NoticeAutoDisabled or NoticeReenabled.
+	Kind   string
 	Server string
 	Reason string
+	// At is when the transition happened (the persisted state's time; with
+	// the kind and server it identifies the transition across processes).
+	At time.Time
 	// Failures is how many consecutive checks failed.
 	Failures int
 	// LastError is the last check's error.
@@ -220,7 +267,7 @@ func New(cfg Config) (*Runner, error) {
 		metrics:    newMetrics(cfg.Registerer),
 		budgets:    newBudgets(cfg.Policy, cfg.Now),
 		redactor:   cfg.Redactor,
-		progress:   &progressRouter{fns: map[string]func(ProgressEvent){}},
+		progress:   &progressRouter{},
 		conns:      map[string]*conn{},
 		stopPolicy: cfg.Policy.Limits.Stop,
 	}
@@ -281,10 +328,29 @@ func (r *Runner) applyState(st State) {
 		}
 		if s.Disabled {
 			c.disable(s.Reason, s.By)
-		} else {
-			c.enable()
+		} else if c.enable() == "health" {
+			r.notify(context.Background(), Notice{Kind: NoticeReenabled, Server: name, At: s.At,
+				Reason: fmt.Sprintf("enabled again by %s", cmp.Or(s.By, "an operator"))})
 		}
 	}
+}
+
+func (r *Runner) notify(ctx context.Context, n Notice) {
+	if r.cfg.Notify != nil {
+		r.cfg.Notify(ctx, n)
+	}
+}
+
+// Pending lists the enabled servers whose first connect attempt has not
+// finished yet (readiness: until it is empty, a tool list may be partial).
+func (r *Runner) Pending() []string {
+	var out []string
+	for _, name := range r.order {
+		if !r.conns[name].firstAttemptDone() {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // WaitReady blocks until every enabled server is ready or ctx ends, and
@@ -337,7 +403,7 @@ type ServerStatus struct {
 	Name        string `json:"name"`
 	Type        string `json:"type"`
 	Description string `json:"description,omitempty"`
-	// State is ready, degraded, offline or disabled.
+	// State is connecting, ready, degraded, offline or disabled.
 	State          string `json:"state"`
 	DisabledReason string `json:"disabled_reason,omitempty"`
 	DisabledBy     string `json:"disabled_by,omitempty"`
@@ -345,9 +411,25 @@ type ServerStatus struct {
 	Breaker       string `json:"breaker"`
 	BreakerOpened int    `json:"breaker_opened,omitempty"`
 	// Failures counts consecutive failed health checks.
-	Failures        int           `json:"failures,omitempty"`
-	LastError       string        `json:"last_error,omitempty"`
-	LastCheck       time.Time     `json:"last_check,omitzero"`
+	Failures  int       `json:"failures"`
+	LastError string    `json:"last_error,omitempty"`
+	LastCheck time.Time `json:"last_check,omitzero"`
+	// LastConnected is the last successful handshake; LastPing the last
+	// successful ping and PingLatency its round trip.
+	LastConnected time.Time     `json:"last_connected,omitzero"`
+	LastPing      time.Time     `json:"last_ping,omitzero"`
+	PingLatency   time.Duration `json:"ping_latency_ns,omitempty"`
+	// NextRetry is when a failed check is retried; AutoDisabledAt when the
+	// health checks disabled the server.
+	NextRetry      time.Time `json:"next_retry,omitzero"`
+	AutoDisabledAt time.Time `json:"auto_disabled_at,omitzero"`
+	// Invocations counts calls on the server since start (Successes +
+	// Errors); AvgLatency is the mean of the last 100.
+	Invocations     int64         `json:"invocations"`
+	Successes       int64         `json:"successes"`
+	Errors          int64         `json:"errors"`
+	LastInvocation  time.Time     `json:"last_invocation,omitzero"`
+	AvgLatency      time.Duration `json:"avg_latency_ns,omitempty"`
 	Handshake       time.Duration `json:"handshake_ns,omitempty"`
 	ProtocolVersion string        `json:"protocol_version,omitempty"`
 	ServerName      string        `json:"server_name,omitempty"`
@@ -355,6 +437,12 @@ type ServerStatus struct {
 	// Tools is the size of the cached tool list, ToolNames its names.
 	Tools     int      `json:"tools"`
 	ToolNames []string `json:"tool_names,omitempty"`
+}
+
+// Status is what a status request answers: every server, the stop switch,
+// the servers still on their first attempt and the file the runner read.
+func (r *Runner) Status() StatusResponse {
+	return StatusResponse{Servers: r.Servers(), Stopped: r.Stopped(), Pending: r.Pending(), ConfigPath: r.cfg.ConfigPath}
 }
 
 // Servers reports every server, in mcp.json order.
@@ -372,9 +460,12 @@ func (r *Runner) Enable(ctx context.Context, name string) error {
 	if c == nil {
 		return fmt.Errorf("enable %s: %w", name, ErrUnknownServer)
 	}
-	c.enable()
+	at := time.Now().UTC()
+	if c.enable() == "health" {
+		r.notify(ctx, Notice{Kind: NoticeReenabled, Server: name, At: at, Reason: "enabled again by an operator"})
+	}
 	if r.cfg.State != nil {
-		return r.cfg.State.SetServer(ctx, name, ServerState{Disabled: false, By: "operator", At: time.Now().UTC()})
+		return r.cfg.State.SetServer(ctx, name, ServerState{Disabled: false, By: "operator", At: at})
 	}
 	return nil
 }
@@ -403,15 +494,16 @@ func (r *Runner) Stopped() bool {
 
 func (r *Runner) autoDisable(ctx context.Context, c *conn, failures int, err error) {
 	reason := fmt.Sprintf("auto-disabled after %d failed health checks: %v", failures, err)
-	c.disable(reason, "health")
+	if !c.disable(reason, "health") {
+		return
+	}
+	at := time.Now().UTC()
 	if r.cfg.State != nil {
-		if serr := r.cfg.State.SetServer(ctx, c.cfg.Name, ServerState{Disabled: true, Reason: reason, By: "health", At: time.Now().UTC()}); serr != nil {
+		if serr := r.cfg.State.SetServer(ctx, c.cfg.Name, ServerState{Disabled: true, Reason: reason, By: "health", At: at}); serr != nil {
 			r.log.Error("persist auto-disable", "server", c.cfg.Name, "err", serr)
 		}
 	}
-	if r.cfg.Notify != nil {
-		r.cfg.Notify(ctx, Notice{Server: c.cfg.Name, Reason: reason, Failures: failures, LastError: err.Error()})
-	}
+	r.notify(ctx, Notice{Kind: NoticeAutoDisabled, Server: c.cfg.Name, Reason: reason, At: at, Failures: failures, LastError: err.Error()})
 }
 
 // Tools lists the tools role may call, from every ready server, in server
@@ -541,7 +633,10 @@ func (r *Runner) Call(ctx context.Context, req Request) *Result {
 	if res.Err != nil {
 		res.Err = &CallError{Server: server, Tool: tool, Status: res.Status, Err: res.Err}
 	}
-	if _, known := r.conns[server]; known {
+	if c, known := r.conns[server]; known {
+		if res.Attempts > 0 {
+			c.recordCall(start, res.Duration, res.Err == nil)
+		}
 		r.metrics.invocations.WithLabelValues(server, tool, string(res.Status)).Inc()
 		r.metrics.latency.WithLabelValues(server, tool).Observe(res.Duration.Seconds())
 	}
@@ -586,7 +681,11 @@ func (r *Runner) record(ctx context.Context, req *Request, server, tool string, 
 		rec.Role = "operator"
 	}
 	if res.Err != nil {
-		rec.Error, _ = r.redactor.String(res.Err.Error())
+		red := r.redactor
+		if c := r.conns[server]; c != nil {
+			red = c.redactor
+		}
+		rec.Error, _ = red.String(res.Err.Error())
 	}
 	res.AuditID = rec.ID
 	if r.audit != nil {
@@ -630,8 +729,9 @@ func (r *Runner) call(ctx context.Context, req *Request, server, tool string) *R
 		res.Err = fmt.Errorf("%w: %s", ErrDisabled, server)
 		return res
 	}
-	timeout := r.cfg.Policy.Timeout(server, tool)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	timeout := r.cfg.Policy.TimeoutOr(server, tool, c.cfg.Timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("the call's %s limit passed (the timeout of %s.%s: a policy budget, the server's \"timeout\", else %s)",
+		timeout, server, tool, mcpconfig.DefaultTimeout))
 	defer cancel()
 
 	entry, err := c.tool(ctx, tool)
@@ -666,32 +766,58 @@ func (r *Runner) call(ctx context.Context, req *Request, server, tool string) *R
 		token = r.progress.add(req.Progress)
 		defer r.progress.remove(token)
 	}
-	delay := r.cfg.RetryBackoff
-	for attempt := 0; ; attempt++ {
+	cr, err := r.retry(ctx, c, entry, tool, args, token, res)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	c.fill(res, cr, out)
+	return res
+}
+
+// retry sends the call, repeating it while that is safe: a call that never
+// left the runner (the server is offline, restarting) is retried within
+// RetryWindow; one that reached the server only when the tool is read-only
+// or idempotent and the connection broke, at most CallRetries times. When a
+// broken connection is followed by offline retries, the broken connection
+// is what the call reports.
+func (r *Runner) retry(ctx context.Context, c *conn, entry *toolEntry, tool string, args map[string]any, token string, res *Result) (*mcp.CallToolResult, error) {
+	var lost error
+	resent := 0
+	op := func() (*mcp.CallToolResult, error) {
 		cr, sent, err := r.invoke(ctx, c, tool, args, token)
 		if sent {
 			res.Attempts++
 		}
-		if err == nil {
-			res.Err = nil
-			r.fill(res, cr, out)
-			return res
+		switch {
+		case err == nil:
+			return cr, nil
+		case ctx.Err() != nil || r.cfg.CallRetries < 0:
+			return nil, backoff.Permanent(err)
+		case !sent && errors.Is(err, ErrOffline):
+			if lost != nil {
+				return nil, fmt.Errorf("%w (the server was not back within %s)", lost, r.cfg.RetryWindow)
+			}
+			return nil, err
+		case entry.safe() && errors.Is(err, ErrConnection) && resent < r.cfg.CallRetries:
+			resent++
+			lost = err
+			return nil, err
 		}
-		res.Err = err
-		retry := attempt < r.cfg.CallRetries && ctx.Err() == nil &&
-			(!sent || entry.safe() && errors.Is(err, ErrConnection))
-		if !retry {
-			return res
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return res
-		}
-		delay *= 2
+		return nil, backoff.Permanent(err)
 	}
+	b := &backoff.ExponentialBackOff{
+		InitialInterval:     r.cfg.RetryBackoff,
+		RandomizationFactor: 0.1,
+		Multiplier:          2,
+		MaxInterval:         2 * time.Second,
+	}
+	b.Reset()
+	cr, err := backoff.Retry(ctx, op, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(r.cfg.RetryWindow), backoff.WithMaxTries(0))
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrConnection) {
+		err = ctxErr(ctx)
+	}
+	return cr, err
 }
 
 // invoke sends one tools/call. sent reports whether it left the runner.
@@ -714,13 +840,14 @@ func (r *Runner) invoke(ctx context.Context, c *conn, tool string, args map[stri
 
 // fill turns the SDK result into the call's Result: redacted content, the
 // isError message, validated structured content.
-func (r *Runner) fill(res *Result, cr *mcp.CallToolResult, out *jsonschema.Schema) {
+func (c *conn) fill(res *Result, cr *mcp.CallToolResult, out *jsonschema.Schema) {
+	rd := c.redactor
 	var texts []string
 	res.Content = make([]any, 0, len(cr.Content))
 	for _, blk := range cr.Content {
 		if tc, ok := blk.(*mcp.TextContent); ok && tc.Meta == nil && tc.Annotations == nil {
 			texts = append(texts, tc.Text)
-			t, red := r.redactor.String(tc.Text)
+			t, red := rd.String(tc.Text)
 			res.Redacted = res.Redacted || red
 			res.Content = append(res.Content, map[string]any{"type": "text", "text": t})
 			continue
@@ -735,14 +862,14 @@ func (r *Runner) fill(res *Result, cr *mcp.CallToolResult, out *jsonschema.Schem
 				texts = append(texts, s)
 			}
 		}
-		v, red := r.redactor.Value(v)
+		v, red := redactBlock(rd, v)
 		res.Redacted = res.Redacted || red
 		res.Content = append(res.Content, v)
 	}
 	text := strings.Join(texts, "\n")
-	text, red := r.redactor.String(text)
+	text, redacted := rd.String(text)
 	res.Text = text
-	res.Redacted = res.Redacted || red
+	res.Redacted = res.Redacted || redacted
 	if cr.StructuredContent != nil {
 		// Validate before redaction: the schema describes what the server sent.
 		if !cr.IsError {
@@ -752,7 +879,7 @@ func (r *Runner) fill(res *Result, cr *mcp.CallToolResult, out *jsonschema.Schem
 		}
 		sc, err := plainJSON(cr.StructuredContent)
 		if err == nil {
-			sc, red = r.redactor.Value(sc)
+			sc, red := rd.Value(sc)
 			res.Structured = sc
 			res.Redacted = res.Redacted || red
 		}
@@ -768,6 +895,39 @@ func (r *Runner) fill(res *Result, cr *mcp.CallToolResult, out *jsonschema.Schem
 	}
 }
 
+// redactBlock redacts a content block, leaving base64 payloads (image and
+// audio data, resource blobs) intact: a token shape matched inside one would
+// corrupt it, and a secret sent as a blob is not text anyone reads.
+func redactBlock(rd *Redactor, v any) (any, bool) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return rd.Value(v)
+	}
+	var keep map[string]any
+	hold := func(obj map[string]any, key string) {
+		if b, ok := obj[key].(string); ok {
+			if keep == nil {
+				keep = map[string]any{}
+			}
+			keep[key] = b
+			delete(obj, key)
+		}
+	}
+	hold(m, "data")
+	res, _ := m["resource"].(map[string]any)
+	if res != nil {
+		if b, ok := res["blob"].(string); ok {
+			delete(res, "blob")
+			defer func() { res["blob"] = b }()
+		}
+	}
+	out, red := rd.Value(m)
+	for k, b := range keep {
+		m[k] = b
+	}
+	return out, red
+}
+
 func plainJSON(v any) (any, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -778,25 +938,67 @@ func plainJSON(v any) (any, error) {
 }
 
 // progressRouter hands progress notifications to the call that asked.
+//
+// The SDK reads a server's messages in order but runs notification handlers
+// on their own goroutine, so a call's result can be seen before its last
+// progress notification was handed over. A route is therefore kept until
+// the last one arrived (progress reached total) or, briefly, until no more
+// come (progressGrace).
 type progressRouter struct {
-	mu  sync.Mutex
-	seq uint64
-	fns map[string]func(ProgressEvent)
+	mu     sync.Mutex
+	seq    uint64
+	routes map[string]*progressRoute
 }
+
+type progressRoute struct {
+	fn   func(ProgressEvent)
+	last ProgressEvent
+	seen bool
+	more chan struct{} // signalled on every delivery
+}
+
+// progressGrace bounds the wait for a notification still being handed over.
+const progressGrace = 100 * time.Millisecond
 
 func (p *progressRouter) add(fn func(ProgressEvent)) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.seq++
 	t := "relay-" + strconv.FormatUint(p.seq, 10)
-	p.fns[t] = fn
+	if p.routes == nil {
+		p.routes = map[string]*progressRoute{}
+	}
+	p.routes[t] = &progressRoute{fn: fn, more: make(chan struct{}, 1)}
 	return t
 }
 
+// remove ends a call's route once its last notification was delivered.
 func (p *progressRouter) remove(token string) {
 	p.mu.Lock()
-	delete(p.fns, token)
+	rt := p.routes[token]
 	p.mu.Unlock()
+	if rt != nil {
+		timer := time.NewTimer(progressGrace)
+		defer timer.Stop()
+		for !p.complete(rt) {
+			select {
+			case <-rt.more:
+				continue
+			case <-timer.C:
+			}
+			break
+		}
+	}
+	p.mu.Lock()
+	delete(p.routes, token)
+	p.mu.Unlock()
+}
+
+// complete reports whether rt saw its final notification.
+func (p *progressRouter) complete(rt *progressRoute) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return rt.seen && rt.last.Total > 0 && rt.last.Progress >= rt.last.Total
 }
 
 func (p *progressRouter) deliver(params *mcp.ProgressNotificationParams) {
@@ -804,17 +1006,37 @@ func (p *progressRouter) deliver(params *mcp.ProgressNotificationParams) {
 		return
 	}
 	token := fmt.Sprint(params.ProgressToken)
+	ev := ProgressEvent{Progress: params.Progress, Total: params.Total, Message: params.Message}
 	p.mu.Lock()
-	fn := p.fns[token]
+	rt := p.routes[token]
+	if rt != nil {
+		rt.last, rt.seen = ev, true
+	}
 	p.mu.Unlock()
-	if fn != nil {
-		fn(ProgressEvent{Progress: params.Progress, Total: params.Total, Message: params.Message})
+	if rt != nil {
+		rt.fn(ev)
+		select {
+		case rt.more <- struct{}{}:
+		default:
+		}
 	}
 }
 
+// Probe health statuses: Unhealthy when the handshake failed, Degraded when
+// it succeeded but the ping or the tool listing did not.
+const (
+	ProbeHealthy   = "Healthy"
+	ProbeDegraded  = "Degraded"
+	ProbeUnhealthy = "Unhealthy"
+)
+
 // Probe is the health report of `relay mcp test`.
 type Probe struct {
-	Server          string          `json:"server"`
+	Server string `json:"server"`
+	// Status is Healthy, Degraded or Unhealthy; Timestamp when the check began.
+	Status    string    `json:"status"`
+	Timestamp time.Time `json:"timestamp"`
+	// OK is Status == Healthy.
 	OK              bool            `json:"ok"`
 	Error           string          `json:"error,omitempty"`
 	Handshake       time.Duration   `json:"handshake_ns"`
@@ -834,7 +1056,7 @@ func ProbeServer(ctx context.Context, cfg Config, s mcpconfig.Server) *Probe {
 	cfg.AuditPath = ""
 	cfg.State = nil
 	r, err := New(cfg)
-	p := &Probe{Server: s.Name}
+	p := &Probe{Server: s.Name, Status: ProbeUnhealthy, Timestamp: time.Now().UTC()}
 	if err != nil {
 		p.Error = err.Error()
 		return p
@@ -850,6 +1072,7 @@ func ProbeServer(ctx context.Context, cfg Config, s mcpconfig.Server) *Probe {
 		return p
 	}
 	defer session.Close()
+	p.Status = ProbeDegraded
 	p.Handshake = time.Since(start)
 	init := session.InitializeResult()
 	p.ProtocolVersion = init.ProtocolVersion
@@ -873,7 +1096,7 @@ func ProbeServer(ctx context.Context, cfg Config, s mcpconfig.Server) *Probe {
 		}
 	}
 	sort.Strings(p.Tools)
-	p.OK = true
+	p.OK, p.Status = true, ProbeHealthy
 	return p
 }
 

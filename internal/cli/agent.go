@@ -31,7 +31,7 @@ func configureAgent(env *config.Env) buildFunc {
 			}
 			cfg.Model = m
 			cfg.Memory = agent.BusMemory(d.Bus.Conn(), d.Bus.Prefix(), 10*time.Second)
-			cfg.Tools = agent.BusTools(d.Bus.Conn(), d.Bus.Prefix(), 30*time.Second)
+			cfg.Tools = agent.BusTools(d.Bus.Conn(), d.Bus.Prefix(), 30*time.Second).SetWait(s.ToolsWait)
 		}
 		svc, err := agent.New(ctx, cfg, d.Bus)
 		if err != nil {

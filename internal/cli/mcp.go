@@ -2,9 +2,15 @@ package cli
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -27,8 +33,8 @@ func init() {
 
 const mcpUsage = `usage:
   relay mcp list [-json]                              servers, status and tools (from the running relay, else probed)
-  relay mcp test <server> [-json]                     health report; exit 1 when unhealthy
-  relay mcp call <server> <tool> [--args '{...}'] [--role R] [-json]
+  relay mcp test <server> [-json]                     Healthy / Degraded / Unhealthy with a timestamp; exit 1 when unhealthy
+  relay mcp call <server> <tool> [--args '{...}'] [--role R] [--save DIR] [-v] [-json]
   relay mcp enable <server>                           re-enable (resets the health failure count)
   relay mcp disable <server> [--reason TEXT]
   relay mcp stop | resume                             the stop switch: block / allow every new execution`
@@ -78,7 +84,7 @@ func mcpList(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 		return err
 	}
 	var statuses []tools.ServerStatus
-	source := "running relay"
+	source, file := "running relay", ts.ConfigPath
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	b, err := a.clientBus(cctx)
 	cancel()
@@ -86,8 +92,14 @@ func mcpList(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 		defer b.Close()
 		if st, err := tools.StatusRemote(ctx, b.Conn(), b.Prefix()); err == nil {
 			statuses = st.Servers
+			if st.ConfigPath != "" {
+				file = st.ConfigPath // what the running relay read, not this shell's RELAY_MCP_CONFIG
+			}
 			if st.Stopped {
 				fmt.Fprintln(a.stderr, "stop switch is ON: no new tool executions")
+			}
+			if len(st.Pending) > 0 {
+				fmt.Fprintf(a.stderr, "still starting: %s\n", strings.Join(st.Pending, ", "))
 			}
 		} else {
 			fmt.Fprintf(a.stderr, "%v; probing the MCP servers instead\n", err)
@@ -106,23 +118,50 @@ func mcpList(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 		statuses = probeAll(ctx, ts, persisted)
 	}
 	if *asJSON {
-		return json.NewEncoder(a.stdout).Encode(map[string]any{"source": source, "servers": statuses})
+		return json.NewEncoder(a.stdout).Encode(map[string]any{"source": source, "config": file, "servers": statuses})
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVER\tTYPE\tSTATUS\tBREAKER\tPROTOCOL\tTOOLS\tNOTE")
+	printStatuses(a.stdout, statuses, time.Now())
+	fmt.Fprintf(a.stdout, "%d server(s) in %s; status from %s\n", len(statuses), file, source)
+	return nil
+}
+
+// printStatuses writes the `relay mcp list` table.
+func printStatuses(w io.Writer, statuses []tools.ServerStatus, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVER\tTYPE\tSTATE\tFAILS\tCONNECTED\tLAST PING\tNEXT RETRY\tAUTO-DISABLED\tCALLS OK/ERR\tLAST CALL\tAVG (100)\tTOOLS\tNOTE")
 	for _, s := range statuses {
 		note := s.LastError
 		if s.State == tools.StateDisabled {
 			note = s.DisabledReason
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Type, s.State, orDash(s.Breaker), orDash(s.ProtocolVersion),
-			toolList(s), clip.Line(note, 80))
+		ping := ago(now, s.LastPing)
+		if !s.LastPing.IsZero() {
+			ping += " (" + s.PingLatency.Round(time.Microsecond).String() + ")"
+		}
+		avg := "-"
+		if s.AvgLatency > 0 {
+			avg = s.AvgLatency.Round(time.Microsecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", s.Name, s.Type, s.State, s.Failures,
+			ago(now, s.LastConnected), ping, in(now, s.NextRetry), ago(now, s.AutoDisabledAt), s.Successes, s.Errors,
+			ago(now, s.LastInvocation), avg, toolList(s), clip.Line(note, 80))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	_ = tw.Flush()
+}
+
+// ago and in print a time relative to now, "-" when unset.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
 	}
-	fmt.Fprintf(a.stdout, "%d server(s) in %s; status from %s\n", len(statuses), ts.ConfigPath, source)
-	return nil
+	return now.Sub(t).Round(time.Second).String() + " ago"
+}
+
+func in(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return "in " + t.Sub(now).Round(100*time.Millisecond).String()
 }
 
 func toolList(s tools.ServerStatus) string {
@@ -163,8 +202,11 @@ func probeAll(ctx context.Context, ts *toolrunner.Settings, persisted map[string
 			cfg := ts.Runner
 			cfg.ConnectTimeout = 20 * time.Second
 			p := tools.ProbeServer(ctx, cfg, s)
-			st.State, st.LastError = tools.StateReady, p.Error
-			if !p.OK {
+			st.State, st.LastError, st.LastCheck = tools.StateReady, p.Error, p.Timestamp
+			switch p.Status {
+			case tools.ProbeDegraded:
+				st.State = tools.StateDegraded
+			case tools.ProbeUnhealthy:
 				st.State = tools.StateOffline
 			}
 			st.ProtocolVersion, st.Handshake, st.ToolNames, st.Tools = p.ProtocolVersion, p.Handshake, p.Tools, len(p.Tools)
@@ -196,12 +238,12 @@ func mcpTest(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 			return err
 		}
 	} else {
-		status := "healthy"
-		if !p.OK {
-			status = "UNHEALTHY: " + p.Error
+		status := p.Status
+		if p.Error != "" {
+			status += ": " + p.Error
 		}
 		fmt.Fprintf(a.stdout, "server:       %s (%s)\n", s.Name, s.Type)
-		fmt.Fprintf(a.stdout, "status:       %s\n", status)
+		fmt.Fprintf(a.stdout, "status:       %s at %s\n", status, p.Timestamp.Format(time.RFC3339))
 		fmt.Fprintf(a.stdout, "handshake:    %s\n", p.Handshake.Round(time.Microsecond))
 		fmt.Fprintf(a.stdout, "ping:         %s\n", p.Ping.Round(time.Microsecond))
 		fmt.Fprintf(a.stdout, "protocol:     %s (requested %s)\n", orDash(p.ProtocolVersion), s.ProtocolVersion)
@@ -209,7 +251,7 @@ func mcpTest(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 		fmt.Fprintf(a.stdout, "capabilities: %s\n", orDash(string(p.Capabilities)))
 		fmt.Fprintf(a.stdout, "tools (%d):    %s\n", len(p.Tools), strings.Join(p.Tools, ", "))
 	}
-	if !p.OK {
+	if p.Status == tools.ProbeUnhealthy {
 		return &exitError{code: 1}
 	}
 	return nil
@@ -217,7 +259,7 @@ func mcpTest(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 
 func mcpCall(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
 	if len(args) < 2 {
-		return &exitError{code: 2, msg: "usage: relay mcp call <server> <tool> [--args '{...}'] [--role R] [-json]"}
+		return &exitError{code: 2, msg: "usage: relay mcp call <server> <tool> [--args '{...}'] [--role R] [--save DIR] [-v] [-json]"}
 	}
 	s, err := findServer(ts, args[0])
 	if err != nil {
@@ -229,6 +271,8 @@ func mcpCall(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 	rawArgs := fs.String("args", "{}", "tool arguments as a JSON object")
 	role := fs.String("role", "", "check the call against this role's capabilities (default: operator, no capability check)")
 	asJSON := fs.Bool("json", false, "print the whole result as JSON")
+	save := fs.String("save", "", "write image, audio and embedded blob blocks into this directory")
+	verbose := fs.Bool("v", false, "show the server's stderr and the runner's debug logs")
 	if err := fs.Parse(args[2:]); err != nil {
 		return err
 	}
@@ -240,6 +284,10 @@ func mcpCall(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 	s.Disabled = false // an operator may call a disabled server directly
 	cfg.Servers = []mcpconfig.Server{s}
 	cfg.Logger = a.log
+	cfg.StderrLevel = slog.LevelDebug // a server's stderr is noise in a CLI's output
+	if *verbose {
+		cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	r, err := tools.New(cfg)
 	if err != nil {
 		return err
@@ -264,8 +312,8 @@ func mcpCall(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 			return err
 		}
 	} else if res.Err == nil {
-		if res.Text != "" {
-			fmt.Fprintln(a.stdout, res.Text)
+		if err := printContent(a.stdout, res.Content, tool, *save); err != nil {
+			return err
 		}
 		if res.Structured != nil {
 			b, _ := json.MarshalIndent(res.Structured, "", "  ")
@@ -332,4 +380,62 @@ func mcpStop(ctx context.Context, a *app, stop bool) error {
 		fmt.Fprintln(a.stdout, "stop switch OFF: tool executions allowed")
 	}
 	return nil
+}
+
+// printContent prints every content block of a result: text as it is;
+// image and audio as their MIME type and size (written into dir when set);
+// resource links and embedded resources as their URI.
+func printContent(w io.Writer, content []any, tool, dir string) error {
+	for i, c := range content {
+		m, _ := c.(map[string]any)
+		str := func(k string) string { v, _ := m[k].(string); return v }
+		switch kind := str("type"); kind {
+		case "text":
+			fmt.Fprintln(w, str("text"))
+		case "image", "audio":
+			line := fmt.Sprintf("[%s %s, %d bytes]", kind, str("mimeType"), base64.StdEncoding.DecodedLen(len(str("data"))))
+			if dir != "" {
+				path, err := saveBlock(dir, fmt.Sprintf("%s-%d", tool, i+1), str("mimeType"), str("data"))
+				if err != nil {
+					return err
+				}
+				line += " saved to " + path
+			}
+			fmt.Fprintln(w, line)
+		case "resource_link":
+			fmt.Fprintf(w, "[resource %s]\n", str("uri"))
+		case "resource":
+			r, _ := m["resource"].(map[string]any)
+			uri, _ := r["uri"].(string)
+			fmt.Fprintf(w, "[resource %s]\n", uri)
+			if text, ok := r["text"].(string); ok && text != "" {
+				fmt.Fprintln(w, text)
+			}
+		default:
+			b, _ := json.Marshal(c)
+			fmt.Fprintln(w, string(b))
+		}
+	}
+	return nil
+}
+
+// saveBlock writes a base64 block into dir as name plus the MIME type's
+// extension and returns the path.
+func saveBlock(dir, name, mimeType, data string) (string, error) {
+	b, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		return "", fmt.Errorf("--save: block %s is not base64: %w", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("--save: %w", err)
+	}
+	ext := ".bin"
+	if exts, _ := mime.ExtensionsByType(mimeType); len(exts) > 0 {
+		ext = exts[len(exts)-1]
+	}
+	path := filepath.Join(dir, name+ext)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return "", fmt.Errorf("--save: %w", err)
+	}
+	return path, nil
 }

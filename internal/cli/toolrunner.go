@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/httpserver"
 	"github.com/relaystation/relay/services/toolrunner"
 )
 
@@ -27,10 +28,10 @@ func configureToolRunner(env *config.Env) buildFunc {
 			rc.Logger.Warn("RELAY_POLICY is not set: no role may call any tool until a policy grants capabilities")
 		}
 		rc.Logger.Info("mcp servers configured", "file", ts.ConfigPath, "servers", len(ts.Servers))
-		svc, err := toolrunner.New(ctx, toolrunner.Config{Tools: rc, Logger: rc.Logger}, d.Bus)
+		svc, err := toolrunner.New(ctx, toolrunner.Config{Tools: rc, Logger: rc.Logger, NoticeChannel: ts.NoticeChannel}, d.Bus)
 		if err != nil {
 			return nil, err
 		}
-		return &runner{run: svc.Run}, nil
+		return &runner{run: svc.Run, routes: func(s *httpserver.Server) { s.AddCheck("mcp_servers", svc.Ready) }}, nil
 	}
 }

@@ -35,14 +35,28 @@ func BusMemory(nc *nats.Conn, prefix string, timeout time.Duration) Memory {
 	return remote.NewClient(nc, prefix, timeout)
 }
 
+// DefaultToolsWait bounds the wait for the tool runner's first discovery.
+const DefaultToolsWait = 10 * time.Second
+
 // BusTools is a ToolLister over the bus: requests to the tool runners on
 // <prefix>.rpc.tool.list, cached per role for ttl (a zero ttl does not cache).
-// It is safe for concurrent use.
+// Before its first listing it waits, at most DefaultToolsWait (see
+// SetWait), until the tool runner has finished the first connect attempt of
+// every enabled server, so the first tasks after a start are not offered a
+// partial tool list. It is safe for concurrent use.
 func BusTools(nc *nats.Conn, prefix string, ttl time.Duration) *CachedTools {
 	return &CachedTools{
 		list: func(ctx context.Context, role string) ([]tools.ToolInfo, error) {
 			return tools.ListRemote(ctx, nc, prefix, role)
 		},
+		pending: func(ctx context.Context) ([]string, error) {
+			st, err := tools.StatusRemote(ctx, nc, prefix)
+			if err != nil {
+				return nil, err
+			}
+			return st.Pending, nil
+		},
+		wait:  DefaultToolsWait,
 		ttl:   ttl,
 		cache: map[string]cachedList{},
 	}
@@ -50,10 +64,50 @@ func BusTools(nc *nats.Conn, prefix string, ttl time.Duration) *CachedTools {
 
 // CachedTools caches a tool list per role. Failed listings are not cached.
 type CachedTools struct {
-	list  func(ctx context.Context, role string) ([]tools.ToolInfo, error)
-	ttl   time.Duration
-	mu    sync.Mutex
-	cache map[string]cachedList
+	list    func(ctx context.Context, role string) ([]tools.ToolInfo, error)
+	pending func(ctx context.Context) ([]string, error)
+	wait    time.Duration
+	ttl     time.Duration
+	mu      sync.Mutex
+	cache   map[string]cachedList
+
+	readyMu sync.Mutex // one task waits; the others wait for it
+	ready   bool
+}
+
+// SetWait bounds the wait for the tool runner's first discovery; 0 or
+// negative does not wait. Call it before the first Tools.
+func (c *CachedTools) SetWait(d time.Duration) *CachedTools {
+	c.wait = d
+	return c
+}
+
+// awaitDiscovery waits once per process, at most c.wait, for the tool
+// runner's first attempt at every enabled server.
+func (c *CachedTools) awaitDiscovery(ctx context.Context) {
+	c.readyMu.Lock()
+	defer c.readyMu.Unlock()
+	if c.ready || c.pending == nil || c.wait <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.wait)
+	defer cancel()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		p, err := c.pending(ctx)
+		if err == nil && len(p) == 0 {
+			c.ready = true
+			return
+		}
+		select {
+		case <-ctx.Done():
+			// Bounded: later tasks do not wait again.
+			c.ready = true
+			return
+		case <-t.C:
+		}
+	}
 }
 
 type cachedList struct {
@@ -63,6 +117,7 @@ type cachedList struct {
 
 // Tools implements ToolLister.
 func (c *CachedTools) Tools(ctx context.Context, role string) ([]tools.ToolInfo, error) {
+	c.awaitDiscovery(ctx)
 	if c.ttl > 0 {
 		c.mu.Lock()
 		e, ok := c.cache[role]

@@ -308,7 +308,7 @@ func (h *harness) start(t testing.TB) (stop func()) {
 	cfg := h.cfg
 	cfg.Model = h.llm.model(t)
 	cfg.Memory = BusMemory(h.b.Conn(), h.b.Prefix(), 5*time.Second)
-	cfg.Tools = BusTools(h.b.Conn(), h.b.Prefix(), 0)
+	cfg.Tools = BusTools(h.b.Conn(), h.b.Prefix(), 0).SetWait(0) // the fake runner has no servers to wait for
 	cfg.Registerer = prometheus.NewRegistry()
 	svc, err := New(t.Context(), cfg, h.b)
 	if err != nil {

@@ -14,6 +14,10 @@ import (
 type Settings struct {
 	Config Config
 	LLM    OpenAIConfig
+	// ToolsWait bounds the wait for the tool runner's first discovery of
+	// every enabled server before the first task lists tools
+	// (RELAY_AGENT_TOOLS_WAIT).
+	ToolsWait time.Duration
 }
 
 // ReadSettings reads LLM_BASE_URL, LLM_MODEL, LLM_API_KEY and the
@@ -63,7 +67,8 @@ func ReadSettings(env *config.Env) Settings {
 		Timeout:  env.Duration("RELAY_AGENT_LLM_TIMEOUT", 120*time.Second, time.Second, time.Hour),
 		MaxTries: env.Int("RELAY_AGENT_LLM_TRIES", 4, 1, 20),
 	}
-	return Settings{Config: cfg, LLM: llm}
+	toolsWait := env.Duration("RELAY_AGENT_TOOLS_WAIT", DefaultToolsWait, 0, 10*time.Minute)
+	return Settings{Config: cfg, LLM: llm, ToolsWait: toolsWait}
 }
 
 // readSystemPrompt reads RELAY_AGENT_SYSTEM_PROMPT or the file named by

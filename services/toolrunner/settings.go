@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"time"
 
@@ -32,6 +33,18 @@ type Settings struct {
 	PolicySet bool
 	// Runner is the runner's configuration, without Logger and Registerer.
 	Runner tools.Config
+	// NoticeChannel is the Slack channel of auto-disable / re-enable notices
+	// (RELAY_OPS_CHANNEL, else SLACK_APPROVAL_CHANNEL).
+	NoticeChannel string
+}
+
+// configPathForStatus is the mcp.json path a running runner reports:
+// absolute, so `relay mcp list` run elsewhere names the right file.
+func configPathForStatus(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
 }
 
 // ReadSettings reads RELAY_DATA_DIR, RELAY_MCP_CONFIG, RELAY_POLICY,
@@ -69,13 +82,25 @@ func ReadSettings(env *config.Env) *Settings {
 			secrets = append(secrets, v)
 		}
 	}
+	ts.NoticeChannel = env.String("RELAY_OPS_CHANNEL", env.String("SLACK_APPROVAL_CHANNEL", ""))
+	if ts.NoticeChannel != "" && !validChannelID(ts.NoticeChannel) {
+		env.Failf("RELAY_OPS_CHANNEL", "%q is not a Slack channel id (C…, G…)", ts.NoticeChannel)
+	}
 	ts.Runner = tools.Config{
 		Servers:        ts.Servers,
+		ConfigPath:     configPathForStatus(path),
 		Policy:         ts.Policy,
 		AuditPath:      env.String("RELAY_AUDIT_LOG", filepath.Join(dataDir, "audit", "tools.jsonl")),
 		HealthInterval: env.Duration("RELAY_MCP_HEALTH_INTERVAL", 30*time.Second, time.Second, time.Hour),
+		DisableAfter:   env.Int("RELAY_MCP_DISABLE_AFTER", 3, 1, 100),
 		Redactor:       tools.NewRedactor(secrets...),
 		BaseEnv:        tools.BaseEnvFrom(os.Environ()),
 	}
 	return ts
 }
+
+// channelRE is a Slack conversation id (C…, G… or D…), as the approvals
+// worker checks its channels.
+var channelRE = regexp.MustCompile(`^[CGD][A-Z0-9]{2,}$`)
+
+func validChannelID(s string) bool { return channelRE.MatchString(s) }

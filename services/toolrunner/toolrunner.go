@@ -5,8 +5,10 @@
 // succeeded, on tool.failed (result.error set) otherwise.
 //
 // It also publishes every audit record as a system envelope on audit.tool,
-// announces auto-disabled servers with a system envelope on
-// system.toolrunner, keeps enable/disable state in a JetStream key-value
+// announces each auto-disable and each re-enable of an auto-disabled server
+// once (a system envelope on system.toolrunner, and the same text on
+// agent.notice addressed to the configured Slack ops channel, which the
+// outbound worker posts), keeps enable/disable state in a JetStream key-value
 // bucket (KVState) that `relay mcp enable|disable` writes, and answers
 // rpc.tool.list / rpc.tool.status requests (tools.ListRemote) as the
 // nats.go/micro service "relay-toolrunner" (tools.Serve), stopped when Run
@@ -24,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,8 +44,12 @@ const (
 	// SubjectAudit carries one system envelope per invocation, meta.audit
 	// holding the tools.Record.
 	SubjectAudit = envelope.SubjectAudit + ".tool"
-	// SubjectNotice carries system notices (a server was auto-disabled).
+	// SubjectNotice carries system notices (a server was auto-disabled or
+	// enabled again).
 	SubjectNotice = envelope.SubjectSystem + ".toolrunner"
+	// SubjectHumanNotice is where notices for humans go: the outbound
+	// worker posts agent.notice envelopes to their Slack target.
+	SubjectHumanNotice = "agent.notice"
 )
 
 // Config configures the service.
@@ -60,6 +67,10 @@ type Config struct {
 	CallRecordTTL time.Duration
 	// AuditBuffer is how many audit records may wait for the bus. Default 1024.
 	AuditBuffer int
+	// NoticeChannel is the Slack channel id (C…) auto-disable and re-enable
+	// notices are posted in; empty posts them nowhere (they still go on
+	// system.toolrunner).
+	NoticeChannel string
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -379,13 +390,43 @@ func AuditEnvelope(r tools.Record) *envelope.Envelope {
 	return e
 }
 
-// notify announces an auto-disabled server.
+// notify announces an auto-disabled or re-enabled server, once per
+// transition: the message ids come from the transition (kind, server and
+// time), so a second runner seeing the same transition adds nothing.
 func (s *Service) notify(ctx context.Context, n tools.Notice) {
-	e := envelope.New(envelope.ChannelInternal, envelope.RoleSystem,
-		fmt.Sprintf("MCP server %q was auto-disabled after %d failed health checks (last error: %s). Re-enable it with `relay mcp enable %s`.",
-			n.Server, n.Failures, clip.Line(n.LastError, 300), n.Server))
-	e.Meta.Set("notice", map[string]any{"kind": "server_auto_disabled", "server": n.Server, "failures": n.Failures, "reason": n.Reason})
-	if _, err := s.bus.Publish(ctx, SubjectNotice, e); err != nil {
-		s.log.Error("auto-disable notice not published", "server", n.Server, "err", err)
+	text := NoticeText(n)
+	id := fmt.Sprintf("%s-%s-%d", n.Kind, n.Server, n.At.UnixNano())
+	e := envelope.New(envelope.ChannelInternal, envelope.RoleSystem, text)
+	e.Meta.Set("notice", map[string]any{"kind": n.Kind, "server": n.Server, "failures": n.Failures, "reason": n.Reason})
+	if _, err := s.bus.Publish(ctx, SubjectNotice, e, bus.WithMsgID("notice-"+id)); err != nil {
+		s.log.Error("server notice not published", "server", n.Server, "kind", n.Kind, "err", err)
 	}
+	if s.cfg.NoticeChannel == "" {
+		return
+	}
+	h := envelope.New(envelope.ChannelInternal, envelope.RoleSystem, text)
+	h.Meta.Set("notice", map[string]any{"kind": n.Kind, "server": n.Server})
+	h.Meta.SetTarget(&envelope.Target{Channel: string(envelope.ChannelSlack), SlackCh: s.cfg.NoticeChannel})
+	h.Meta.Set("idempotency_key", "mcp-notice:"+id)
+	if _, err := s.bus.Publish(ctx, SubjectHumanNotice, h, bus.WithMsgID("human-notice-"+id)); err != nil {
+		s.log.Error("server notice for Slack not published", "server", n.Server, "kind", n.Kind, "err", err)
+	}
+}
+
+// NoticeText is what humans read about a server's transition.
+func NoticeText(n tools.Notice) string {
+	if n.Kind == tools.NoticeReenabled {
+		return fmt.Sprintf(":white_check_mark: MCP server %q is enabled again (%s); the tool runner is reconnecting it.", n.Server, n.Reason)
+	}
+	return fmt.Sprintf(":warning: MCP server %q was auto-disabled after %d failed health checks (last error: %s). Re-enable it with `relay mcp enable %s`.",
+		n.Server, n.Failures, clip.Line(n.LastError, 300), n.Server)
+}
+
+// Ready reports an error naming the enabled servers whose first connect
+// attempt has not finished (the tool runner's /readyz check).
+func (s *Service) Ready(context.Context) error {
+	if p := s.runner.Pending(); len(p) > 0 {
+		return fmt.Errorf("mcp servers still starting: %s", strings.Join(p, ", "))
+	}
+	return nil
 }

@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,7 +70,7 @@ func start(t *testing.T, extra ...mcpconfig.Server) *fixture {
 	}
 	auditPath := filepath.Join(t.TempDir(), "tools.jsonl")
 	servers := append([]mcpconfig.Server{{Name: "svc", Type: mcpconfig.HTTP, URL: url, ProtocolVersion: mcpconfig.DefaultProtocolVersion}}, extra...)
-	svc, err := New(t.Context(), Config{Logger: testLogger(t), Tools: tools.Config{
+	svc, err := New(t.Context(), Config{Logger: testLogger(t), NoticeChannel: opsChannel, Tools: tools.Config{
 		Servers: servers, Policy: pol, AuditPath: auditPath,
 		HealthInterval: 200 * time.Millisecond,
 		HealthBackoff:  []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond},
@@ -80,6 +82,45 @@ func start(t *testing.T, extra ...mcpconfig.Server) *fixture {
 	f := &fixture{b: b, svc: svc, writes: writes, audit: auditPath, stop: stop}
 	testenv.WaitFor(t, 20*time.Second, "svc ready", func() bool { return svc.Runner().Servers()[0].State == tools.StateReady })
 	return f
+}
+
+func TestReadyNamesServersOnTheirFirstAttempt(t *testing.T) {
+	t.Parallel()
+	// A server that accepts connections and never answers keeps its first
+	// handshake open until the listener goes away.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	f := start(t, mcpconfig.Server{Name: "mute", Type: mcpconfig.HTTP, URL: "http://" + l.Addr().String() + "/mcp", ProtocolVersion: mcpconfig.DefaultProtocolVersion})
+	testenv.WaitFor(t, 20*time.Second, "svc's first discovery", func() bool { return slices.Equal(f.svc.Runner().Pending(), []string{"mute"}) })
+	if err := f.svc.Ready(t.Context()); err == nil || !strings.Contains(err.Error(), "mute") || strings.Contains(err.Error(), "svc") {
+		t.Fatalf("got %v, want an error naming mute only", err)
+	}
+	st, err := tools.StatusRemote(t.Context(), f.b.Conn(), f.b.Prefix())
+	if err != nil || len(st.Pending) != 1 || st.Pending[0] != "mute" {
+		t.Fatalf("status: got %+v, %v; want mute pending", st, err)
+	}
+	_ = l.Close()
+	mu.Lock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	mu.Unlock()
+	testenv.WaitFor(t, 20*time.Second, "mute's first attempt to end", func() bool { return f.svc.Ready(t.Context()) == nil })
 }
 
 func next(t *testing.T, ch <-chan *envelope.Envelope) *envelope.Envelope {
@@ -243,6 +284,8 @@ func TestToolListOverBus(t *testing.T) {
 	}
 }
 
+const opsChannel = "C0OPS"
+
 func TestAutoDisableNoticeAndRemoteEnable(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -253,13 +296,21 @@ func TestAutoDisableNoticeAndRemoteEnable(t *testing.T) {
 	_ = l.Close()
 	f := start(t, mcpconfig.Server{Name: "dead", Type: mcpconfig.HTTP, URL: deadURL, ProtocolVersion: mcpconfig.DefaultProtocolVersion})
 	notices := bustest.Observe(t, f.b, "obs", SubjectNotice)
+	human := bustest.Observe(t, f.b, "obs-human", SubjectHumanNotice)
 	n := next(t, notices)
 	if n.Role != envelope.RoleSystem || n.Channel != envelope.ChannelInternal {
 		t.Errorf("notice: got %s/%s", n.Role, n.Channel)
 	}
 	meta, _ := n.Meta.Get("notice")
-	if m, _ := meta.(map[string]any); m["server"] != "dead" {
+	if m, _ := meta.(map[string]any); m["server"] != "dead" || m["kind"] != tools.NoticeAutoDisabled {
 		t.Errorf("notice meta: got %v", meta)
+	}
+	// The same words go to the ops channel in Slack (the outbound worker
+	// posts agent.notice to its Slack target).
+	h := next(t, human)
+	if tg, err := h.Meta.Target(); err != nil || tg == nil || tg.Channel != "slack" || tg.SlackCh != opsChannel ||
+		!strings.Contains(h.Content, `"dead" was auto-disabled after 3 failed health checks`) {
+		t.Errorf("Slack notice: got target %+v (%v), content %q", tg, err, h.Content)
 	}
 	// Another process (the CLI) sees it disabled and enables it.
 	other := bustest.Connect(t, f.b)
@@ -278,6 +329,13 @@ func TestAutoDisableNoticeAndRemoteEnable(t *testing.T) {
 		s := f.svc.Runner().Servers()[1]
 		return s.State != tools.StateDisabled || s.Failures > 0
 	})
+	// Re-enabling an auto-disabled server is announced once, in both places.
+	for _, ch := range []<-chan *envelope.Envelope{notices, human} {
+		n := next(t, ch)
+		if meta, _ := n.Meta.Get("notice"); meta.(map[string]any)["kind"] != tools.NoticeReenabled || !strings.Contains(n.Content, "enabled again") {
+			t.Errorf("after enable: got %v %q, want a re-enable notice", meta, n.Content)
+		}
+	}
 	// The stop switch set from the other process stops execution.
 	if err := st.SetStop(t.Context(), true); err != nil {
 		t.Fatal(err)

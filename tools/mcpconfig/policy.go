@@ -112,11 +112,20 @@ func (p *Policy) Budget(key string) Budget { return p.Budgets[key] }
 // Timeout is the call timeout of server.tool: the tool's budget, else the
 // server's, else DefaultTimeout.
 func (p *Policy) Timeout(server, tool string) time.Duration {
+	return p.TimeoutOr(server, tool, 0)
+}
+
+// TimeoutOr is Timeout with def (a server entry's own timeout) used before
+// DefaultTimeout when no budget sets one; def 0 means DefaultTimeout.
+func (p *Policy) TimeoutOr(server, tool string, def time.Duration) time.Duration {
 	if t := p.Budgets[server+"."+tool].Timeout; t > 0 {
 		return t
 	}
 	if t := p.Budgets[server].Timeout; t > 0 {
 		return t
+	}
+	if def > 0 {
+		return def
 	}
 	return DefaultTimeout
 }

@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/testenv"
+)
+
+// everythingConfig writes an mcp.json running server-everything over stdio.
+func everythingConfig(t *testing.T, name string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	bin := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules", ".bin", "mcp-server-everything")
+	if _, err := os.Stat(bin); err != nil {
+		testenv.Missing(t, "mcp-server-everything not installed; run scripts/setup.sh")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		testenv.Missing(t, "node is not installed")
+	}
+	path := filepath.Join(t.TempDir(), name)
+	doc := fmt.Sprintf("{\n  // JSONC, as VS Code writes it\n  \"servers\": {\"everything\": {\"command\": %q, \"args\": [\"stdio\"],},},\n}\n", bin)
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestMCPCallPrintsEveryBlock(t *testing.T) {
+	t.Parallel()
+	env := embeddedEnv(t)
+	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
+	save := t.TempDir()
+	cli := func(args ...string) (int, string, string) {
+		var out, errb syncBuffer
+		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	code, out, errs := cli("mcp", "call", "everything", "get-tiny-image", "--save", save)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "[image image/png, ") || !strings.Contains(out, "saved to "+save) {
+		t.Errorf("got stdout %q, want the image's MIME type, size and file", out)
+	}
+	files, _ := filepath.Glob(filepath.Join(save, "get-tiny-image-*.png"))
+	if len(files) != 1 {
+		t.Fatalf("saved files: got %v, want one PNG", files)
+	}
+	if b, _ := os.ReadFile(files[0]); !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Errorf("saved file is not a PNG")
+	}
+	if strings.Contains(out+errs, "server stderr") {
+		t.Errorf("server stderr in the output without -v: %q", errs)
+	}
+	code, out, _ = cli("mcp", "call", "everything", "get-resource-links", "--args", `{"count": 2}`)
+	if code != 0 || strings.Count(out, "[resource ") != 2 {
+		t.Errorf("resource links: exit %d, got %q, want two URIs", code, out)
+	}
+	code, _, errs = cli("mcp", "call", "everything", "echo", "--args", `{"message": "x"}`, "-v")
+	if code != 0 || !strings.Contains(errs, "server stderr") {
+		t.Errorf("-v: exit %d, stderr %q; want the server's stderr", code, errs)
+	}
+	code, out, _ = cli("mcp", "test", "everything")
+	if code != 0 || !strings.Contains(out, "status:       Healthy at 20") {
+		t.Errorf("mcp test: exit %d, got %q, want Healthy with a timestamp", code, out)
+	}
+}
+
+// `relay mcp list` names the file the running relay read, not the one in the
+// CLI's own environment.
+func TestMCPListNamesTheRunningRelaysFile(t *testing.T) {
+	t.Parallel()
+	env := embeddedEnv(t)
+	running := everythingConfig(t, "running.json")
+	env["RELAY_MCP_CONFIG"] = running
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &syncBuffer{}) }()
+	defer func() { cancel(); <-done }()
+	// /readyz waits for the servers' first attempt too.
+	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, 30*time.Second)
+	cliEnv := map[string]string{}
+	for k, v := range env {
+		cliEnv[k] = v
+	}
+	cliEnv["RELAY_MCP_CONFIG"] = everythingConfig(t, "other.json")
+	var out, errb syncBuffer
+	if code := Run(t.Context(), []string{"mcp", "list", "-json"}, config.FromMap(cliEnv), &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var got struct {
+		Source  string `json:"source"`
+		Config  string `json:"config"`
+		Servers []struct {
+			Name          string    `json:"name"`
+			State         string    `json:"state"`
+			Failures      int       `json:"failures"`
+			LastConnected time.Time `json:"last_connected"`
+		} `json:"servers"`
+	}
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if got.Config != running || got.Source != "running relay" {
+		t.Errorf("got config %q from %q, want %q from the running relay", got.Config, got.Source, running)
+	}
+	if len(got.Servers) != 1 || got.Servers[0].State != "ready" || got.Servers[0].LastConnected.IsZero() {
+		t.Errorf("got servers %+v, want everything ready with its connect time", got.Servers)
+	}
+}

@@ -1,0 +1,58 @@
+package agent
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+// The first listing after a start waits for the tool runner's first
+// discovery: a stdio server still in its handshake is not left out.
+func TestBusToolsWaitsForFirstDiscovery(t *testing.T) {
+	t.Parallel()
+	_, file, _, _ := runtime.Caller(0)
+	bin := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules", ".bin", "mcp-server-everything")
+	if _, err := os.Stat(bin); err != nil {
+		testenv.Missing(t, "mcp-server-everything not installed; run scripts/setup.sh")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		testenv.Missing(t, "node is not installed")
+	}
+	b := bustest.Embedded(t)
+	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['*.*']\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := tools.New(tools.Config{Policy: pol, Servers: []mcpconfig.Server{{
+		Name: "everything", Type: mcpconfig.Stdio, Command: bin, Args: []string{"stdio"}, ProtocolVersion: mcpconfig.DefaultProtocolVersion,
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	stop, err := tools.Serve(t.Context(), b.Conn(), b.Prefix(), r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stop() })
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	lister := BusTools(b.Conn(), b.Prefix(), 0).SetWait(30 * time.Second)
+	list, err := lister.Tools(t.Context(), "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(list, func(ti tools.ToolInfo) bool { return ti.Name == "everything.echo" }) {
+		t.Fatalf("got %d tools, want everything.echo among them (the list was taken before the handshake finished)", len(list))
+	}
+}

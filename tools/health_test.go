@@ -1,0 +1,58 @@
+package tools
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+// The delays between failed checks follow the specification: 1s, 5s, then
+// the 3rd failure disables; 15s is reached only with a higher threshold.
+func TestHealthBackoffSchedule(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		disableAfter int
+		want         []time.Duration
+	}{
+		{3, []time.Duration{time.Second, 5 * time.Second}},
+		{5, []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 15 * time.Second}},
+	}
+	for _, tt := range tests {
+		r, err := New(Config{DisableAfter: tt.disableAfter, Servers: []mcpconfig.Server{{Name: "s", Type: mcpconfig.Stdio, Command: "x"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := r.conns["s"]
+		var got []time.Duration
+		for c.status().State != StateDisabled {
+			d := c.afterCheck(t.Context(), false, errors.New("refused"))
+			if c.status().State != StateDisabled {
+				got = append(got, d)
+			}
+			if len(got) > 10 {
+				break
+			}
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("threshold %d: got retries after %v, want %v", tt.disableAfter, got, tt.want)
+		}
+		if st := c.status(); st.Failures != tt.disableAfter || st.DisabledBy != "health" {
+			t.Errorf("threshold %d: got %+v", tt.disableAfter, st)
+		}
+		// A good ping resets the count; a handshake alone does not.
+		c.enable()
+		c.afterCheck(t.Context(), false, errors.New("refused"))
+		c.afterCheck(t.Context(), false, nil)
+		if f := c.status().Failures; f != 1 {
+			t.Errorf("after a handshake: got %d failures, want 1", f)
+		}
+		c.afterCheck(t.Context(), true, nil)
+		if f := c.status().Failures; f != 0 {
+			t.Errorf("after a good ping: got %d failures, want 0", f)
+		}
+		_ = r.Close()
+	}
+}

@@ -1,0 +1,183 @@
+package tools
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+// ErrPipeUnsupported refuses pipe:// URLs (Windows named pipes).
+var ErrPipeUnsupported = errors.New("Windows named pipes are not supported on this platform")
+
+// transport builds the SDK transport of s. For stdio it also returns the
+// command (started by the SDK's Connect).
+func transport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transport, *exec.Cmd, error) {
+	switch s.Type {
+	case mcpconfig.Stdio:
+		return stdioTransport(r, s, log)
+	case mcpconfig.HTTP:
+		endpoint, client, err := remoteEndpoint(r.cfg.HTTPClient, s)
+		if err != nil {
+			return nil, nil, err
+		}
+		// The SDK follows the spec's resumability: it reconnects the GET
+		// stream (and a broken POST response stream) after the server's SSE
+		// `retry` delay, sending Last-Event-ID; StreamRetries bounds the
+		// attempts without progress.
+		return &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: client, MaxRetries: r.cfg.StreamRetries}, nil, nil
+	case mcpconfig.SSE:
+		endpoint, client, err := remoteEndpoint(r.cfg.HTTPClient, s)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &detached{Transport: &mcp.SSEClientTransport{Endpoint: endpoint, HTTPClient: client}}, nil, nil
+	}
+	return nil, nil, fmt.Errorf("server %s: unknown transport %q", s.Name, s.Type)
+}
+
+func stdioTransport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transport, *exec.Cmd, error) {
+	cmd := exec.Command(s.Command, s.Args...)
+	cmd.Env = stdioEnv(r.cfg.BaseEnv, s.Env)
+	cmd.Dir = s.Dir
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	go logStderr(stderr, log, r.cfg.StderrLevel)
+	return &mcp.CommandTransport{Command: cmd, TerminateDuration: r.cfg.TerminateDuration}, cmd, nil
+}
+
+// logStderr copies a stdio server's stderr to the log, line by line, at level.
+func logStderr(rd io.Reader, log *slog.Logger, level slog.Level) {
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 0, 4096), 64*1024)
+	for sc.Scan() {
+		log.Log(context.Background(), level, "server stderr", "line", sc.Text())
+	}
+}
+
+// remoteEndpoint returns the HTTP endpoint and client of a remote server:
+// the entry's headers on every request and, for unix:// URLs, every
+// connection dialled to the socket.
+//
+// unix:///path/to.sock carries HTTP over the Unix socket; the HTTP path is
+// the URL's fragment (unix:///run/mcp.sock#/mcp) or "/".
+func remoteEndpoint(base *http.Client, s mcpconfig.Server) (string, *http.Client, error) {
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		return "", nil, fmt.Errorf("server %s: url: %w", s.Name, err)
+	}
+	switch u.Scheme {
+	case "pipe":
+		return "", nil, fmt.Errorf("server %s: %s: %w", s.Name, s.URL, ErrPipeUnsupported)
+	case "unix":
+		sock, path := mcpconfig.UnixSocket(u)
+		client := unixClient(base, sock)
+		return "http://localhost" + path, withHeaders(client, s.Headers), nil
+	}
+	return s.URL, withHeaders(base, s.Headers), nil
+}
+
+// unixClient is base with a transport that dials sock for every request.
+func unixClient(base *http.Client, sock string) *http.Client {
+	c := http.Client{}
+	if base != nil {
+		c = *base
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}
+	c.Transport = t
+	return &c
+}
+
+type headerTransport struct {
+	base    http.RoundTripper
+	headers map[string]string
+}
+
+func (h *headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	for k, v := range h.headers {
+		req.Header.Set(k, v)
+	}
+	return h.base.RoundTrip(req)
+}
+
+func withHeaders(base *http.Client, headers map[string]string) *http.Client {
+	if base == nil {
+		base = http.DefaultClient
+	}
+	if len(headers) == 0 {
+		return base
+	}
+	c := *base
+	rt := c.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	c.Transport = &headerTransport{base: rt, headers: headers}
+	return &c
+}
+
+// detached gives a transport a connection context that outlives Connect:
+// the SDK's SSE client ties its event stream to the context Connect gets, so
+// a connect timeout would end the session as soon as Connect returned. The
+// stream lives until the connection is closed; ctx still bounds the dial.
+type detached struct {
+	mcp.Transport
+}
+
+func (d *detached) Connect(ctx context.Context) (mcp.Connection, error) {
+	life, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel) // a cancelled dial still ends
+	conn, err := d.Transport.Connect(life)
+	if !stop() || err != nil {
+		cancel()
+		if err == nil {
+			_ = conn.Close()
+			err = context.Cause(ctx)
+		}
+		return nil, err
+	}
+	return &cancelOnClose{Connection: conn, cancel: cancel}, nil
+}
+
+type cancelOnClose struct {
+	mcp.Connection
+	once   sync.Once
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.Connection.Close()
+	c.once.Do(c.cancel)
+	return err
+}
+
+// hint adds what to change to a connect error a user can fix in mcp.json.
+func hint(s mcpconfig.Server, err error) error {
+	if s.Type == mcpconfig.HTTP && s.TypeInferred {
+		msg := err.Error()
+		if strings.Contains(msg, "Not Found") || strings.Contains(msg, "404") || strings.Contains(msg, "Method Not Allowed") || strings.Contains(msg, "405") {
+			return fmt.Errorf("%w (the entry has a url and no type, so streamable HTTP was tried; if %s is an SSE endpoint, set \"type\": \"sse\")", err, s.URL)
+		}
+	}
+	return err
+}

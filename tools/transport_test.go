@@ -1,0 +1,290 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+// holdConfig pings every 100ms, so a session held for a second and a half
+// has passed more than a dozen health intervals.
+func holdConfig(t *testing.T, s mcpconfig.Server) Config {
+	cfg := fastConfig(t, s)
+	cfg.HealthInterval = 100 * time.Millisecond
+	cfg.Policy = policy(t, allowAll)
+	return cfg
+}
+
+// holdSession checks that the server's one session stays up across
+// several health intervals: no reconnect, no failed check, calls work.
+func holdSession(t *testing.T, r *Runner, name string, hold time.Duration) {
+	t.Helper()
+	first := r.Servers()[0]
+	start := time.Now()
+	deadline := time.Now().Add(hold + 20*time.Second)
+	for !r.Servers()[0].LastPing.After(start.Add(hold)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no ping after the hold of %s: %+v", hold, r.Servers()[0])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := r.Servers()[0]
+	if !st.LastConnected.Equal(first.LastConnected) || st.State != StateReady || st.Failures != 0 {
+		t.Fatalf("after %s: got state %s, %d failures, connected at %s (first %s, last error %q); want one session held",
+			hold, st.State, st.Failures, st.LastConnected, first.LastConnected, st.LastError)
+	}
+	res := r.Call(t.Context(), Request{Tool: name + ".echo", Args: map[string]any{"message": "still here"}, Caller: Caller{Role: "agent"}})
+	if res.Err != nil || res.Text != "Echo: still here" {
+		t.Fatalf("call after the hold: got %q, %v", res.Text, res.Err)
+	}
+	t.Logf("%s: one session up %s across %s of %s health intervals (last ping %s)", name,
+		time.Since(st.LastConnected).Round(time.Millisecond), hold, r.cfg.HealthInterval, st.PingLatency)
+}
+
+func TestSessionsHoldAcrossHealthIntervals(t *testing.T) {
+	t.Parallel()
+	hold := 1500 * time.Millisecond
+	if v := os.Getenv("RELAY_TEST_HOLD"); v != "" { // a longer soak, for measuring uptime
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("RELAY_TEST_HOLD: %v", err)
+		}
+		hold = d
+	}
+	tests := []struct {
+		name   string
+		server func(t *testing.T) mcpconfig.Server
+	}{
+		{"stdio", func(t *testing.T) mcpconfig.Server { return everythingStdio(t, "stdio") }},
+		{"sse", func(t *testing.T) mcpconfig.Server {
+			return mcpconfig.Server{Name: "sse", Type: mcpconfig.SSE, URL: "http://" + startEverything(t, "sse") + "/sse",
+				ProtocolVersion: mcpconfig.DefaultProtocolVersion}
+		}},
+		{"streamableHttp", func(t *testing.T) mcpconfig.Server {
+			return mcpconfig.Server{Name: "streamableHttp", Type: mcpconfig.HTTP, URL: startEverythingHTTP(t),
+				ProtocolVersion: mcpconfig.DefaultProtocolVersion}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := holdConfig(t, tt.server(t))
+			// A connect timeout shorter than the hold: the SSE stream must not
+			// be tied to the handshake's context.
+			cfg.ConnectTimeout = 10 * time.Second
+			r := startRunner(t, cfg)
+			holdSession(t, r, tt.name, hold)
+		})
+	}
+}
+
+// goServer is a go-sdk MCP server with an echo tool.
+func goServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "relay-unix-test", Version: "1.0.0"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "echo", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *mcp.CallToolRequest, in msgIn) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "Echo: " + in.Message}}}, nil, nil
+		})
+	return s
+}
+
+// serveUnix serves h on a fresh Unix socket and returns its path.
+func serveUnix(t *testing.T, h http.Handler) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "relay-sock-") // short: socket paths are limited to ~100 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "mcp.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return sock
+}
+
+func TestUnixSocketGoServer(t *testing.T) {
+	t.Parallel()
+	s := goServer()
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	mux.Handle("/sse", mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	sock := serveUnix(t, mux)
+	tests := []struct {
+		name string
+		typ  mcpconfig.Transport
+		url  string
+	}{
+		{"http", mcpconfig.HTTP, "unix://" + sock + "#/mcp"},
+		{"sse", mcpconfig.SSE, "unix://" + sock + "/sse"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := startRunner(t, holdConfig(t, mcpconfig.Server{Name: tt.name, Type: tt.typ, URL: tt.url, ProtocolVersion: mcpconfig.DefaultProtocolVersion}))
+			holdSession(t, r, tt.name, 500*time.Millisecond)
+		})
+	}
+}
+
+func TestPipeRefused(t *testing.T) {
+	t.Parallel()
+	p := ProbeServer(t.Context(), Config{}, mcpconfig.Server{Name: "p", Type: mcpconfig.HTTP, URL: "pipe:///mcp"})
+	if p.OK || !strings.Contains(p.Error, "Windows named pipes are not supported on this platform") {
+		t.Errorf("got %+v, want the named-pipe refusal", p)
+	}
+	if _, _, err := remoteEndpoint(nil, mcpconfig.Server{Name: "p", URL: "pipe:///mcp"}); !errors.Is(err, ErrPipeUnsupported) {
+		t.Errorf("got %v, want ErrPipeUnsupported", err)
+	}
+}
+
+func TestURLOnlyEntryAtSSEEndpointHints(t *testing.T) {
+	t.Parallel()
+	base := "http://" + startEverything(t, "sse")
+	doc := `{"mcpServers": {"old": {"url": "` + base + `/sse"}}}`
+	servers, err := mcpconfig.Parse([]byte(doc), mcpconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := ProbeServer(t.Context(), Config{ConnectTimeout: 10 * time.Second}, servers[0])
+	if p.OK || !strings.Contains(p.Error, `set "type": "sse"`) {
+		t.Fatalf("got %+v, want a hint to set \"type\": \"sse\"", p)
+	}
+	servers[0].Type = mcpconfig.SSE
+	if p := ProbeServer(t.Context(), Config{ConnectTimeout: 10 * time.Second}, servers[0]); !p.OK {
+		t.Fatalf("with type sse: got %+v", p)
+	}
+}
+
+func TestFlappingServerIsAutoDisabled(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "exit-after-init"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig(t, helperServer(t, "h", dir))
+	cfg.HealthInterval = time.Hour // only the session's end triggers checks
+	var mu sync.Mutex
+	var notices []Notice
+	cfg.Notify = func(_ context.Context, n Notice) { mu.Lock(); notices = append(notices, n); mu.Unlock() }
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the flapping server to be auto-disabled", func() bool { return r.Servers()[0].State == StateDisabled })
+	st := r.Servers()[0]
+	if st.DisabledBy != "health" || !strings.Contains(st.DisabledReason, "3 failed health checks") || st.AutoDisabledAt.IsZero() {
+		t.Errorf("got %+v, want auto-disabled after 3 failed checks", st)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(notices) != 1 || notices[0].Kind != NoticeAutoDisabled {
+		t.Errorf("got notices %+v, want one auto-disable notice", notices)
+	}
+}
+
+func TestToolNamesUpTo100Characters(t *testing.T) {
+	t.Parallel()
+	cfg := fastConfig(t, helperServer(t, "h", t.TempDir()))
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	names := map[string]bool{}
+	for _, ti := range r.Tools(t.Context(), "agent") {
+		names[ti.Tool] = true
+	}
+	if !names[strings.Repeat("n", 100)] || names[strings.Repeat("x", 101)] {
+		t.Errorf("got tools %v, want the 100-character name and not the 101-character one", names)
+	}
+	res := r.Call(t.Context(), Request{Tool: "h." + strings.Repeat("n", 100), Caller: Caller{Role: "agent"}})
+	if res.Err != nil || res.Text != "long" {
+		t.Errorf("got %q, %v", res.Text, res.Err)
+	}
+}
+
+// With the default retry settings and the specified 1s first health retry, a
+// read-only call that crashed its stdio server waits for the restart (here
+// 1.5s) and succeeds.
+func TestReadOnlyRetryOutwaitsARestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "restart-delay-ms"), []byte("1500"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fastConfig(t, helperServer(t, "h", dir))
+	cfg.HealthBackoff, cfg.RetryBackoff, cfg.CallRetries = nil, 0, 0 // the defaults: 1s, 5s; 250ms; 2
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	res := r.Call(t.Context(), Request{Tool: "h.crash-once", Caller: Caller{Role: "agent"}})
+	if res.Err != nil || res.Text != "survived" {
+		t.Fatalf("got %q, %v after %s; want the retry to reach the restarted server", res.Text, res.Err, res.Duration)
+	}
+}
+
+// A read-only call whose server is killed and does not come back reports the
+// lost connection, not "server offline".
+func TestKilledServerReportsTheLostConnection(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := fastConfig(t, helperServer(t, "h", dir))
+	cfg.HealthBackoff = []time.Duration{time.Hour}
+	cfg.RetryWindow = 2 * time.Second
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	pid := r.conns["h"].pid()
+	done := make(chan *Result, 1)
+	go func() {
+		done <- r.Call(t.Context(), Request{Tool: "h.slow-read", Args: map[string]any{"ms": 30000}, Caller: Caller{Role: "agent"}})
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the call to reach the server", func() bool { return fileExists(dir, "slow-read-started") })
+	if err := os.WriteFile(filepath.Join(dir, "refuse-start"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if !errors.Is(res.Err, ErrConnection) || errors.Is(res.Err, ErrOffline) || strings.Contains(res.Err.Error(), "server offline") {
+		t.Fatalf("got %v, want the lost connection", res.Err)
+	}
+}
+
+func TestServerMemory(t *testing.T) {
+	t.Parallel()
+	srv := mcpconfig.Server{Name: "memory", Type: mcpconfig.Stdio, Command: npmBin(t, "mcp-server-memory"),
+		Env: map[string]string{"MEMORY_FILE_PATH": filepath.Join(t.TempDir(), "memory.jsonl")}, ProtocolVersion: mcpconfig.DefaultProtocolVersion}
+	cfg := fastConfig(t, srv)
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	c := Caller{Role: "agent"}
+	res := r.Call(t.Context(), Request{Tool: "memory.create_entities", Caller: c, Args: map[string]any{"entities": []any{
+		map[string]any{"name": "relay", "entityType": "project", "observations": []any{"runs MCP tools"}},
+	}}})
+	if res.Err != nil {
+		t.Fatalf("create_entities: %v", res.Err)
+	}
+	res = r.Call(t.Context(), Request{Tool: "memory.search_nodes", Caller: c, Args: map[string]any{"query": "relay"}})
+	if res.Err != nil || !strings.Contains(res.Text, "runs MCP tools") {
+		t.Fatalf("search_nodes: got %q, %v", res.Text, res.Err)
+	}
+}
