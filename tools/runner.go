@@ -90,6 +90,15 @@ type Config struct {
 	// RetryBackoff is the delay before the first retry, doubled after. Default 250ms.
 	RetryBackoff time.Duration
 
+	// Elicitor asks humans what servers request during calls (elicitation);
+	// nil, or its ErrNoHuman, applies the schema's defaults or declines.
+	Elicitor Elicitor
+	// ElicitTimeout bounds the wait for a human's answer (a timeout declines);
+	// the call's own timeout bounds it too. Default 5m.
+	ElicitTimeout time.Duration
+	// Sampler answers servers' sampling requests; nil refuses them.
+	Sampler Sampler
+
 	// ClientName and ClientVersion are sent in the handshake. Default "relay", "dev".
 	ClientName, ClientVersion string
 	// Logger; nil discards. SDKLogger, when set, logs the MCP SDK's internals.
@@ -140,6 +149,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RetryBackoff <= 0 {
 		c.RetryBackoff = 250 * time.Millisecond
+	}
+	if c.ElicitTimeout <= 0 {
+		c.ElicitTimeout = 5 * time.Minute
 	}
 	if c.ClientName == "" {
 		c.ClientName = "relay"
@@ -478,6 +490,12 @@ type Request struct {
 	Caller Caller
 	// TaskID and Thread are recorded in the audit log.
 	TaskID, Thread string
+	// ActsFor is the person the call acts for (a Slack user id), who answers
+	// the server's questions; empty for an agent's task (an approver answers).
+	ActsFor string
+	// TokenBudget is how many tokens the task has left for the server's
+	// sampling requests; 0 means no task budget applies.
+	TokenBudget int
 	// Operator skips the capability check (relay mcp call); budgets, the
 	// stop switch and the audit log still apply.
 	Operator bool
@@ -505,6 +523,8 @@ type Result struct {
 	Attempts int
 	// AuditID is the id of the call's audit record.
 	AuditID string
+	// SamplingTokens are the LLM tokens the server's sampling requests used.
+	SamplingTokens int
 }
 
 // Map is the result as tool_call.result: content, text, structured,
@@ -526,6 +546,9 @@ func (res *Result) Map() map[string]any {
 	}
 	if res.Err != nil {
 		m["error"] = res.Err.Error()
+	}
+	if res.SamplingTokens > 0 {
+		m["sampling_tokens"] = res.SamplingTokens
 	}
 	return m
 }
@@ -599,8 +622,8 @@ func (r *Runner) record(ctx context.Context, req *Request, server, tool string, 
 	}
 }
 
-func (r *Runner) call(ctx context.Context, req *Request, server, tool string) *Result {
-	res := &Result{}
+func (r *Runner) call(ctx context.Context, req *Request, server, tool string) (res *Result) {
+	res = &Result{}
 	if server == "" {
 		res.Err = fmt.Errorf("%w: %q is not <server>.<tool>", ErrUnknownTool, req.Tool)
 		return res
@@ -633,6 +656,8 @@ func (r *Runner) call(ctx context.Context, req *Request, server, tool string) *R
 	timeout := r.cfg.Policy.Timeout(server, tool)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	ctx = withCall(ctx, req, tool)
+	defer func() { res.SamplingTokens = int(callOf(ctx).tokens.Load()) }()
 
 	entry, err := c.tool(ctx, tool)
 	if err != nil {
