@@ -38,7 +38,8 @@ type toolSettings struct {
 }
 
 // readToolSettings reads RELAY_MCP_CONFIG, RELAY_POLICY, RELAY_AUDIT_LOG,
-// RELAY_MCP_HEALTH_INTERVAL and RELAY_REDACT_SECRETS, loading both files;
+// RELAY_MCP_HEALTH_INTERVAL and RELAY_REDACT_SECRETS, loading both files,
+// and LLM_BASE_URL, LLM_MODEL, LLM_API_KEY for servers' sampling requests;
 // problems are recorded in env.
 func readToolSettings(env *config.Env) *toolSettings {
 	dataDir := env.String("RELAY_DATA_DIR", "./data")
@@ -79,6 +80,7 @@ func readToolSettings(env *config.Env) *toolSettings {
 		HealthInterval: env.Duration("RELAY_MCP_HEALTH_INTERVAL", 30*time.Second, time.Second, time.Hour),
 		Redactor:       tools.NewRedactor(secrets...),
 		BaseEnv:        tools.BaseEnvFrom(os.Environ()),
+		Sampler:        readSampler(env),
 	}
 	return ts
 }
