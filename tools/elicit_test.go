@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,5 +243,55 @@ func TestDefaults(t *testing.T) {
 				t.Errorf("got %s, %v; want %s, %v", b, ok, tc.want, tc.ok)
 			}
 		})
+	}
+}
+
+// TestElicitationDuringCallsOfDifferentThreads: two calls for different
+// people in flight on one session; a question cannot be placed, so nobody is
+// asked and the defaults apply.
+func TestElicitationDuringCallsOfDifferentThreads(t *testing.T) {
+	t.Parallel()
+	s := mcp.NewServer(&mcp.Implementation{Name: "two", Version: "1.0.0"}, nil)
+	both := make(chan struct{}, 2)
+	release := make(chan struct{})
+	mcp.AddTool(s, &mcp.Tool{Name: "hold"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		both <- struct{}{}
+		<-release
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held"}}}, nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "ask"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		both <- struct{}{}
+		res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "sure?", RequestedSchema: map[string]any{
+			"type": "object", "properties": map[string]any{"ok": map[string]any{"type": "boolean", "default": false}}}})
+		close(release)
+		if err != nil {
+			return nil, nil, err
+		}
+		b, _ := json.Marshal(res.Content)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Action + " " + string(b)}}}, nil, nil
+	})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(srv.Close)
+	var asked atomic.Int32
+	cfg := fastConfig(t, mcpconfig.Server{Name: "two", Type: mcpconfig.HTTP, URL: srv.URL, ProtocolVersion: mcpconfig.DefaultProtocolVersion})
+	cfg.Elicitor = ElicitorFunc(func(context.Context, *Question) (*Answer, error) {
+		asked.Add(1)
+		return &Answer{Action: ElicitAccept, Content: map[string]any{"ok": true}}, nil
+	})
+	r := startRunner(t, cfg)
+	held := make(chan *Result, 1)
+	go func() {
+		held <- r.Call(t.Context(), Request{Tool: "two.hold", Operator: true, Thread: "slack:T1/C1/1.1", ActsFor: "U1"})
+	}()
+	<-both // hold is in flight before ask starts
+	res := r.Call(t.Context(), Request{Tool: "two.ask", Operator: true, Thread: "slack:T1/C1/2.2", ActsFor: "U2"})
+	if res.Err != nil || res.Text != `accept {"ok":false}` {
+		t.Errorf("got %q, %v; want the defaults", res.Text, res.Err)
+	}
+	if h := <-held; h.Err != nil {
+		t.Errorf("hold: %v", h.Err)
+	}
+	if n := asked.Load(); n != 0 {
+		t.Errorf("asked %d times, want 0", n)
 	}
 }
