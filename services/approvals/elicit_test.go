@@ -4,16 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/services/approvals"
 	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 const (
@@ -27,17 +32,22 @@ type elicited struct {
 	err error
 }
 
-// ask sends q over the bus as the tool runner does and returns where the
-// answer will arrive.
-func (h *harness) ask(q *tools.Question, wait time.Duration) <-chan elicited {
+// serving waits until the worker answers questions (it subscribes when Run starts).
+func (h *harness) serving() {
 	h.t.Helper()
-	// The worker subscribes when Run starts: wait until it answers.
 	testenv.WaitFor(h.t, 10*time.Second, "the worker serving "+tools.SubjectElicitExpire, func() bool {
 		ctx, cancel := context.WithTimeout(h.t.Context(), time.Second)
 		defer cancel()
 		_, err := h.bus.Conn().RequestWithContext(ctx, h.bus.Prefix()+"."+tools.SubjectElicitExpire, []byte(`{"id":"probe"}`))
 		return err == nil
 	})
+}
+
+// ask sends q over the bus as the tool runner does and returns where the
+// answer will arrive.
+func (h *harness) ask(q *tools.Question, wait time.Duration) <-chan elicited {
+	h.t.Helper()
+	h.serving()
 	q.Deadline = time.Now().Add(wait)
 	ch := make(chan elicited, 1)
 	ctx, cancel := context.WithDeadline(context.Background(), q.Deadline)
@@ -260,5 +270,73 @@ func TestQuestionWithoutHuman(t *testing.T) {
 	res := <-h.ask(q, time.Minute)
 	if !errors.Is(res.err, tools.ErrNoHuman) || !strings.Contains(res.err.Error(), "not_in_channel") {
 		t.Errorf("post failed: got %v, want ErrNoHuman naming Slack's error", res.err)
+	}
+}
+
+// TestToolCallAsksInSlack runs the whole path: a tool call on a real MCP
+// server (go-sdk, streamable HTTP) whose tool elicits; the tool runner sends
+// the question over the bus; this worker asks in the call's Slack thread;
+// the author answers through the form; the server gets the answer.
+func TestToolCallAsksInSlack(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	s := mcp.NewServer(&mcp.Implementation{Name: "deploy", Version: "1.0.0"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "release"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Which environment?", RequestedSchema: map[string]any{
+			"type":       "object",
+			"properties": map[string]any{"env": map[string]any{"type": "string", "enum": []any{"staging", "production"}}},
+			"required":   []any{"env"},
+		}})
+		if err != nil {
+			return nil, nil, err
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("%s %v", res.Action, res.Content["env"])}}}, nil, nil
+	})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(srv.Close)
+	r, err := tools.New(tools.Config{
+		Servers:  []mcpconfig.Server{{Name: "deploy", Type: mcpconfig.HTTP, URL: srv.URL, ProtocolVersion: mcpconfig.DefaultProtocolVersion}},
+		Elicitor: tools.NewBusElicitor(h.bus.Conn(), h.bus.Prefix()),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if pending := r.WaitReady(ctx); len(pending) > 0 {
+		t.Fatalf("not ready: %v", pending)
+	}
+	h.serving()
+
+	done := make(chan *tools.Result, 1)
+	go func() {
+		done <- r.Call(t.Context(), tools.Request{Tool: "deploy.release", Operator: true, CallID: "call-1",
+			Thread: "slack:" + team + "/" + threadCh + "/" + threadTS, ActsFor: author})
+	}()
+	post := h.posted(1)
+	if post.Params["thread_ts"] != threadTS || !strings.Contains(post.Params["blocks"], "deploy.release") {
+		t.Fatalf("question posted as %+v", post.Params)
+	}
+	id := post.Actions()[0].Value
+	h.interact(click(author, approvals.ActionElicitAnswer, id, post.Params["_ts"]))
+	testenv.WaitFor(t, 10*time.Second, "the form", func() bool { return len(h.slack.Calls("views.open")) == 1 })
+	var view struct {
+		PrivateMetadata string `json:"private_metadata"`
+	}
+	_ = json.Unmarshal([]byte(h.slack.Calls("views.open")[0].Params["view"]), &view)
+	h.interact(submit(author, approvals.ViewElicit, view.PrivateMetadata, map[string]any{
+		"elicit_env": map[string]any{"v": map[string]any{"type": "static_select", "selected_option": map[string]any{"value": "production"}}},
+	}))
+	select {
+	case res := <-done:
+		if res.Err != nil || res.Text != "accept production" {
+			t.Fatalf("tool result %q, %v; want the author's answer", res.Text, res.Err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call did not finish")
 	}
 }
