@@ -237,6 +237,7 @@ func mcpCall(ctx context.Context, a *app, ts *toolSettings, args []string) error
 	s.Disabled = false // an operator may call a disabled server directly
 	cfg.Servers = []mcpconfig.Server{s}
 	cfg.Logger = a.log
+	cfg.Elicitor = terminalElicitor(a)
 	r, err := tools.New(cfg)
 	if err != nil {
 		return err

@@ -271,7 +271,7 @@ func (s *Service) handleQuestionAction(ctx context.Context, ia *interaction, act
 		s.ephemeral(ctx, ia.Channel, ia.User, "This question was already closed ("+q.Status+").", log)
 		return nil
 	}
-	if len(formFields(q.Q.Schema)) == 0 {
+	if len(tools.Fields(q.Q.Schema)) == 0 {
 		return s.settle(ctx, id, tools.ElicitAccept, map[string]any{}, ia.User, ia.Channel, log)
 	}
 	if _, err := s.api.OpenViewContext(ctx, ia.TriggerID, questionForm(q)); err != nil {

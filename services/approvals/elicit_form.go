@@ -3,112 +3,16 @@ package approvals
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/slack-go/slack"
 
 	"github.com/relaystation/relay/tools"
 )
-
-// formField is one property of an elicitation schema (a flat object of
-// string, number, integer, boolean and enum properties; arrays of enum values
-// are multi-selects).
-type formField struct {
-	Name     string
-	Title    string
-	Desc     string
-	Type     string // string, number, integer, boolean, array
-	Format   string // email, uri, date, date-time
-	Options  []formOption
-	Default  any
-	Required bool
-	Min, Max *float64
-}
-
-type formOption struct{ Value, Title string }
-
-// formFields reads the properties of schema, required ones first, then by name.
-func formFields(schema map[string]any) []formField {
-	props, _ := schema["properties"].(map[string]any)
-	req := map[string]bool{}
-	if r, ok := schema["required"].([]any); ok {
-		for _, n := range r {
-			if s, ok := n.(string); ok {
-				req[s] = true
-			}
-		}
-	}
-	out := make([]formField, 0, len(props))
-	for name, v := range props {
-		p, _ := v.(map[string]any)
-		f := formField{Name: name, Required: req[name], Default: p["default"]}
-		f.Title, _ = p["title"].(string)
-		f.Desc, _ = p["description"].(string)
-		f.Type, _ = p["type"].(string)
-		f.Format, _ = p["format"].(string)
-		f.Options = enumOptions(p)
-		if f.Type == "array" {
-			items, _ := p["items"].(map[string]any)
-			f.Options = enumOptions(items)
-		}
-		if f.Type == "" && len(f.Options) > 0 {
-			f.Type = "string"
-		}
-		f.Min, f.Max = number(p["minimum"]), number(p["maximum"])
-		out = append(out, f)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Required != out[j].Required {
-			return out[i].Required
-		}
-		return out[i].Name < out[j].Name
-	})
-	return out
-}
-
-// enumOptions reads enum (with the legacy enumNames), oneOf or anyOf of
-// {const, title}.
-func enumOptions(p map[string]any) []formOption {
-	var out []formOption
-	if e, ok := p["enum"].([]any); ok {
-		names, _ := p["enumNames"].([]any)
-		for i, v := range e {
-			o := formOption{Value: fmt.Sprint(v)}
-			if i < len(names) {
-				o.Title, _ = names[i].(string)
-			}
-			out = append(out, o)
-		}
-		return out
-	}
-	for _, k := range []string{"oneOf", "anyOf"} {
-		list, _ := p[k].([]any)
-		for _, v := range list {
-			m, _ := v.(map[string]any)
-			c, ok := m["const"]
-			if !ok {
-				continue
-			}
-			o := formOption{Value: fmt.Sprint(c)}
-			o.Title, _ = m["title"].(string)
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
-func number(v any) *float64 {
-	if f, ok := v.(float64); ok {
-		return &f
-	}
-	return nil
-}
 
 func formatNumber(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
@@ -140,7 +44,7 @@ func questionMessage(q *question) ([]slack.Block, string) {
 	blocks = append(blocks, slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, status, false, false)))
 	if q.Status == elicitPending {
 		label := "Answer…"
-		if len(formFields(q.Q.Schema)) == 0 {
+		if len(tools.Fields(q.Q.Schema)) == 0 {
 			label = "Accept"
 		}
 		answer := slack.NewButtonBlockElement(ActionElicitAnswer, q.Q.ID, slack.NewTextBlockObject(slack.PlainTextType, label, false, false))
@@ -156,19 +60,15 @@ func questionMessage(q *question) ([]slack.Block, string) {
 func questionForm(q *question) slack.ModalViewRequest {
 	md, _ := json.Marshal(questionMetadata{Thread: q.Q.Thread, TaskID: q.Q.TaskID, QuestionID: q.Q.ID, Channel: q.Channel})
 	blocks := []slack.Block{slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, truncate(q.Q.Message, maxSectionText), false, false), nil, nil)}
-	for i, f := range formFields(q.Q.Schema) {
+	for i, f := range tools.Fields(q.Q.Schema) {
 		if i >= maxModalInputs {
 			break
 		}
-		label := f.Title
-		if label == "" {
-			label = f.Name
-		}
 		var hint *slack.TextBlockObject
-		if f.Desc != "" {
-			hint = slack.NewTextBlockObject(slack.PlainTextType, truncate(f.Desc, 2000), false, false)
+		if f.Description != "" {
+			hint = slack.NewTextBlockObject(slack.PlainTextType, truncate(f.Description, 2000), false, false)
 		}
-		in := slack.NewInputBlock("elicit_"+f.Name, slack.NewTextBlockObject(slack.PlainTextType, truncate(label, 2000), false, false), hint, formElement(f))
+		in := slack.NewInputBlock("elicit_"+f.Name, slack.NewTextBlockObject(slack.PlainTextType, truncate(f.Label(), 2000), false, false), hint, formElement(f))
 		in.Optional = !f.Required || f.Type == "boolean"
 		blocks = append(blocks, in)
 	}
@@ -185,7 +85,7 @@ func questionForm(q *question) slack.ModalViewRequest {
 
 const formAction = "v"
 
-func formElement(f formField) slack.BlockElement {
+func formElement(f tools.Field) slack.BlockElement {
 	options := func() []*slack.OptionBlockObject {
 		out := make([]*slack.OptionBlockObject, 0, len(f.Options))
 		for _, o := range f.Options {
@@ -231,11 +131,11 @@ func formElement(f formField) slack.BlockElement {
 	case f.Type == "number" || f.Type == "integer":
 		e := slack.NewNumberInputBlockElement(nil, formAction, f.Type == "number")
 		e.InitialValue = def()
-		if f.Min != nil {
-			e.MinValue = formatNumber(*f.Min)
+		if f.Minimum != nil {
+			e.MinValue = formatNumber(*f.Minimum)
 		}
-		if f.Max != nil {
-			e.MaxValue = formatNumber(*f.Max)
+		if f.Maximum != nil {
+			e.MaxValue = formatNumber(*f.Maximum)
 		}
 		return e
 	case f.Format == "email":
@@ -268,9 +168,8 @@ func formElement(f formField) slack.BlockElement {
 func formValues(schema map[string]any, state map[string]map[string]any) (map[string]any, []string) {
 	out := map[string]any{}
 	var problems []string
-	for _, f := range formFields(schema) {
+	for _, f := range tools.Fields(schema) {
 		v := state["elicit_"+f.Name][formAction]
-		label := cmp.Or(f.Title, f.Name)
 		switch f.Type {
 		case "boolean":
 			list, _ := v.([]any)
@@ -286,33 +185,20 @@ func formValues(schema map[string]any, state map[string]map[string]any) (map[str
 		var s string
 		switch x := v.(type) {
 		case string:
-			s = strings.TrimSpace(x)
+			s = x
 		case float64: // a datetimepicker's unix time
 			s = time.Unix(int64(x), 0).UTC().Format(time.RFC3339)
 		}
-		if s == "" {
+		val, err := f.Parse(s)
+		switch {
+		case errors.Is(err, tools.ErrEmpty):
 			if f.Required {
-				problems = append(problems, label+" is required")
+				problems = append(problems, f.Label()+" is required")
 			}
-			continue
-		}
-		switch f.Type {
-		case "number", "integer":
-			n, err := strconv.ParseFloat(s, 64)
-			switch {
-			case err != nil:
-				problems = append(problems, label+" is not a number")
-				continue
-			case f.Type == "integer" && n != math.Trunc(n):
-				problems = append(problems, label+" must be a whole number")
-				continue
-			case f.Min != nil && n < *f.Min, f.Max != nil && n > *f.Max:
-				problems = append(problems, label+" is out of range")
-				continue
-			}
-			out[f.Name] = n
+		case err != nil:
+			problems = append(problems, err.Error())
 		default:
-			out[f.Name] = s
+			out[f.Name] = val
 		}
 	}
 	return out, problems
