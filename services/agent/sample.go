@@ -5,6 +5,8 @@ import (
 
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/shared"
+
+	"github.com/relaystation/relay/envelope"
 )
 
 // SampleParams bound a sampling completion.
@@ -52,4 +54,14 @@ func (o *OpenAI) Sample(ctx context.Context, msgs []Message, p SampleParams) (*S
 		Model:      res.Model,
 		Truncated:  ch.FinishReason == "length",
 	}, nil
+}
+
+// samplingTokens are the LLM tokens a tool's server spent through sampling
+// during the call (tool_call.result.sampling_tokens, set by the tool runner).
+func samplingTokens(e *envelope.Envelope) int {
+	if e.ToolCall == nil {
+		return 0
+	}
+	n, _ := e.ToolCall.Result["sampling_tokens"].(float64)
+	return max(int(n), 0)
 }
