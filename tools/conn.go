@@ -60,6 +60,8 @@ type conn struct {
 
 	fatal atomic.Bool // the next breaker failure trips it at once
 
+	inflight calls // tool calls in flight, for elicitation and sampling
+
 	toolsMu sync.Mutex // serialises tool list fetches
 	cacheMu sync.Mutex
 	tools   map[string]*toolEntry
@@ -128,9 +130,10 @@ func (c *conn) dropSession(s *mcp.ClientSession) {
 	_ = s.Close()
 }
 
-// client builds the SDK client whose notifications reach this conn.
+// client builds the SDK client whose notifications reach this conn. It
+// declares elicitation and sampling (elicit.go).
 func (c *conn) client() *mcp.Client {
-	return mcp.NewClient(&mcp.Implementation{Name: c.r.cfg.ClientName, Version: c.r.cfg.ClientVersion}, &mcp.ClientOptions{
+	cl := mcp.NewClient(&mcp.Implementation{Name: c.r.cfg.ClientName, Version: c.r.cfg.ClientVersion}, &mcp.ClientOptions{
 		Logger:       c.r.cfg.SDKLogger,
 		Capabilities: &mcp.ClientCapabilities{},
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
@@ -140,7 +143,11 @@ func (c *conn) client() *mcp.Client {
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 			c.r.progress.deliver(req.Params)
 		},
+		ElicitationHandler:   c.elicit,
+		CreateMessageHandler: c.sample,
 	})
+	cl.AddSendingMiddleware(c.trackCalls)
+	return cl
 }
 
 // dial opens a session to s with a fresh client.

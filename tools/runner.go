@@ -112,6 +112,15 @@ type Config struct {
 	// back). Default 5s; the call's own timeout still applies.
 	RetryWindow time.Duration
 
+	// Elicitor asks humans what servers request during calls (elicitation);
+	// nil, or its ErrNoHuman, applies the schema's defaults or declines.
+	Elicitor Elicitor
+	// ElicitTimeout bounds the wait for a human's answer (a timeout declines);
+	// the call's own timeout bounds it too. Default 5m.
+	ElicitTimeout time.Duration
+	// Sampler answers servers' sampling requests; nil refuses them.
+	Sampler Sampler
+
 	// ClientName and ClientVersion are sent in the handshake. Default "relay", "dev".
 	ClientName, ClientVersion string
 	// Logger; nil discards. SDKLogger, when set, logs the MCP SDK's internals.
@@ -171,6 +180,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RetryWindow <= 0 {
 		c.RetryWindow = 5 * time.Second
+	}
+	if c.ElicitTimeout <= 0 {
+		c.ElicitTimeout = 5 * time.Minute
 	}
 	if c.ClientName == "" {
 		c.ClientName = "relay"
@@ -570,6 +582,12 @@ type Request struct {
 	Caller Caller
 	// TaskID and Thread are recorded in the audit log.
 	TaskID, Thread string
+	// ActsFor is the person the call acts for (a Slack user id), who answers
+	// the server's questions; empty for an agent's task (an approver answers).
+	ActsFor string
+	// TokenBudget is how many tokens the task has left for the server's
+	// sampling requests; 0 means no task budget applies.
+	TokenBudget int
 	// Operator skips the capability check (relay mcp call); budgets, the
 	// stop switch and the audit log still apply.
 	Operator bool
@@ -597,6 +615,8 @@ type Result struct {
 	Attempts int
 	// AuditID is the id of the call's audit record.
 	AuditID string
+	// SamplingTokens are the LLM tokens the server's sampling requests used.
+	SamplingTokens int
 }
 
 // Map is the result as tool_call.result: content, text, structured,
@@ -618,6 +638,9 @@ func (res *Result) Map() map[string]any {
 	}
 	if res.Err != nil {
 		m["error"] = res.Err.Error()
+	}
+	if res.SamplingTokens > 0 {
+		m["sampling_tokens"] = res.SamplingTokens
 	}
 	return m
 }
@@ -698,8 +721,8 @@ func (r *Runner) record(ctx context.Context, req *Request, server, tool string, 
 	}
 }
 
-func (r *Runner) call(ctx context.Context, req *Request, server, tool string) *Result {
-	res := &Result{}
+func (r *Runner) call(ctx context.Context, req *Request, server, tool string) (res *Result) {
+	res = &Result{}
 	if server == "" {
 		res.Err = fmt.Errorf("%w: %q is not <server>.<tool>", ErrUnknownTool, req.Tool)
 		return res
@@ -733,6 +756,8 @@ func (r *Runner) call(ctx context.Context, req *Request, server, tool string) *R
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("the call's %s limit passed (the timeout of %s.%s: a policy budget, the server's \"timeout\", else %s)",
 		timeout, server, tool, mcpconfig.DefaultTimeout))
 	defer cancel()
+	ctx = withCall(ctx, req, tool)
+	defer func() { res.SamplingTokens = int(callOf(ctx).tokens.Load()) }()
 
 	entry, err := c.tool(ctx, tool)
 	if err != nil {

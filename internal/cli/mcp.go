@@ -40,7 +40,7 @@ const mcpUsage = `usage:
   relay mcp stop | resume                             the stop switch: block / allow every new execution`
 
 func runMCP(ctx context.Context, a *app, args []string) error {
-	ts := toolrunner.ReadSettings(a.env)
+	ts := readToolSettings(a.env)
 	if err := a.checkEnv(); err != nil {
 		return err
 	}
@@ -288,6 +288,7 @@ func mcpCall(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 	if *verbose {
 		cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	cfg.Elicitor = terminalElicitor(a)
 	r, err := tools.New(cfg)
 	if err != nil {
 		return err

@@ -19,7 +19,7 @@ func init() {
 // configureToolRunner reads the runner's settings (toolrunner.ReadSettings)
 // and builds the service.
 func configureToolRunner(env *config.Env) buildFunc {
-	ts := toolrunner.ReadSettings(env)
+	ts := readToolSettings(env)
 	return func(ctx context.Context, d *deps) (*runner, error) {
 		rc := ts.Runner
 		rc.Logger = d.Log.With("service", "toolrunner")
@@ -34,4 +34,14 @@ func configureToolRunner(env *config.Env) buildFunc {
 		}
 		return &runner{run: svc.Run, routes: func(s *httpserver.Server) { s.AddCheck("mcp_servers", svc.Ready) }}, nil
 	}
+}
+
+// readToolSettings reads the runner's settings (toolrunner.ReadSettings) and
+// gives it the sampler of the configured LLM endpoint (LLM_BASE_URL,
+// LLM_MODEL, LLM_API_KEY) for servers' sampling requests: the tool runner
+// does not import the agent, so the process wires the two.
+func readToolSettings(env *config.Env) *toolrunner.Settings {
+	ts := toolrunner.ReadSettings(env)
+	ts.Runner.Sampler = readSampler(env)
+	return ts
 }

@@ -35,6 +35,8 @@ type ChatRequest struct {
 		} `json:"function"`
 	} `json:"tools"`
 	ToolChoice any `json:"tool_choice"`
+	// MaxTokens is max_tokens (0 when unset).
+	MaxTokens int `json:"max_tokens"`
 }
 
 // ToolNames lists the functions offered.

@@ -298,6 +298,21 @@ func TestTokenBudgetEndsWithNotice(t *testing.T) {
 	}
 }
 
+func TestSamplingTokensCountAgainstTheBudget(t *testing.T) {
+	t.Parallel()
+	// 120 tokens per model call; the tool's server sampled 100 more: the
+	// second call ends the task at 340 of 300 (without the sampling it
+	// would take a third call).
+	h := setup(t, []reply{callTool("everything__echo", map[string]any{"message": "again"})},
+		withConfig(func(c *Config) { c.TokenBudget = 300 }), withRunner(&fakeRunner{sampling: 100}))
+	trigger := githubIssueOpened()
+	h.publish(t, "in.github.issues", trigger)
+	assertNotice(t, h.next(t), trigger, FailTokenBudget)
+	if got := h.llm.count(); got != 2 {
+		t.Errorf("got %d LLM requests, want 2 (120 tokens each plus 100 sampled, budget 300)", got)
+	}
+}
+
 func assertNotice(t *testing.T, n, trigger *envelope.Envelope, kind string) {
 	t.Helper()
 	if n.Role != envelope.RoleSystem {

@@ -136,6 +136,8 @@ type fakeRunner struct {
 	calls []*envelope.Envelope
 	fail  bool
 	hold  chan struct{} // when set, answers wait until it is closed
+	// sampling is reported as the result's sampling_tokens when set.
+	sampling int
 }
 
 var echoTool = tools.ToolInfo{Name: "everything.echo", Server: "everything", Tool: "echo",
@@ -173,7 +175,7 @@ func startRunner(t testing.TB, b *bus.Bus, fr *fakeRunner) *fakeRunner {
 				call := m.Envelope
 				fr.mu.Lock()
 				fr.calls = append(fr.calls, call)
-				hold, fail := fr.hold, fr.fail
+				hold, fail, sampling := fr.hold, fr.fail, fr.sampling
 				fr.mu.Unlock()
 				if hold != nil {
 					select {
@@ -189,6 +191,9 @@ func startRunner(t testing.TB, b *bus.Bus, fr *fakeRunner) *fakeRunner {
 				if fail {
 					subject = envelope.SubjectToolFailed
 					res = map[string]any{"status": "error", "error": "server everything is offline"}
+				}
+				if sampling > 0 {
+					res["sampling_tokens"] = sampling
 				}
 				out.Content = fmt.Sprint(res["text"], res["error"])
 				out.ToolCall = &envelope.ToolCall{ID: call.ToolCall.ID, Name: call.ToolCall.Name, Args: call.ToolCall.Args, Result: res}

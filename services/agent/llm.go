@@ -181,6 +181,22 @@ func (o *OpenAI) Complete(ctx context.Context, msgs []Message, tools []ToolSpec)
 		}
 		params.Tools = append(params.Tools, openai.ChatCompletionToolParam{Function: fd})
 	}
+	res, err := o.send(ctx, params)
+	if err != nil {
+		return nil, err
+	}
+	msg := res.Choices[0].Message
+	c := &Completion{Content: msg.Content, PromptTokens: int(res.Usage.PromptTokens), CompletionTokens: int(res.Usage.CompletionTokens)}
+	for _, tc := range msg.ToolCalls {
+		c.ToolCalls = append(c.ToolCalls, LLMCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+	}
+	return c, nil
+}
+
+// send creates one chat completion, retrying 429, 5xx, timeouts and
+// transport errors with exponential backoff (honouring Retry-After). A
+// failure is an *LLMError; a cancelled ctx returns ctx's error.
+func (o *OpenAI) send(ctx context.Context, params openai.ChatCompletionNewParams) (*openai.ChatCompletion, error) {
 	eb := backoff.NewExponentialBackOff()
 	eb.InitialInterval, eb.MaxInterval = o.cfg.Backoff, o.cfg.MaxBackoff
 	attempts, status := 0, 0
@@ -222,12 +238,7 @@ func (o *OpenAI) Complete(ctx context.Context, msgs []Message, tools []ToolSpec)
 		}
 		return nil, &LLMError{Status: status, Attempts: attempts, Err: err}
 	}
-	msg := res.Choices[0].Message
-	c := &Completion{Content: msg.Content, PromptTokens: int(res.Usage.PromptTokens), CompletionTokens: int(res.Usage.CompletionTokens)}
-	for _, tc := range msg.ToolCalls {
-		c.ToolCalls = append(c.ToolCalls, LLMCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
-	}
-	return c, nil
+	return res, nil
 }
 
 // retryAfterError carries a server's requested delay for backoff.Retry while

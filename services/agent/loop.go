@@ -95,6 +95,7 @@ func (s *Service) handleResult(ctx context.Context, m *bus.Message) error {
 		c := &n.Calls[i]
 		c.Done = true
 		c.Output, c.Failed = s.toolOutput(e, m.Subject == envelope.SubjectToolFailed)
+		n.Tokens += samplingTokens(e) // the server's sampling requests spent the task's budget too
 		if n.answered() {
 			n.Status = StatusRunning
 		}

@@ -71,6 +71,7 @@ type Service struct {
 	api       SlackAPI
 	store     *store
 	approvers *approvers
+	questions *questions // elicitation (elicit.go)
 }
 
 // New opens the approvals bucket and returns the worker (not started). api is
@@ -88,6 +89,9 @@ func New(ctx context.Context, cfg Config, b *bus.Bus, api SlackAPI) (*Service, e
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger, bus: b, api: api, store: st}
+	if s.questions, err = openQuestions(ctx, b, cfg.Retention); err != nil {
+		return nil, err
+	}
 	s.approvers = newApprovers(cfg.Approvers, api, cfg.GroupCacheTTL, cfg.Now, cfg.Logger)
 	if len(cfg.Approvers) == 0 {
 		s.log.Warn("no approvers configured (SLACK_APPROVERS): every decision is refused")
@@ -100,6 +104,11 @@ func New(ctx context.Context, cfg Config, b *bus.Bus, api SlackAPI) (*Service, e
 func (s *Service) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	stopElicit, err := s.serveElicit(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopElicit()
 	consumers := []struct {
 		cfg bus.ConsumerConfig
 		h   bus.HandlerFunc

@@ -76,6 +76,9 @@ func (s *Service) HandleBlockActions(ctx context.Context, m *bus.Message) error 
 	}
 	action, task := ia.ourAction()
 	if action == "" {
+		if action, id := ia.questionAction(); action != "" {
+			return s.handleQuestionAction(ctx, ia, action, id)
+		}
 		return nil
 	}
 	log := s.log.With("envelope_id", e.ID, "task_id", task, "action", action, "user", ia.User)
@@ -131,6 +134,9 @@ func (s *Service) HandleViewSubmission(ctx context.Context, m *bus.Message) erro
 	ia, err := readInteraction(e)
 	if err != nil {
 		return bus.Permanent(err)
+	}
+	if ia.View != nil && ia.View.CallbackID == ViewElicit {
+		return s.handleQuestionForm(ctx, e, ia)
 	}
 	if ia.View == nil || (ia.View.CallbackID != ViewEdit && ia.View.CallbackID != ViewReject) {
 		return nil

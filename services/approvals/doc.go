@@ -37,6 +37,22 @@
 // audit.approvals. Every decision is published on approval.decided and
 // audited too.
 //
+// # Questions of MCP servers (elicitation)
+//
+// A server may ask for input while a tool call runs (elicitation/create).
+// When the call belongs to a Slack thread, the tool runner sends the question
+// on rpc.elicit.ask (tools.BusElicitor; request/reply, queue group
+// "approvals") and this worker posts it in that thread with Answer…, Decline
+// and Cancel. Answer opens a form built from the question's requestedSchema
+// (text, email, URL, date and date-time inputs, number inputs with their
+// bounds, a checkbox per boolean, selects for enums; defaults pre-filled).
+// Only the person the call acts for may answer (the author of a code block),
+// or any approver for an agent's task; others get an ephemeral refusal.
+// Accept, decline and cancel go back to the runner's inbox as the MCP
+// actions; at the deadline the runner asks rpc.elicit.expire and the question
+// is declined, the message saying so. Records live in "{prefix}_elicit",
+// changed by revision-checked updates only.
+//
 // # State and exactly once
 //
 // Records live in the JetStream key-value bucket "{prefix}_approvals", keyed by

@@ -137,6 +137,9 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 	tc.State = st
 	tc.Audit = s
 	tc.Notify = s.notify
+	if tc.Elicitor == nil {
+		tc.Elicitor = tools.NewBusElicitor(b.Conn(), b.Prefix())
+	}
 	if tc.Logger == nil {
 		tc.Logger = cfg.Logger
 	}
@@ -298,6 +301,9 @@ func request(call *envelope.Envelope) tools.Request {
 		Caller: CallerOf(call),
 		TaskID: call.Meta.TaskID,
 		Thread: call.Meta.Thread,
+		// Elicitation and sampling (elicit.go).
+		ActsFor:     ActsFor(call),
+		TokenBudget: tokensLeft(call),
 	}
 }
 

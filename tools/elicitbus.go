@@ -1,0 +1,159 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// The bus path of a question, relative to the bus prefix. Both are plain
+// NATS request/reply (no stream captures rpc.>), answered by the approvals
+// worker (queue group "approvals"), which keeps the question's state.
+//
+//  1. The runner subscribes to a fresh inbox and publishes the Question on
+//     SubjectElicit with that inbox as reply subject. The worker answers at
+//     once with ElicitReply{Status: "asked"} after posting the form in the
+//     call's Slack thread, or "no_human" (not a Slack thread, nothing
+//     postable); no responders means no approvals worker runs. Both "no
+//     human" cases apply the schema's defaults.
+//  2. When the person answers (whichever worker instance handles the click),
+//     the worker sends ElicitReply{Status: "answered", Answer} to the same inbox.
+//  3. At the deadline the runner requests SubjectElicitExpire with the
+//     question id: the worker marks it expired (the form says so) and replies
+//     "expired", or "answered" with the answer that won the race. The
+//     worker's compare-and-set record decides, so Slack and the server agree.
+const (
+	SubjectElicit       = "rpc.elicit.ask"
+	SubjectElicitExpire = "rpc.elicit.expire"
+)
+
+// Reply statuses of the elicitation subjects.
+const (
+	ElicitAsked    = "asked"
+	ElicitNoHuman  = "no_human"
+	ElicitAnswered = "answered"
+	ElicitExpired  = "expired"
+)
+
+// ElicitReply is what the approvals worker sends on the question's inbox.
+type ElicitReply struct {
+	Status string  `json:"status"`
+	Reason string  `json:"reason,omitempty"`
+	Answer *Answer `json:"answer,omitempty"`
+}
+
+// ElicitExpire asks the worker to close a question unanswered.
+type ElicitExpire struct {
+	ID string `json:"id"`
+}
+
+// ErrElicitTimeout is a question nobody answered before its deadline (the
+// runner declines it).
+var ErrElicitTimeout = errors.New("nobody answered in time")
+
+// BusElicitor is the Elicitor of the tool runner: it asks over the bus (see
+// SubjectElicit). Questions of calls outside a Slack thread are not sent.
+type BusElicitor struct {
+	nc     *nats.Conn
+	prefix string
+	// AckTimeout bounds the wait for the worker's first reply. Default 10s.
+	AckTimeout time.Duration
+}
+
+// NewBusElicitor returns the Elicitor asking on nc under prefix ("relay").
+func NewBusElicitor(nc *nats.Conn, prefix string) *BusElicitor {
+	return &BusElicitor{nc: nc, prefix: prefix, AckTimeout: 10 * time.Second}
+}
+
+// Elicit implements Elicitor.
+func (b *BusElicitor) Elicit(ctx context.Context, q *Question) (*Answer, error) {
+	if len(q.Thread) < 6 || q.Thread[:6] != "slack:" {
+		return nil, fmt.Errorf("%w: the call belongs to no Slack thread", ErrNoHuman)
+	}
+	data, err := json.Marshal(q)
+	if err != nil {
+		return nil, err
+	}
+	inbox := b.nc.NewRespInbox()
+	sub, err := b.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("elicit %s: %w", q.ID, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := b.nc.PublishRequest(b.prefix+"."+SubjectElicit, inbox, data); err != nil {
+		return nil, fmt.Errorf("elicit %s: %w", q.ID, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, b.AckTimeout)
+	first, err := next(actx, sub)
+	cancel()
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("%w: no approvals worker runs", ErrNoHuman)
+	case err != nil && ctx.Err() == nil:
+		return nil, fmt.Errorf("%w: the approvals worker did not answer: %v", ErrNoHuman, err)
+	case err != nil:
+		return b.closeUnanswered(q, err)
+	case first.Status == ElicitNoHuman:
+		return nil, fmt.Errorf("%w: %s", ErrNoHuman, first.Reason)
+	case first.Status == ElicitAnswered && first.Answer != nil:
+		return first.Answer, nil
+	}
+	r, err := next(ctx, sub)
+	if err != nil {
+		return b.closeUnanswered(q, err)
+	}
+	if r.Answer == nil {
+		return nil, fmt.Errorf("elicit %s: reply %q without an answer", q.ID, r.Status)
+	}
+	return r.Answer, nil
+}
+
+// closeUnanswered expires the question after its wait ended with cause; an
+// answer that won the race is returned instead.
+func (b *BusElicitor) closeUnanswered(q *Question, cause error) (*Answer, error) {
+	a, err := b.expireAnswer(q)
+	if a != nil {
+		return a, nil
+	}
+	return nil, errors.Join(fmt.Errorf("%w: %w", ErrElicitTimeout, cause), err)
+}
+
+// expireAnswer closes the question; an answer that won the race is returned.
+func (b *BusElicitor) expireAnswer(q *Question) (*Answer, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	data, _ := json.Marshal(ElicitExpire{ID: q.ID})
+	m, err := b.nc.RequestWithContext(ctx, b.prefix+"."+SubjectElicitExpire, data)
+	if err != nil {
+		return nil, fmt.Errorf("expire question %s: %w", q.ID, err)
+	}
+	var r ElicitReply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return nil, fmt.Errorf("expire question %s: %w", q.ID, err)
+	}
+	if r.Status == ElicitAnswered && r.Answer != nil {
+		return r.Answer, nil
+	}
+	return nil, nil
+}
+
+// next reads one ElicitReply from sub; a no-responders status is
+// nats.ErrNoResponders.
+func next(ctx context.Context, sub *nats.Subscription) (*ElicitReply, error) {
+	m, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		return nil, nats.ErrNoResponders
+	}
+	var r ElicitReply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return nil, fmt.Errorf("decode elicitation reply: %w", err)
+	}
+	return &r, nil
+}
