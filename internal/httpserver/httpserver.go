@@ -1,5 +1,7 @@
 // Package httpserver builds the relay's HTTP server: the echo instance every
-// service mounts its routes on, with /healthz, /readyz and /metrics.
+// service mounts its routes on, with /healthz, /readyz and /metrics, which can
+// move to a separate operations listener (RELAY_METRICS_ADDR) so that the
+// public webhook listener serves webhooks only.
 package httpserver
 
 import (
@@ -10,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -23,10 +26,16 @@ type Check func(ctx context.Context) error
 // Server is an echo server with health, readiness and metrics routes. Add
 // routes and checks before Serve.
 type Server struct {
-	Echo   *echo.Echo
-	log    *slog.Logger
-	mu     sync.Mutex
-	checks map[string]Check
+	// Echo carries the public routes (webhooks), and the operations routes
+	// unless SeparateOps moved them.
+	Echo *echo.Echo
+	// Ops carries /healthz, /readyz and /metrics alone; ServeOps serves it.
+	Ops      *echo.Echo
+	log      *slog.Logger
+	mu       sync.Mutex
+	checks   map[string]Check
+	liveness map[string]Check
+	separate atomic.Bool
 }
 
 // New returns a server exposing reg on /metrics.
@@ -34,15 +43,41 @@ func New(log *slog.Logger, reg *prometheus.Registry) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	s := &Server{Echo: newEcho(), Ops: newEcho(), log: log, checks: map[string]Check{}, liveness: map[string]Check{}}
+	metrics := echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	for _, e := range []*echo.Echo{s.Echo, s.Ops} {
+		public := e == s.Echo
+		e.GET("/healthz", s.opsRoute(public, s.healthz))
+		e.GET("/readyz", s.opsRoute(public, s.ready))
+		e.GET("/metrics", s.opsRoute(public, metrics))
+	}
+	return s
+}
+
+func newEcho() *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	s := &Server{Echo: e, log: log, checks: map[string]Check{}}
-	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok\n") })
-	e.GET("/readyz", s.ready)
-	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))
-	return s
+	return e
 }
+
+// opsRoute serves h, on the public listener only while the operations routes
+// have not moved to their own.
+func (s *Server) opsRoute(public bool, h echo.HandlerFunc) echo.HandlerFunc {
+	if !public {
+		return h
+	}
+	return func(c echo.Context) error {
+		if s.separate.Load() {
+			return echo.ErrNotFound
+		}
+		return h(c)
+	}
+}
+
+// SeparateOps moves /healthz, /readyz and /metrics off the public listener:
+// from then on only ServeOps serves them.
+func (s *Server) SeparateOps() { s.separate.Store(true) }
 
 // AddCheck registers a readiness check under name.
 func (s *Server) AddCheck(name string, c Check) {
@@ -51,12 +86,36 @@ func (s *Server) AddCheck(name string, c Check) {
 	s.checks[name] = c
 }
 
+// AddLiveness registers a liveness check under name: while it fails,
+// /healthz answers 503 so that a supervisor restarts the process. Only a
+// state the process cannot leave by itself belongs here (a connection given
+// up for good), never a dependency that is merely down.
+func (s *Server) AddLiveness(name string, c Check) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.liveness[name] = c
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	code, status := s.run(c.Request().Context(), s.liveness)
+	if code == http.StatusOK {
+		return c.String(http.StatusOK, "ok\n")
+	}
+	return c.JSON(code, status)
+}
+
 func (s *Server) ready(c echo.Context) error {
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	code, status := s.run(c.Request().Context(), s.checks)
+	return c.JSON(code, status)
+}
+
+// run runs the checks of one kind: 200 when all pass, else 503.
+func (s *Server) run(ctx context.Context, of map[string]Check) (int, map[string]string) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	s.mu.Lock()
-	checks := make(map[string]Check, len(s.checks))
-	for k, v := range s.checks {
+	checks := make(map[string]Check, len(of))
+	for k, v := range of {
 		checks[k] = v
 	}
 	s.mu.Unlock()
@@ -70,7 +129,7 @@ func (s *Server) ready(c echo.Context) error {
 			status[name] = "ok"
 		}
 	}
-	return c.JSON(code, status)
+	return code, status
 }
 
 // Serve listens on addr and serves until ctx is cancelled, then shuts down
@@ -83,14 +142,42 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 	return s.ServeListener(ctx, ln)
 }
 
+// ServeOps listens on addr and serves the operations routes alone until ctx
+// is cancelled (RELAY_METRICS_ADDR). Call SeparateOps to take them off the
+// public listener.
+func (s *Server) ServeOps(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("RELAY_METRICS_ADDR %s: %w", addr, err)
+	}
+	return serve(ctx, s.log, s.Ops, ln)
+}
+
 // ServeListener serves on ln until ctx is cancelled.
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
+	return serve(ctx, s.log, s.Echo, ln)
+}
+
+// Timeouts of every listener. Reading a request's body is bounded by its
+// handler (the webhook gateway gives each provider its own deadline).
+const (
+	// ReadHeaderTimeout bounds the arrival of a request's headers.
+	ReadHeaderTimeout = 5 * time.Second
+	// MaxHeaderBytes bounds a request's headers (net/http's default is 1 MiB).
+	MaxHeaderBytes = 64 << 10
+	// WriteTimeout bounds handling a request and writing its answer.
+	WriteTimeout = 2 * time.Minute
+)
+
+func serve(ctx context.Context, log *slog.Logger, h http.Handler, ln net.Listener) error {
 	srv := &http.Server{
-		Handler:           s.Echo,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           h,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
+		WriteTimeout:      WriteTimeout,
 		IdleTimeout:       2 * time.Minute,
 	}
-	s.log.Info("http listening", "addr", ln.Addr().String())
+	log.Info("http listening", "addr", ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

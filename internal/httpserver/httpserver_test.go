@@ -1,0 +1,134 @@
+package httpserver_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaystation/relay/internal/httpserver"
+)
+
+func listen(t *testing.T) (net.Listener, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln, "http://" + ln.Addr().String()
+}
+
+func get(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func serve(t *testing.T, f func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+}
+
+func TestOpsListener(t *testing.T) {
+	t.Parallel()
+	s := httpserver.New(nil, prometheus.NewRegistry())
+	var lost atomic.Bool
+	s.AddLiveness("bus", func(context.Context) error {
+		if lost.Load() {
+			return errors.New("connection closed for good")
+		}
+		return nil
+	})
+	s.AddCheck("bus", func(context.Context) error { return nil })
+	pub, pubURL := listen(t)
+	serve(t, func(ctx context.Context) error { return s.ServeListener(ctx, pub) })
+
+	// By default the operations routes share the public listener.
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		if got := get(t, pubURL+p); got != http.StatusOK {
+			t.Errorf("public %s: got %d, want 200", p, got)
+		}
+	}
+
+	s.SeparateOps()
+	opsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := opsLn.Addr().String()
+	_ = opsLn.Close()
+	serve(t, func(ctx context.Context) error { return s.ServeOps(ctx, addr) })
+	waitOK(t, "http://"+addr+"/healthz")
+	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+		if got := get(t, pubURL+p); got != http.StatusNotFound {
+			t.Errorf("public %s after SeparateOps: got %d, want 404", p, got)
+		}
+		if got := get(t, "http://"+addr+p); got != http.StatusOK {
+			t.Errorf("ops %s: got %d, want 200", p, got)
+		}
+	}
+	lost.Store(true)
+	if got := get(t, "http://"+addr+"/healthz"); got != http.StatusServiceUnavailable {
+		t.Errorf("healthz with a failing liveness check: got %d, want 503", got)
+	}
+}
+
+func waitOK(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not answering: %v", url, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A client that never finishes its headers is cut off.
+func TestHeaderTimeout(t *testing.T) {
+	t.Parallel()
+	s := httpserver.New(nil, prometheus.NewRegistry())
+	ln, _ := listen(t)
+	serve(t, func(ctx context.Context) error { return s.ServeListener(ctx, ln) })
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(3 * httpserver.ReadHeaderTimeout))
+	_, err = io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("got %v, want the server to close the connection", err)
+	}
+	if d := time.Since(start); d > 2*httpserver.ReadHeaderTimeout {
+		t.Errorf("closed after %s, want about %s", d, httpserver.ReadHeaderTimeout)
+	}
+}
