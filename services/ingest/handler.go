@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -76,22 +77,22 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start
 	if r.ContentLength > limit {
 		return tooLarge(rt, r.ContentLength)
 	}
-	// Reserve the body's memory before reading it; unknown lengths reserve the limit.
-	reserve := limit
-	if r.ContentLength >= 0 {
-		reserve = max(r.ContentLength, 1)
-	}
-	if !s.inflight.TryAcquire(reserve) {
-		return outcome{status: http.StatusServiceUnavailable, msg: "busy, retry later",
-			err: fmt.Errorf("in-flight body budget of %d bytes spent", s.cfg.MaxInflightBytes), level: slog.LevelWarn}
-	}
-	defer s.inflight.Release(reserve)
-
-	body, err := readBody(r, limit)
+	// The body must arrive before the provider gives up waiting: a client that
+	// sends headers and then nothing (or a trickle) is cut off there.
+	_ = http.NewResponseController(w).SetReadDeadline(start.Add(rt.limits.Deadline))
+	body, reserved, err := s.readBody(r, limit)
+	defer s.inflight.Release(reserved)
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) || errors.Is(err, errTooLarge) {
+		switch {
+		case errors.As(err, &mbe) || errors.Is(err, errTooLarge):
 			return tooLarge(rt, -1)
+		case errors.Is(err, errBusy):
+			return outcome{status: http.StatusServiceUnavailable, msg: "busy, retry later",
+				err: fmt.Errorf("in-flight body budget of %d bytes spent", s.cfg.MaxInflightBytes), level: slog.LevelWarn}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return outcome{status: http.StatusRequestTimeout, msg: "body not received in time",
+				err: fmt.Errorf("read body: %d bytes before the %s deadline", len(body), rt.limits.Deadline), level: slog.LevelInfo}
 		}
 		return outcome{status: http.StatusBadRequest, msg: "cannot read body", err: fmt.Errorf("read body: %w", err), level: slog.LevelInfo}
 	}
@@ -152,24 +153,62 @@ func tooLarge(rt *route, n int64) outcome {
 		err: fmt.Errorf("%s: %s over the limit of %d", rt.name, size, rt.limits.MaxBody), level: slog.LevelWarn}
 }
 
-var errTooLarge = errors.New("body over the limit")
+var (
+	errTooLarge = errors.New("body over the limit")
+	errBusy     = errors.New("in-flight body budget spent")
+)
 
-// readBody reads the whole body, at most limit bytes; a declared length is
-// read into one exact allocation.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength >= 0 {
-		buf := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, buf); err != nil {
-			return nil, err
+// firstChunk is the memory a request reserves before its first bytes arrive.
+const firstChunk = 4 << 10
+
+// readBody reads the whole body, at most limit bytes, reserving its memory
+// from the in-flight budget as the bytes arrive: the buffer starts at
+// firstChunk and doubles only when full, so a client holds at most twice
+// what it actually sent, never the length it declared. It returns what it
+// reserved (to release, also on error) and errBusy when the budget cannot
+// cover the next growth.
+func (s *Service) readBody(r *http.Request, limit int64) (body []byte, reserved int64, err error) {
+	known := r.ContentLength >= 0
+	size := int64(firstChunk)
+	if known {
+		size = min(size, r.ContentLength)
+	}
+	size = min(size, limit+1)
+	if !s.inflight.TryAcquire(size) {
+		return nil, 0, errBusy
+	}
+	reserved = size
+	buf := make([]byte, 0, size)
+	for {
+		if known && int64(len(buf)) == r.ContentLength {
+			return buf, reserved, nil // the server's body reader stops here
 		}
-		return buf, nil
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > limit {
+				return nil, reserved, errTooLarge
+			}
+			next := min(max(2*int64(cap(buf)), firstChunk), limit+1)
+			if known {
+				next = min(next, r.ContentLength)
+			}
+			if !s.inflight.TryAcquire(next - int64(cap(buf))) {
+				return buf, reserved, errBusy
+			}
+			reserved += next - int64(cap(buf))
+			grown := make([]byte, len(buf), next)
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			if int64(len(buf)) > limit {
+				return nil, reserved, errTooLarge
+			}
+			return buf, reserved, nil
+		}
+		if err != nil {
+			return buf, reserved, err
+		}
 	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, errTooLarge
-	}
-	return b, nil
 }

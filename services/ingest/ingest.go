@@ -6,12 +6,19 @@
 // acknowledged.
 //
 // Status codes: 405 for a method other than POST, 413 for a body over the
-// provider's limit, 401 for a missing or wrong signature (and for every request
-// to a provider without a secret), 400 for a body that cannot be parsed, 503
-// when the bus does not acknowledge within the provider's deadline or the
+// provider's limit, 408 for a body that has not arrived by the provider's
+// deadline, 401 for a missing or wrong signature (and for every request to a
+// provider without a secret), 400 for a body that cannot be parsed, 503 when
+// the bus does not acknowledge within the provider's deadline or the
 // gateway's in-flight memory budget is spent, 500 for a mapper bug (an invalid
-// envelope or a panic). A redelivered webhook is answered 2xx and stores
-// nothing new: JetStream's duplicate window drops it.
+// envelope or subject, or a panic). A redelivered webhook is answered 2xx and
+// stores nothing new: JetStream's duplicate window drops it.
+//
+// Hostile clients: body memory is reserved from the in-flight budget as the
+// bytes arrive (the buffer doubles only when full), never the length a
+// request declares, and the body must arrive within the provider's deadline;
+// so connections that send headers and nothing else hold a few KiB each and
+// are cut off with 408, while valid webhooks keep being served.
 //
 // The gateway knows nothing about providers beyond mappers.Provider: the
 // provider packages under mappers/ do verification and mapping.
@@ -44,8 +51,9 @@ type Publisher interface {
 type Limits struct {
 	// MaxBody is the largest body accepted, in bytes; larger ones get 413.
 	MaxBody int64
-	// Deadline is how long the provider waits for an answer. The gateway
-	// answers 503 before it passes when the bus has not acknowledged.
+	// Deadline is how long the provider waits for an answer. The body must
+	// have arrived by then (else 408), and the gateway answers 503 before it
+	// passes when the bus has not acknowledged.
 	Deadline time.Duration
 }
 
@@ -80,8 +88,8 @@ type Config struct {
 	// DefaultLimits.
 	Limits map[string]Limits
 	// MaxInflightBytes bounds the memory held by request bodies being
-	// handled at once; a request that would pass it is answered 503 at once
-	// (the provider retries). Default 256 MiB.
+	// handled at once, counted as the bytes arrive; a request whose body
+	// would pass it is answered 503 (the provider retries). Default 256 MiB.
 	MaxInflightBytes int64
 	// Registerer, when set, receives the gateway's metrics.
 	Registerer prometheus.Registerer
