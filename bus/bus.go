@@ -152,6 +152,7 @@ type Bus struct {
 	ready     chan struct{} // closed when first connected with streams in place
 	closing   atomic.Bool
 	lost      atomic.Pointer[error] // why the connection closed for good
+	lostCh    chan struct{}         // closed with lost
 }
 
 // Connect connects to cfg.URL, or starts the embedded server when it is
@@ -183,6 +184,7 @@ func Open(cfg Config) (*Bus, error) {
 	b := &Bus{
 		cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, names: newStreamNames(cfg.Prefix),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), ready: make(chan struct{}),
+		lostCh: make(chan struct{}),
 	}
 	url := cfg.URL
 	opts := b.natsOptions()
@@ -257,7 +259,9 @@ func (b *Bus) natsOptions() []nats.Option {
 				err = errors.New("closed")
 			}
 			err = fmt.Errorf("nats connection closed for good: %w", err)
-			b.lost.Store(&err)
+			if b.lost.CompareAndSwap(nil, &err) {
+				close(b.lostCh)
+			}
 			b.log.Error("nats connection lost; the process must restart", "err", err)
 		}),
 	}
@@ -371,6 +375,10 @@ func (b *Bus) Alive() error {
 	}
 	return nil
 }
+
+// Lost is closed when the connection was given up for good (Alive then
+// says why); a process that cannot restart itself otherwise exits on it.
+func (b *Bus) Lost() <-chan struct{} { return b.lostCh }
 
 // Prefix is the first token of the bus's subjects.
 func (b *Bus) Prefix() string { return b.cfg.Prefix }

@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"sort"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/internal/httpserver"
+	"github.com/relaystation/relay/secret"
 )
 
 // command is an operator subcommand (`relay dlq`, `relay mcp`, ...).
@@ -84,10 +87,19 @@ type app struct {
 
 // baseConfig are the settings every process reads.
 type baseConfig struct {
-	HTTPAddr   string
-	NATSURL    string
-	DataDir    string
-	NATSListen string
+	HTTPAddr string
+	// MetricsAddr, when set, moves /healthz, /readyz and /metrics off
+	// HTTPAddr onto a listener of their own.
+	MetricsAddr string
+	NATSURL     string
+	DataDir     string
+	NATSListen  string
+	// NATSToken is required by the embedded server from every client, and
+	// used by the operator commands and by workers whose NATS_URL has no
+	// credentials of its own.
+	NATSToken secret.Value
+	// Replicas of every stream and key-value bucket.
+	Replicas int
 }
 
 func (a *app) readBase() {
@@ -96,6 +108,11 @@ func (a *app) readBase() {
 		NATSURL:    a.env.URL("NATS_URL", "nats", "tls", "nats+tls"),
 		DataDir:    a.env.String("RELAY_DATA_DIR", "./data"),
 		NATSListen: a.env.Addr("RELAY_NATS_LISTEN", "127.0.0.1:4222"),
+		NATSToken:  a.env.Secret("RELAY_NATS_TOKEN"),
+		Replicas:   a.env.Int("RELAY_STREAM_REPLICAS", 1, 1, 5),
+	}
+	if a.env.String("RELAY_METRICS_ADDR", "") != "" {
+		a.base.MetricsAddr = a.env.Addr("RELAY_METRICS_ADDR", "")
 	}
 }
 
@@ -117,7 +134,8 @@ func (a *app) checkEnv() error {
 
 // busConfig is the bus configuration of a long-running process.
 func (a *app) busConfig(reg *prometheus.Registry) bus.Config {
-	cfg := bus.Config{URL: a.base.NATSURL, DataDir: a.base.DataDir, Listen: a.base.NATSListen, Logger: a.log}
+	cfg := bus.Config{URL: a.base.NATSURL, DataDir: a.base.DataDir, Listen: a.base.NATSListen,
+		Token: a.base.NATSToken, Replicas: a.base.Replicas, Logger: a.log}
 	if reg != nil {
 		cfg.Metrics = bus.NewMetrics(reg)
 	}
@@ -133,7 +151,8 @@ func (a *app) clientBus(ctx context.Context) (*bus.Bus, error) {
 	if url == "" {
 		url = "nats://" + a.base.NATSListen
 	}
-	b, err := bus.Connect(ctx, bus.Config{URL: url, Name: "relay-cli", Logger: a.log, FailFast: true})
+	b, err := bus.Connect(ctx, bus.Config{URL: url, Token: a.base.NATSToken, Replicas: a.base.Replicas,
+		FailFast: true, Name: "relay-cli", Logger: a.log})
 	if err != nil {
 		return nil, fmt.Errorf("%w (is `relay serve` running? otherwise set NATS_URL)", err)
 	}
@@ -236,14 +255,43 @@ func (a *app) serve(ctx context.Context, svcs []*service) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	start := time.Now()
-	b, err := bus.Connect(ctx, a.busConfig(reg))
+	// The bus may not be reachable yet: health endpoints answer from the
+	// start (readiness 503 until the bus is up), webhooks get 503 with
+	// Retry-After, and the services are built once the bus is up.
+	b, err := bus.Open(a.busConfig(reg))
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	d := &deps{Bus: b, Log: a.log, Registry: reg, DataDir: a.base.DataDir}
 	srv := httpserver.New(a.log, reg)
 	srv.AddCheck("bus", b.Ready)
+	srv.AddLiveness("bus", func(context.Context) error { return b.Alive() })
+	srv.Hold()
+	// The HTTP server stops only after the workers drained, so health stays up
+	// while in-flight messages finish.
+	httpCtx, httpStop := context.WithCancel(context.WithoutCancel(ctx))
+	defer httpStop()
+	ln, err := net.Listen("tcp", a.base.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("RELAY_HTTP_ADDR %s: %w", a.base.HTTPAddr, err)
+	}
+	httpErr := make(chan error, 2)
+	go func() { httpErr <- srv.ServeListener(httpCtx, ln) }()
+	if a.base.MetricsAddr != "" {
+		srv.SeparateOps()
+		opsLn, err := net.Listen("tcp", a.base.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("RELAY_METRICS_ADDR %s: %w", a.base.MetricsAddr, err)
+		}
+		go func() { httpErr <- srv.ServeOpsListener(httpCtx, opsLn) }()
+	}
+	if err := b.WaitReady(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before the bus came up
+		}
+		return err
+	}
+	d := &deps{Bus: b, Log: a.log, Registry: reg, DataDir: a.base.DataDir}
 	runners := make([]*runner, 0, len(svcs))
 	defer func() {
 		for _, r := range runners {
@@ -262,20 +310,16 @@ func (a *app) serve(ctx context.Context, svcs []*service) error {
 			r.routes(srv)
 		}
 	}
+	srv.Release()
 	names := make([]string, len(svcs))
 	for i, s := range svcs {
 		names[i] = s.name
 	}
-	a.log.Info("relay started", "services", strings.Join(names, ","), "nats", b.ClientURL(),
-		"embedded_nats", a.base.NATSURL == "", "http", a.base.HTTPAddr, "startup", time.Since(start).Round(time.Millisecond).String())
+	a.log.Info("relay started", "services", strings.Join(names, ","), "nats", secret.RedactURLs(b.ClientURL()),
+		"embedded_nats", a.base.NATSURL == "", "http", a.base.HTTPAddr, "ops", cmp.Or(a.base.MetricsAddr, a.base.HTTPAddr),
+		"startup", time.Since(start).Round(time.Millisecond).String())
 
 	g, gctx := errgroup.WithContext(ctx)
-	// The HTTP server stops only after the workers drained, so health stays up
-	// while in-flight messages finish.
-	httpCtx, httpStop := context.WithCancel(context.WithoutCancel(ctx))
-	defer httpStop()
-	httpErr := make(chan error, 1)
-	go func() { httpErr <- srv.Serve(httpCtx, a.base.HTTPAddr) }()
 	for _, r := range runners {
 		if r.run != nil {
 			g.Go(func() error { return r.run(gctx) })
@@ -289,6 +333,10 @@ func (a *app) serve(ctx context.Context, svcs []*service) error {
 				return err
 			}
 			return errors.New("http server stopped")
+		case <-b.Lost():
+			// Nothing in this process can bring the connection back: stop,
+			// so that the supervisor starts a fresh one.
+			return b.Alive()
 		case <-gctx.Done():
 			return nil
 		}
@@ -312,7 +360,7 @@ func newLogger(env *config.Env, w io.Writer) (*slog.Logger, error) {
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("RELAY_LOG_LEVEL: %w", err)
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: redactAttr}
 	if format == "auto" {
 		format = "json"
 		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
@@ -323,4 +371,22 @@ func newLogger(env *config.Env, w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	}
 	return slog.New(slog.NewJSONHandler(w, opts)), nil
+}
+
+// redactAttr removes credentials of URLs (NATS_URL, REDIS_URL, DATABASE_URL,
+// and any URL an error quotes) from every attribute of every log line.
+func redactAttr(_ []string, a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindString:
+		if s := a.Value.String(); secret.RedactURLs(s) != s {
+			a.Value = slog.StringValue(secret.RedactURLs(s))
+		}
+	case slog.KindAny:
+		if err, ok := a.Value.Any().(error); ok && err != nil {
+			if s := err.Error(); secret.RedactURLs(s) != s {
+				a.Value = slog.StringValue(secret.RedactURLs(s))
+			}
+		}
+	}
+	return a
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -17,14 +18,14 @@ func init() {
 	})
 }
 
-// runHealthcheck asks the local relay's /readyz, so images without curl can
-// have health checks.
+// runHealthcheck asks the local relay's /readyz (on RELAY_METRICS_ADDR when
+// set, else RELAY_HTTP_ADDR), so images without curl can have health checks.
 func runHealthcheck(ctx context.Context, a *app, args []string) error {
 	url := ""
 	if len(args) > 0 {
 		url = args[0]
 	} else {
-		host, port, _ := net.SplitHostPort(a.base.HTTPAddr)
+		host, port, _ := net.SplitHostPort(cmp.Or(a.base.MetricsAddr, a.base.HTTPAddr))
 		if host == "" || host == "0.0.0.0" || host == "::" {
 			host = "127.0.0.1"
 		}

@@ -36,6 +36,7 @@ type Server struct {
 	checks   map[string]Check
 	liveness map[string]Check
 	separate atomic.Bool
+	held     atomic.Bool
 }
 
 // New returns a server exposing reg on /metrics.
@@ -79,6 +80,35 @@ func (s *Server) opsRoute(public bool, h echo.HandlerFunc) echo.HandlerFunc {
 // from then on only ServeOps serves them.
 func (s *Server) SeparateOps() { s.separate.Store(true) }
 
+// Hold makes the public listener answer 503 (Retry-After: 1) to everything
+// but the operations routes until Release, so a process serves its health
+// endpoints while it waits for its dependencies and mounts its routes on Echo
+// meanwhile (Echo must not change while it serves). Call it before serving.
+func (s *Server) Hold() { s.held.Store(true) }
+
+// Release ends Hold: the public listener serves Echo, with every route
+// mounted before the call.
+func (s *Server) Release() { s.held.Store(false) }
+
+// public is the public listener's handler.
+func (s *Server) public() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.held.Load() {
+			s.Echo.ServeHTTP(w, r)
+			return
+		}
+		switch r.URL.Path {
+		case "/healthz", "/readyz", "/metrics":
+			if !s.separate.Load() {
+				s.Ops.ServeHTTP(w, r)
+				return
+			}
+		}
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "starting, retry later", http.StatusServiceUnavailable)
+	})
+}
+
 // AddCheck registers a readiness check under name.
 func (s *Server) AddCheck(name string, c Check) {
 	s.mu.Lock()
@@ -106,6 +136,9 @@ func (s *Server) healthz(c echo.Context) error {
 
 func (s *Server) ready(c echo.Context) error {
 	code, status := s.run(c.Request().Context(), s.checks)
+	if s.held.Load() {
+		code, status["http"] = http.StatusServiceUnavailable, "starting"
+	}
 	return c.JSON(code, status)
 }
 
@@ -150,12 +183,18 @@ func (s *Server) ServeOps(ctx context.Context, addr string) error {
 	if err != nil {
 		return fmt.Errorf("RELAY_METRICS_ADDR %s: %w", addr, err)
 	}
+	return s.ServeOpsListener(ctx, ln)
+}
+
+// ServeOpsListener serves the operations routes alone on ln until ctx is
+// cancelled.
+func (s *Server) ServeOpsListener(ctx context.Context, ln net.Listener) error {
 	return serve(ctx, s.log, s.Ops, ln)
 }
 
 // ServeListener serves on ln until ctx is cancelled.
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
-	return serve(ctx, s.log, s.Echo, ln)
+	return serve(ctx, s.log, s.public(), ln)
 }
 
 // Timeouts of every listener. Reading a request's body is bounded by its
