@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,11 @@ import (
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/httpserver"
+	"github.com/relaystation/relay/mappers/github"
+	"github.com/relaystation/relay/mappers/openproject"
+	"github.com/relaystation/relay/mappers/sentry"
+	"github.com/relaystation/relay/mappers/slack"
+	"github.com/relaystation/relay/secret"
 	"github.com/relaystation/relay/services/ingest"
 )
 
@@ -174,7 +180,7 @@ func TestBodyReservedAsItArrives(t *testing.T) {
 //
 //	go test ./services/ingest -run '^$' -bench ValidWebhookWithIdleConns -benchtime 2000x
 func BenchmarkValidWebhookWithIdleConns(b *testing.B) {
-	for _, n := range []int{0, 100, 500} {
+	for _, n := range []int{0, 100, 500, 1000} {
 		b.Run(fmt.Sprintf("idle=%d", n), func(b *testing.B) {
 			addr := serveGateway(b, ingest.Config{Limits: map[string]ingest.Limits{"github": {Deadline: time.Minute}}})
 			hostile(b, addr, n)
@@ -185,5 +191,66 @@ func BenchmarkValidWebhookWithIdleConns(b *testing.B) {
 			b.ReportMetric(float64(percentile(lat, 0.5).Microseconds()), "p50-µs")
 			b.ReportMetric(float64(percentile(lat, 0.99).Microseconds()), "p99-µs")
 		})
+	}
+}
+
+// withField returns the JSON fixture with the field at path set to v.
+func withField(t *testing.T, body []byte, v any, path ...string) []byte {
+	t.Helper()
+	var doc map[string]any
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	m := doc
+	for _, k := range path[:len(path)-1] {
+		m = m[k].(map[string]any)
+	}
+	m[path[len(path)-1]] = v
+	out, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Signed requests whose subject tokens come out long (a 4 KiB
+// Sentry-Hook-Resource header, a long Slack event.type, a long OpenProject
+// action) used to make a subject over NATS's control-line limit: the server
+// closed the connection, nats.go never reconnected, and every webhook after
+// them got 503. Now none of them reaches the bus with such a subject, and
+// the bus stays up.
+func TestLongTokensKeepTheBusUp(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	gw := startGateway(t, b, ingest.Config{},
+		github.New(github.Config{Secret: secret.New(ghSecret)}),
+		slack.New(slack.Config{Secret: secret.New(slackSecret)}),
+		sentry.New(sentry.Config{Secret: secret.New(sentrySecret)}),
+		openproject.New(openproject.Config{Secret: secret.New(opSecret), BaseURL: "https://op.example.com"}),
+	)
+	long := strings.Repeat("x", 4096)
+	sentryReq := sentryRequest(gw.url, readFixture(t, "mappers", "sentry", "testdata", "payloads", "issue.created.json"), true)
+	sentryReq.Header.Set(sentry.HeaderResource, long)
+	slackBody := withField(t, readFixture(t, "mappers", "slack", "testdata", "events", "app_mention.json"), long, "event", "type")
+	opBody := withField(t, readFixture(t, "mappers", "openproject", "testdata", "payloads", "work_package.created.json"), long, "action")
+	for name, req := range map[string]*http.Request{
+		"sentry 4 KiB resource header": sentryReq,
+		"slack 4 KiB event type":       slackRequest(gw.url, "events", "application/json", slackBody, true),
+		"openproject 4 KiB action":     openProjectRequest(gw.url, opBody, true),
+	} {
+		code, body := do(t, req)
+		if code >= 500 {
+			t.Errorf("%s: got %d %q, want the request handled (2xx or 4xx)", name, code, body)
+		}
+		if err := b.Ready(t.Context()); err != nil {
+			t.Fatalf("after %s: bus not ready: %v", name, err)
+		}
+	}
+	code, body := do(t, githubRequest(t, gw.url, "ping", "after-long-tokens", []byte(`{"zen":"z","hook_id":1}`)))
+	if code != http.StatusOK {
+		t.Errorf("valid webhook after the long tokens: got %d %q, want 200", code, body)
+	}
+	if err := b.Alive(); err != nil {
+		t.Errorf("bus connection lost: %v", err)
 	}
 }

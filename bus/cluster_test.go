@@ -1,0 +1,197 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/internal/testenv"
+)
+
+// cluster is a three-node JetStream cluster in this process, with routes on
+// loopback random ports.
+type cluster struct {
+	nodes []*server.Server
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startCluster(t testing.TB, n int) *cluster {
+	t.Helper()
+	routePorts := make([]int, n)
+	for i := range routePorts {
+		routePorts[i] = freePort(t)
+	}
+	c := &cluster{}
+	for i := range n {
+		var routes []*url.URL
+		for j, p := range routePorts {
+			if j != i {
+				routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+			}
+		}
+		ns, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
+			JetStream: true, StoreDir: t.TempDir(),
+			Cluster: server.ClusterOpts{Name: "relay", Host: "127.0.0.1", Port: routePorts[i]},
+			Routes:  routes,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns.Start()
+		t.Cleanup(ns.Shutdown)
+		c.nodes = append(c.nodes, ns)
+	}
+	for _, ns := range c.nodes {
+		if !ns.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("node %s not ready", ns.Name())
+		}
+	}
+	return c
+}
+
+func (c *cluster) urls() string {
+	u := make([]string, len(c.nodes))
+	for i, ns := range c.nodes {
+		u[i] = ns.ClientURL()
+	}
+	return strings.Join(u, ",")
+}
+
+func (c *cluster) node(name string) *server.Server {
+	for _, ns := range c.nodes {
+		if ns.Name() == name {
+			return ns
+		}
+	}
+	return nil
+}
+
+// On a three-node cluster with RELAY_STREAM_REPLICAS=3, losing a node
+// (the inbound stream's leader) mid-run loses nothing: every acknowledged
+// publish is consumed, and publishing and consuming go on throughout.
+func TestClusterNodeLoss(t *testing.T) {
+	t.Parallel()
+	testenv.SkipShort(t, "the three-node cluster test")
+	c := startCluster(t, 3)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	b, err := bus.Connect(ctx, bus.Config{URL: c.urls(), Prefix: "cluster", Name: t.Name(), Replicas: 3})
+	if err != nil {
+		t.Fatalf("connect to the cluster: %v", err)
+	}
+	t.Cleanup(b.Close)
+
+	// Streams and buckets made through the bus are replicated.
+	s, err := b.JetStream().Stream(ctx, b.StreamName("in.x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.Replicas; got != 3 {
+		t.Fatalf("inbound stream replicas: got %d, want 3", got)
+	}
+	kv, err := b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "cluster_state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas; got != 3 {
+		t.Fatalf("key-value bucket replicas: got %d, want 3", got)
+	}
+
+	var mu sync.Mutex
+	acked, seen := map[string]bool{}, map[string]int{}
+	var lastConsumed atomic.Int64
+	run(t, b, bus.ConsumerConfig{Name: "agent", Subject: "in.>", Concurrency: 8, AckWait: 5 * time.Second, Heartbeat: time.Second}, func(_ context.Context, m *bus.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[m.Header.Get("Nats-Msg-Id")]++
+		lastConsumed.Store(time.Now().UnixNano())
+		return nil
+	})
+
+	pctx, stopPublishing := context.WithCancel(ctx)
+	var published, retries atomic.Int64
+	var maxGap atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := time.Now()
+		for i := 0; pctx.Err() == nil; i++ {
+			id := fmt.Sprintf("d-%d", i)
+			for pctx.Err() == nil {
+				c, cancel := context.WithTimeout(pctx, 2*time.Second)
+				_, err := b.Publish(c, "in.github.issues", newEnv(id), bus.WithMsgID(id))
+				cancel()
+				if err == nil {
+					mu.Lock()
+					acked[id] = true
+					mu.Unlock()
+					published.Add(1)
+					if gap := time.Since(last); int64(gap) > maxGap.Load() {
+						maxGap.Store(int64(gap))
+					}
+					last = time.Now()
+					break
+				}
+				retries.Add(1)
+			}
+		}
+	}()
+	testenv.WaitFor(t, 20*time.Second, "publishing before the node loss", func() bool { return published.Load() >= 300 })
+	info, err := s.Info(ctx)
+	if err != nil || info.Cluster == nil {
+		t.Fatalf("stream info: %v", err)
+	}
+	victim := c.node(info.Cluster.Leader)
+	if victim == nil {
+		t.Fatalf("no node named %q", info.Cluster.Leader)
+	}
+	killedAt := time.Now()
+	before := published.Load()
+	victim.Shutdown()
+	testenv.WaitFor(t, 30*time.Second, "publishing after the node loss", func() bool { return published.Load() >= before+300 })
+	testenv.WaitFor(t, 30*time.Second, "consuming after the node loss", func() bool { return lastConsumed.Load() > killedAt.UnixNano() })
+	stopPublishing()
+	<-done
+	testenv.WaitFor(t, 30*time.Second, "every acknowledged publish consumed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for id := range acked {
+			if seen[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	redelivered := 0
+	for _, n := range seen {
+		redelivered += n - 1
+	}
+	mu.Unlock()
+	t.Logf("killed %s (stream leader); published %d (%d after the loss), lost 0, failed attempts %d, longest publish gap %s, consumed twice %d",
+		victim.Name(), published.Load(), published.Load()-before, retries.Load(), time.Duration(maxGap.Load()).Round(time.Millisecond), redelivered)
+}
