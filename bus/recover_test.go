@@ -240,6 +240,29 @@ func TestAliveReportsLostConnection(t *testing.T) {
 	if err := b.Ready(t.Context()); err == nil {
 		t.Error("Ready: got nil after the connection was lost")
 	}
+	select {
+	case <-b.Lost():
+	case <-time.After(10 * time.Second):
+		t.Error("Lost not closed after the connection was lost")
+	}
+}
+
+// Close is not a loss: Lost stays open and Alive nil.
+func TestCloseIsNotLoss(t *testing.T) {
+	t.Parallel()
+	b, err := bus.Connect(t.Context(), bus.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	select {
+	case <-b.Lost():
+		t.Error("Lost closed by Close")
+	default:
+	}
+	if err := b.Alive(); err != nil {
+		t.Errorf("Alive after Close: got %v, want nil", err)
+	}
 }
 
 // With a token the embedded server refuses clients without it; the bus and

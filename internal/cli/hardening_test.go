@@ -12,8 +12,10 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/mappers/github"
 )
 
 // getStatus answers a GET's status code (0 when the request failed).
@@ -28,8 +30,9 @@ func getStatus(url string) int {
 }
 
 // A worker started while NATS is down waits for it: liveness 200, readiness
-// and webhooks 503 until the server is up, then it serves. The password in
-// NATS_URL never reaches the log.
+// and webhooks 503 until the server is up, then it serves; NATS restarted
+// under load loses no acknowledged webhook, and the gateway comes back. The
+// password in NATS_URL never reaches the log.
 func TestServeWaitsForNATS(t *testing.T) {
 	t.Parallel()
 	natsAddr := freeAddr(t)
@@ -41,6 +44,8 @@ func TestServeWaitsForNATS(t *testing.T) {
 		"RELAY_LOG_FORMAT":      "json",
 		"NATS_URL":              "nats://relay:pa55w0rd-in-url@" + natsAddr,
 		"GITHUB_WEBHOOK_SECRET": "s",
+		// While NATS is down a webhook waits this long before its 503.
+		"RELAY_INGEST_DEADLINE_GITHUB": "1s",
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -71,14 +76,71 @@ func TestServeWaitsForNATS(t *testing.T) {
 	default:
 	}
 
-	ns, err := server.NewServer(&server.Options{Host: host, Port: port, JetStream: true, StoreDir: t.TempDir(),
-		NoSigs: true, NoLog: true, Username: "relay", Password: "pa55w0rd-in-url"})
-	if err != nil {
-		t.Fatal(err)
+	store := t.TempDir()
+	startNATS := func() *server.Server {
+		ns, err := server.NewServer(&server.Options{Host: host, Port: port, JetStream: true, StoreDir: store,
+			NoSigs: true, NoLog: true, Username: "relay", Password: "pa55w0rd-in-url"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns.Start()
+		t.Cleanup(ns.Shutdown)
+		return ns
 	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
+	ns := startNATS()
 	waitHTTP(t, base+"/readyz", http.StatusOK, 20*time.Second)
+
+	// NATS restarted under load: webhooks keep coming; those answered 200
+	// are all stored, and the gateway answers 200 again after the restart.
+	var ok []string
+	send := func(i int) int {
+		body := []byte(`{"zen":"z","hook_id":42}`)
+		id := "restart-" + strconv.Itoa(i)
+		req, _ := http.NewRequest(http.MethodPost, base+"/webhooks/github", strings.NewReader(string(body)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(github.HeaderEvent, "ping")
+		req.Header.Set(github.HeaderDelivery, id)
+		req.Header.Set(github.HeaderHookID, "42")
+		req.Header.Set(github.HeaderSignature256, github.Sign([]byte("s"), body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("webhook %d: %v", i, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			ok = append(ok, "github:42:"+id)
+		} else if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("webhook %d: got %d, want 200, or 503 while NATS restarts", i, resp.StatusCode)
+		}
+		return resp.StatusCode
+	}
+	i := 0
+	for ; i < 50; i++ {
+		send(i)
+	}
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	for ; i < 53; i++ {
+		send(i) // 503 while NATS is down
+	}
+	ns = startNATS()
+	deadline := time.Now().Add(20 * time.Second)
+	for ; send(i) != http.StatusOK; i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("no webhook answered 200 within 20s of NATS coming back")
+		}
+		time.Sleep(20 * time.Millisecond) // pace the retries, as a provider does
+	}
+	for i++; i < 120; i++ {
+		send(i)
+	}
+	stored := storedIDs(t, "nats://relay:pa55w0rd-in-url@"+natsAddr)
+	for _, id := range ok {
+		if !stored[id] {
+			t.Errorf("webhook %s was answered 200 but is not stored", id)
+		}
+	}
+	t.Logf("%d webhooks answered 200 around a NATS restart, %d stored", len(ok), len(stored))
 	// A webhook now reaches the gateway (401: the test does not sign it).
 	resp, err = http.Post(base+"/webhooks/github", "application/json", strings.NewReader("{}"))
 	if err != nil {
@@ -154,4 +216,44 @@ func TestOpsListenerAndNATSToken(t *testing.T) {
 	if strings.Contains(stderr.String(), "t0ken-for-nats") {
 		t.Errorf("the NATS token reached the log:\n%s", stderr.String())
 	}
+}
+
+// storedIDs reads every message of the default inbound stream and returns
+// their Nats-Msg-Id headers.
+func storedIDs(t *testing.T, url string) map[string]bool {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := js.OrderedConsumer(t.Context(), "RELAY_IN", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for n := info.NumPending; n > 0; {
+		batch, err := c.Fetch(int(min(n, 100)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			out[m.Headers().Get(jetstream.MsgIDHeader)] = true
+			got++
+		}
+		if got == 0 {
+			t.Fatalf("inbound stream: %d messages unread", n)
+		}
+		n -= uint64(got)
+	}
+	return out
 }
