@@ -136,16 +136,40 @@ func (b *Bus) createConsumer(ctx context.Context, cfg *ConsumerConfig) (string, 
 	if cfg.DeliverNew {
 		cc.DeliverPolicy = jetstream.DeliverNewPolicy
 	}
-	setupCtx, cancel := b.withTimeout(ctx)
-	cons, err := b.js.CreateOrUpdateConsumer(setupCtx, stream, cc)
-	cancel()
-	if err != nil {
+	// A cluster electing a leader, a server restarting or a stream being
+	// re-created answers with timeouts and 503s for a while: keep trying
+	// until ctx ends. Only a request JetStream refuses as bad (400: the
+	// configuration cannot be applied) is returned.
+	delay := 100 * time.Millisecond
+	for {
+		setupCtx, cancel := b.withTimeout(ctx)
+		cons, err := b.js.CreateOrUpdateConsumer(setupCtx, stream, cc)
+		cancel()
+		if err == nil {
+			return stream, cons, nil
+		}
 		if ctx.Err() != nil {
 			return "", nil, nil
 		}
-		return "", nil, fmt.Errorf("create consumer %s on %s: %w", cfg.Name, stream, err)
+		err = fmt.Errorf("create consumer %s on %s: %w", cfg.Name, stream, err)
+		if badRequest(err) {
+			return "", nil, err
+		}
+		b.log.Warn("consumer not created yet; retrying", "consumer", cfg.Name, "stream", stream, "in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return "", nil, nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
 	}
-	return stream, cons, nil
+}
+
+// badRequest reports whether JetStream refused a request as malformed
+// (status 400), which retrying cannot fix.
+func badRequest(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.Code == 400
 }
 
 // puller is the pull loop of one Consume call: reserve the free handler
