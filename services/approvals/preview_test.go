@@ -136,3 +136,16 @@ func TestLongStateLineKeepsEntities(t *testing.T) {
 	}
 	wellFormed(t, []string{last})
 }
+
+// BenchmarkPreview renders the approval message of an 8 KiB Markdown answer
+// (headings, bold, links, lists, code): Mrkdwn and SplitMrkdwn, as the post.
+func BenchmarkPreview(b *testing.B) {
+	para := "## Cause\n\nThe **cache** was keyed by `user` only, see [the report](https://example.com/r?id=1&x=2) & [[ref:doc-1]].\n\n- one\n- two\n\n```go\nkey := user + \":\" + org\n```\n\n"
+	text := strings.Repeat(para, 8<<10/len(para))
+	r := &Record{TaskID: "t", Round: 1, Status: StatusPending, Text: text, Target: envelope.Target{Channel: "github", Owner: "o", Repo: "r", Number: 1}}
+	ref := func(id string) string { return "https://docs.example/" + id }
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		message(r, ref)
+	}
+}
