@@ -95,3 +95,30 @@ func testRetryDelayDrivesNak(t *testing.T, b *bus.Bus) {
 	}
 	assertDLQ(t, b, 0)
 }
+
+// rateLimited is how a client's error classifies itself: the bus needs no
+// wrapper around it.
+type rateLimited struct{ after time.Duration }
+
+func (e *rateLimited) Error() string             { return "429 Too Many Requests" }
+func (e *rateLimited) Permanent() bool           { return false }
+func (e *rateLimited) RetryDelay() time.Duration { return e.after }
+
+// A handler's error picks the message's outcome through bus.Classified: the
+// first error in the chain that implements it decides.
+func ExampleClassified() {
+	errs := []error{
+		errors.New("connection refused"),                              // transient: the consumer's growing delay
+		fmt.Errorf("post: %w", &rateLimited{after: 30 * time.Second}), // transient: after 30s
+		bus.Permanent(errors.New("issue octo/hello#7 was deleted")),   // termed and dead-lettered
+		bus.RetryAfter(errors.New("task leased by another process"), 5*time.Second),
+	}
+	for _, err := range errs {
+		fmt.Printf("permanent=%v delay=%s: %v\n", bus.IsPermanent(err), bus.RetryDelay(err), err)
+	}
+	// Output:
+	// permanent=false delay=0s: connection refused
+	// permanent=false delay=30s: post: 429 Too Many Requests
+	// permanent=true delay=0s: permanent: issue octo/hello#7 was deleted
+	// permanent=false delay=5s: retry after 5s: task leased by another process
+}

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relaystation/relay/internal/clip"
 )
 
 // PermanentStatus reports whether an HTTP status means retrying cannot help:
@@ -176,7 +178,7 @@ func (a *JSONAPI) Do(ctx context.Context, method, u string, body []byte, out any
 
 // BodyText is the start of an answer body, for error messages.
 func BodyText(b []byte) string {
-	return Trim(strings.TrimSpace(string(b)), 200)
+	return clip.To(strings.TrimSpace(string(b)), 200)
 }
 
 var safeKey = regexp.MustCompile(`^[A-Za-z0-9:._/@+=-]{1,200}$`)

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
-	"github.com/relaystation/relay/internal/clip"
 )
 
 // Request is a webhook request as the gateway received it: the raw body bytes
@@ -99,10 +98,6 @@ type ParseError struct {
 
 func (e *ParseError) Error() string { return fmt.Sprintf("%s payload: %v", e.Provider, e.Err) }
 func (e *ParseError) Unwrap() error { return e.Err }
-
-// Trim bounds s to n bytes, marking a cut with "…"; it is clip.To, named for
-// the mappers that bound envelope fields with it.
-func Trim(s string, n int) string { return clip.To(s, n) }
 
 // MaxContent is the default bound on bodies copied into an envelope's content.
 const MaxContent = 4000

@@ -54,3 +54,44 @@ func TestTokenPattern(t *testing.T) {
 		}
 	}
 }
+
+func TestRedactBearer(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in, want string
+		n        int
+	}{
+		{"Authorization: Bearer abc.def-ghi_jkl", "Authorization: Bearer [X]", 1},
+		{"authorization: bearer abcdefgh12345678==", "authorization: bearer [X]", 1},
+		{"BeArEr abcdefgh12345678", "BeArEr [X]", 1},
+		{"Basic dXNlcjpwYXNzd29yZA==", "Basic [X]", 1},
+		{"Authorization: token 0123456789abcdef0123456789abcdef01234567", "Authorization: token [X]", 1},
+		{"Bearer  aaaaaaaa and token\tbbbbbbbb", "Bearer  [X] and token\t[X]", 2},
+		{"Bearer short", "Bearer short", 0},
+		{"no credentials here", "no credentials here", 0},
+		{"tokens abcdefghijk", "tokens abcdefghijk", 0},
+		{"to\u212Aen abcdefghijk", "to\u212Aen abcdefghijk", 0}, // KELVIN SIGN: not ASCII "token"
+	}
+	for _, tc := range cases {
+		got, n := secret.RedactBearer(tc.in, "[X]")
+		if got != tc.want || n != tc.n {
+			t.Errorf("RedactBearer(%q): got %q, %d; want %q, %d", tc.in, got, n, tc.want, tc.n)
+		}
+	}
+}
+
+// FuzzMayHoldBearer: the pre-check never hides a match, and a redacted text
+// holds no credential.
+func FuzzMayHoldBearer(f *testing.F) {
+	for _, s := range []string{"Bearer abcdefgh", "bAsIc xxxxxxxxxx", "TOKEN 12345678", "plain", "béarer x", "ba\u017Fic 12345678"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if secret.BearerPattern.MatchString(s) && !secret.MayHoldBearer(s) {
+			t.Fatalf("MayHoldBearer(%q) = false, but BearerPattern matches", s)
+		}
+		if got, _ := secret.RedactBearer(s, "[X]"); secret.BearerPattern.MatchString(got) {
+			t.Fatalf("RedactBearer(%q) = %q still holds a credential", s, got)
+		}
+	})
+}

@@ -35,3 +35,71 @@ func MayHoldToken(s string) bool {
 	}
 	return false
 }
+
+// BearerPattern matches a credential after an authorization scheme word, as
+// in an Authorization header copied into a log or an error: "Bearer x",
+// "Basic x" or "token x" (GitHub's scheme) with a credential of at least 8
+// characters. Group 1 is the scheme word, group 2 the space after it; the
+// rest of the match is the credential. The tool runner and memory both redact
+// with it (RedactBearer).
+var BearerPattern = regexp.MustCompile(`\b(` + asciiFold("bearer") + `|` + asciiFold("basic") + `|` + asciiFold("token") +
+	`)(\s+)[A-Za-z0-9\-._~+/=]{8,}`)
+
+// asciiFold matches word in any ASCII case; (?i) would also match the Kelvin
+// sign for k and the long s for s, which MayHoldBearer does not look for.
+func asciiFold(word string) string {
+	var b strings.Builder
+	for _, c := range word {
+		b.WriteString("[" + strings.ToUpper(string(c)) + string(c) + "]")
+	}
+	return b.String()
+}
+
+// MayHoldBearer is a cheap pre-check: false means BearerPattern cannot match s.
+func MayHoldBearer(s string) bool {
+	return anchored(s, 'b', 0, "bearer", "basic") || anchored(s, 'k', 2, "token")
+}
+
+// anchored reports whether s holds one of words (lower-case ASCII, matched in
+// any case) whose byte at off is anchor. It looks for the anchor first, in
+// either case, with the fast strings.IndexByte.
+func anchored(s string, anchor byte, off int, words ...string) bool {
+	for _, c := range [2]byte{anchor, anchor - 'a' + 'A'} {
+		for i := 0; ; {
+			j := strings.IndexByte(s[i:], c)
+			if j < 0 {
+				break
+			}
+			if p := i + j - off; p >= 0 {
+				for _, w := range words {
+					if hasFold(s[p:], w) {
+						return true
+					}
+				}
+			}
+			i += j + 1
+		}
+	}
+	return false
+}
+
+// hasFold reports whether s starts with word (lower-case ASCII) in any case.
+func hasFold(s, word string) bool {
+	return len(s) >= len(word) && strings.EqualFold(s[:len(word)], word)
+}
+
+// RedactBearer replaces the credential of every BearerPattern match in s with
+// repl, keeping the scheme word and its space, and returns how many it
+// replaced.
+func RedactBearer(s, repl string) (string, int) {
+	if !MayHoldBearer(s) {
+		return s, 0
+	}
+	n := 0
+	out := BearerPattern.ReplaceAllStringFunc(s, func(m string) string {
+		n++
+		sub := BearerPattern.FindStringSubmatch(m)
+		return sub[1] + sub[2] + repl
+	})
+	return out, n
+}

@@ -1,7 +1,6 @@
 package tools
 
 import (
-	"regexp"
 	"sort"
 	"strings"
 
@@ -16,9 +15,6 @@ const minSecretLen = 6
 
 // tokenRE is the shared set of credential shapes (secret.TokenPattern).
 var tokenRE = secret.TokenPattern
-
-// bearerRE keeps the scheme word and removes the credential.
-var bearerRE = regexp.MustCompile(`(?i)\b(bearer|token)(\s+)[A-Za-z0-9\-._~+/]{8,}=*`)
 
 // Redactor removes configured secret values and common token shapes from
 // text. It is immutable and safe for concurrent use.
@@ -65,16 +61,12 @@ func (r *Redactor) String(s string) (string, bool) {
 			}
 		}
 	}
-	if !secret.MayHoldToken(s) && !mayHoldBearer(s) {
-		return s, changed
-	}
-	if tokenRE.MatchString(s) {
+	if secret.MayHoldToken(s) && tokenRE.MatchString(s) {
 		s = tokenRE.ReplaceAllString(s, Redacted)
 		changed = true
 	}
-	if bearerRE.MatchString(s) {
-		s = bearerRE.ReplaceAllString(s, "${1}${2}"+Redacted)
-		changed = true
+	if out, n := secret.RedactBearer(s, Redacted); n > 0 {
+		s, changed = out, true
 	}
 	return s, changed
 }
@@ -105,16 +97,6 @@ func (r *Redactor) Value(v any) (any, bool) {
 		return x, changed
 	}
 	return v, false
-}
-
-// mayHoldBearer is false when bearerRE cannot match s.
-func mayHoldBearer(s string) bool {
-	for _, h := range []string{"earer", "EARER", "oken", "OKEN"} {
-		if strings.Contains(s, h) {
-			return true
-		}
-	}
-	return false
 }
 
 // With returns a Redactor that also removes values (a server's own secrets);

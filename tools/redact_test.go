@@ -24,6 +24,7 @@ func TestRedactor(t *testing.T) {
 		{"aws secret", "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI", true},
 		{"private key", "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----", "MIIEow", true},
 		{"bearer", "Authorization: Bearer abc.def-ghi_jkl", "abc.def-ghi_jkl", true},
+		{"basic", "Authorization: basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA", true},
 		{"plain text", "Echo: hello world", "", false},
 	}
 	for _, tt := range tests {

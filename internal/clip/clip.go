@@ -3,8 +3,9 @@
 // bodies, tool results, summaries, dead-letter reasons and notices all go
 // through it.
 //
-// Lengths are in bytes, the unit of every limit the relay meets (NATS
-// payloads, Slack's character limits, which a byte count never undercounts).
+// Lengths are in bytes, the unit of most limits the relay meets (NATS
+// payloads, and Slack's character limits, which a byte count never
+// undercounts), except for Chars, which counts characters.
 // A cut never ends inside a valid UTF-8 sequence; bytes that are not valid
 // UTF-8 count as characters of their own. The functions are pure and safe for
 // concurrent use.
@@ -61,6 +62,23 @@ func Within(s string, n int) string {
 		return s
 	}
 	return Prefix(s, n-len(Ellipsis)) + Ellipsis
+}
+
+// Chars bounds s to n characters (runes), the marker included: s when it
+// fits, else its first n-1 characters followed by "…". It is for limits
+// counted in characters, such as Slack's plain_text fields; n should be at
+// least 1.
+func Chars(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	i, k := 0, 0
+	for k < n-1 && i < len(s) {
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+		k++
+	}
+	return s[:i] + Ellipsis
 }
 
 // Line is the first line of s (up to the first '\n'), bounded like To: the

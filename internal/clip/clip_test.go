@@ -61,6 +61,11 @@ func TestMarkers(t *testing.T) {
 		{"Within cut", clip.Within("abcdefgh", 6), "abc…"},
 		{"Within cut before a char", clip.Within("ab€€", 6), "ab…"},
 		{"Within too small", clip.Within("abcdef", 2), "…"},
+		{"Chars fits", clip.Chars("héllo", 5), "héllo"},
+		{"Chars cut", clip.Chars("héllo wörld", 5), "héll…"},
+		{"Chars wide", clip.Chars("日本語のテキスト", 4), "日本語…"},
+		{"Chars one", clip.Chars("abc", 1), "…"},
+		{"Chars invalid bytes", clip.Chars("a\xff\xfebc", 3), "a\xff…"},
 		{"Line", clip.Line("first\nsecond", 10), "first"},
 		{"Line cut", clip.Line("first line is long\nsecond", 5), "first…"},
 		{"Line no newline", clip.Line("only", 10), "only"},
@@ -104,6 +109,9 @@ func FuzzPrefix(f *testing.F) {
 		}
 		if w := clip.Within(s, n); len(s) > n && n >= len(clip.Ellipsis) && len(w) > n {
 			t.Fatalf("Within(%q, %d) = %q: longer than %d", s, n, w, n)
+		}
+		if c := clip.Chars(s, n); n >= 1 && utf8.RuneCountInString(c) > n {
+			t.Fatalf("Chars(%q, %d) = %q: more than %d characters", s, n, c, n)
 		}
 	})
 }

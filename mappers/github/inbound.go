@@ -16,6 +16,7 @@ import (
 	gh "github.com/google/go-github/v60/github"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/mappers"
 )
 
@@ -309,7 +310,7 @@ func withBody(head, body string, include bool, n int) string {
 	if !include || body == "" {
 		return head
 	}
-	return head + "\n\n" + mappers.Trim(body, n)
+	return head + "\n\n" + clip.To(body, n)
 }
 
 func issueDetail(action string, label *gh.Label, assignee *gh.User, milestone *gh.Milestone) string {
@@ -441,10 +442,10 @@ func pushText(f *facts, e *gh.PushEvent, n int) string {
 			break
 		}
 		msg, _, _ := strings.Cut(c.GetMessage(), "\n")
-		fmt.Fprintf(&b, "\n- %s %s", short(c.GetID()), mappers.Trim(msg, 200))
+		fmt.Fprintf(&b, "\n- %s %s", short(c.GetID()), clip.To(msg, 200))
 		if b.Len() > n {
 			break
 		}
 	}
-	return mappers.Trim(b.String(), n+200)
+	return clip.To(b.String(), n+200)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/secret"
 )
@@ -197,7 +198,7 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	m := p.describe(event, verb, key, &res)
 	msgID := p.msgID(action, key, &res, r.Body)
 
-	e := envelope.New(envelope.ChannelOpenProject, envelope.RoleUser, mappers.Trim(m.content, mappers.MaxContent))
+	e := envelope.New(envelope.ChannelOpenProject, envelope.RoleUser, clip.To(m.content, mappers.MaxContent))
 	at := r.Received
 	if at.IsZero() {
 		at = p.cfg.Now()
@@ -513,7 +514,7 @@ func firstNonEmptyText(ts ...text) text {
 
 func parseErr(err error) error { return &mappers.ParseError{Provider: Name, Err: err} }
 
-func trim(s string) string { return mappers.Trim(s, mappers.MaxContent) }
+func trim(s string) string { return clip.To(s, mappers.MaxContent) }
 
 func setIf(m map[string]any, k, v string) {
 	if v != "" {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/secret"
 )
@@ -214,7 +215,7 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	sum := sha256.Sum256(r.Body)
 	msgID := "sentry:" + idResource + ":" + h.Action + ":" + m.objectID + ":" + hex.EncodeToString(sum[:])
 
-	e := envelope.New(envelope.ChannelSentry, m.role, mappers.Trim(m.content, mappers.MaxContent))
+	e := envelope.New(envelope.ChannelSentry, m.role, clip.To(m.content, mappers.MaxContent))
 	at := r.Received
 	if at.IsZero() {
 		at = p.cfg.Now()
@@ -532,7 +533,7 @@ func status(s, sub string) string {
 
 func parseErr(err error) error { return &mappers.ParseError{Provider: Name, Err: err} }
 
-func trim(s string) string { return mappers.Trim(s, mappers.MaxContent) }
+func trim(s string) string { return clip.To(s, mappers.MaxContent) }
 
 func setIf(m map[string]any, k, v string) {
 	if v != "" {

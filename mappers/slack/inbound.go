@@ -19,6 +19,7 @@ import (
 	"github.com/slack-go/slack/slackevents"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/secret"
 )
@@ -707,7 +708,7 @@ func valueString(v any) string {
 const maxField = mappers.MaxContent
 
 func (p *Provider) envelope(r *mappers.Request, role envelope.Role, content string) *envelope.Envelope {
-	e := envelope.New(envelope.ChannelSlack, role, mappers.Trim(content, mappers.MaxContent))
+	e := envelope.New(envelope.ChannelSlack, role, clip.To(content, mappers.MaxContent))
 	at := r.Received
 	if at.IsZero() {
 		at = p.now()
@@ -723,7 +724,7 @@ func bodyID(team, kind string, body []byte) string {
 
 func parseErr(err error) error { return &mappers.ParseError{Provider: Name, Err: err} }
 
-func trim(s string) string { return mappers.Trim(s, maxField) }
+func trim(s string) string { return clip.To(s, maxField) }
 
 // trimAll bounds every string value in m (one level and inside lists and maps).
 func trimAll(m map[string]any) map[string]any {

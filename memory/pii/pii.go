@@ -69,11 +69,10 @@ func New(names []string) *Scrubber {
 var (
 	// Credentials: the shapes the tool runner redacts too.
 	reTokens = []*regexp.Regexp{secret.TokenPattern}
-	// "Bearer xyz", "token: xyz", "api_key=xyz", "password = xyz": keep the
-	// label, drop the value.
-	reBearer = regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{12,}`)
-	reKV     = regexp.MustCompile(`(?i)\b((?:api[_-]?key|apikey|secret|token|password|passwd|pwd|access[_-]?key|client[_-]?secret|auth)["']?\s*[:=]\s*["']?)([^\s"',;]{6,})`)
-	reEmail  = regexp.MustCompile(`(?i)\b[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}\b`)
+	// "token: xyz", "api_key=xyz", "password = xyz": keep the label, drop the
+	// value ("Bearer xyz" is secret.RedactBearer).
+	reKV    = regexp.MustCompile(`(?i)\b((?:api[_-]?key|apikey|secret|token|password|passwd|pwd|access[_-]?key|client[_-]?secret|auth)["']?\s*[:=]\s*["']?)([^\s"',;]{6,})`)
+	reEmail = regexp.MustCompile(`(?i)\b[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,}\b`)
 	// Card candidates: 13-19 digits, optionally grouped by spaces or dashes.
 	reCard = regexp.MustCompile(`\b\d(?:[ -]?\d){12,18}\b`)
 	reIPv4 = regexp.MustCompile(`\b(?:\d{1,3}\.){3}\d{1,3}\b`)
@@ -107,11 +106,8 @@ func (s *Scrubber) pass(text string, r Report) string {
 	for _, re := range reTokens {
 		text = replace(re, text, Token, r, nil)
 	}
-	text = reBearer.ReplaceAllStringFunc(text, func(m string) string {
-		r[Token]++
-		sub := reBearer.FindStringSubmatch(m)
-		return sub[1] + " [TOKEN]"
-	})
+	text, n := secret.RedactBearer(text, "[TOKEN]")
+	r[Token] += n
 	text = reKV.ReplaceAllStringFunc(text, func(m string) string {
 		sub := reKV.FindStringSubmatch(m)
 		if sub[2] == "[TOKEN]" || strings.HasPrefix(sub[2], "[") {

@@ -25,6 +25,7 @@ func TestScrub(t *testing.T) {
 		{"aws key", "AKIAIOSFODNN7EXAMPLE", "[TOKEN]", Token},
 		{"jwt", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NSJ9.abcdefghijk_l", "[TOKEN]", Token},
 		{"bearer", "Authorization: Bearer abcdef123456789xyz", "Authorization: Bearer [TOKEN]", Token},
+		{"github scheme", "Authorization: token 0123456789abcdef0123", "Authorization: token [TOKEN]", Token},
 		{"key value", "api_key=s3cr3tvalue and password: hunter22", "api_key=[TOKEN] and password: [TOKEN]", Token},
 		{"names", "ann lee and Bob met Bobby", "[NAME] and [NAME] met Bobby", Name},
 	}

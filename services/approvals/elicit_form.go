@@ -11,6 +11,8 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/relaystation/relay/internal/clip"
+	slackmapper "github.com/relaystation/relay/mappers/slack"
 	"github.com/relaystation/relay/tools"
 )
 
@@ -23,7 +25,7 @@ func questionMessage(q *question) ([]slack.Block, string) {
 	if q.Q.Tool != "" {
 		call += "." + q.Q.Tool
 	}
-	text := fmt.Sprintf(":question: *%s* asks: %s", call, truncate(q.Q.Message, maxSectionText-200))
+	text := fmt.Sprintf(":question: *%s* asks: %s", call, serverText(q.Q.Message, maxSectionText-200))
 	blocks := []slack.Block{slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil)}
 	var status string
 	switch q.Status {
@@ -53,29 +55,29 @@ func questionMessage(q *question) ([]slack.Block, string) {
 			slack.NewButtonBlockElement(ActionElicitDecline, q.Q.ID, slack.NewTextBlockObject(slack.PlainTextType, "Decline", false, false)),
 			slack.NewButtonBlockElement(ActionElicitCancel, q.Q.ID, slack.NewTextBlockObject(slack.PlainTextType, "Cancel", false, false))))
 	}
-	return blocks, call + " asks: " + truncate(q.Q.Message, 200)
+	return blocks, slackmapper.Escape(call + " asks: " + clip.Chars(q.Q.Message, 200))
 }
 
 // questionForm is the modal built from the question's schema.
 func questionForm(q *question) slack.ModalViewRequest {
 	md, _ := json.Marshal(questionMetadata{Thread: q.Q.Thread, TaskID: q.Q.TaskID, QuestionID: q.Q.ID, Channel: q.Channel})
-	blocks := []slack.Block{slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, truncate(q.Q.Message, maxSectionText), false, false), nil, nil)}
+	blocks := []slack.Block{slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, serverText(q.Q.Message, maxSectionText), false, false), nil, nil)}
 	for i, f := range tools.Fields(q.Q.Schema) {
 		if i >= maxModalInputs {
 			break
 		}
 		var hint *slack.TextBlockObject
 		if f.Description != "" {
-			hint = slack.NewTextBlockObject(slack.PlainTextType, truncate(f.Description, 2000), false, false)
+			hint = slack.NewTextBlockObject(slack.PlainTextType, clip.Chars(f.Description, 2000), false, false)
 		}
-		in := slack.NewInputBlock("elicit_"+f.Name, slack.NewTextBlockObject(slack.PlainTextType, truncate(f.Label(), 2000), false, false), hint, formElement(f))
+		in := slack.NewInputBlock("elicit_"+f.Name, slack.NewTextBlockObject(slack.PlainTextType, clip.Chars(f.Label(), 2000), false, false), hint, formElement(f))
 		in.Optional = !f.Required || f.Type == "boolean"
 		blocks = append(blocks, in)
 	}
 	return slack.ModalViewRequest{
 		Type:            slack.VTModal,
 		CallbackID:      ViewElicit,
-		Title:           slack.NewTextBlockObject(slack.PlainTextType, truncate("Answer "+q.Q.Server, 24), false, false),
+		Title:           slack.NewTextBlockObject(slack.PlainTextType, clip.Chars("Answer "+q.Q.Server, 24), false, false),
 		Submit:          slack.NewTextBlockObject(slack.PlainTextType, "Send", false, false),
 		Close:           slack.NewTextBlockObject(slack.PlainTextType, "Back", false, false),
 		Blocks:          slack.Blocks{BlockSet: blocks},
@@ -89,7 +91,7 @@ func formElement(f tools.Field) slack.BlockElement {
 	options := func() []*slack.OptionBlockObject {
 		out := make([]*slack.OptionBlockObject, 0, len(f.Options))
 		for _, o := range f.Options {
-			out = append(out, slack.NewOptionBlockObject(o.Value, slack.NewTextBlockObject(slack.PlainTextType, truncate(cmp.Or(o.Title, o.Value), 75), false, false), nil))
+			out = append(out, slack.NewOptionBlockObject(o.Value, slack.NewTextBlockObject(slack.PlainTextType, clip.Chars(cmp.Or(o.Title, o.Value), 75), false, false), nil))
 		}
 		return out
 	}
@@ -204,9 +206,17 @@ func formValues(schema map[string]any, state map[string]map[string]any) (map[str
 	return out, problems
 }
 
-func truncate(s string, n int) string {
-	if len([]rune(s)) <= n {
-		return s
+// serverText is a server's message for a mrkdwn block: converted as every
+// text the relay posts to Slack (mappers/slack.Mrkdwn, which escapes what is
+// not Markdown, so a server cannot mention @channel or inject a link) and cut
+// to n bytes between lines or words, never inside an entity or a link.
+func serverText(s string, n int) string {
+	parts := slackmapper.SplitMrkdwn(slackmapper.Mrkdwn(s, nil), n-len(clip.Ellipsis))
+	switch len(parts) {
+	case 0:
+		return ""
+	case 1:
+		return parts[0]
 	}
-	return string([]rune(s)[:n-1]) + "…"
+	return parts[0] + clip.Ellipsis
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/relaystation/relay/envelope"
 	slackmapper "github.com/relaystation/relay/mappers/slack"
+	"github.com/relaystation/relay/tools"
 )
 
 // previewTexts returns the texts of the message's answer sections: the
@@ -135,4 +136,42 @@ func TestLongStateLineKeepsEntities(t *testing.T) {
 		t.Fatalf("last block %q, want the state line", last)
 	}
 	wellFormed(t, []string{last})
+}
+
+// BenchmarkPreview renders the approval message of an 8 KiB Markdown answer
+// (headings, bold, links, lists, code): Mrkdwn and SplitMrkdwn, as the post.
+func BenchmarkPreview(b *testing.B) {
+	para := "## Cause\n\nThe **cache** was keyed by `user` only, see [the report](https://example.com/r?id=1&x=2) & [[ref:doc-1]].\n\n- one\n- two\n\n```go\nkey := user + \":\" + org\n```\n\n"
+	text := strings.Repeat(para, 8<<10/len(para))
+	r := &Record{TaskID: "t", Round: 1, Status: StatusPending, Text: text, Target: envelope.Target{Channel: "github", Owner: "o", Repo: "r", Number: 1}}
+	ref := func(id string) string { return "https://docs.example/" + id }
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		message(r, ref)
+	}
+}
+
+// TestQuestionTextIsEscaped: an MCP server's question is shown as the relay
+// shows every text in Slack: it cannot mention @channel or inject a link, and
+// a long one is cut between words, never inside an entity.
+func TestQuestionTextIsEscaped(t *testing.T) {
+	t.Parallel()
+	q := &question{Q: tools.Question{ID: "q1", Server: "srv", Tool: "deploy",
+		Message: "Deploy **now**? <!channel> <https://evil.example|click> & " + strings.Repeat("a&b ", 1000)}, Status: elicitPending}
+	blocks, fallback := questionMessage(q)
+	text := blocks[0].(*slack.SectionBlock).Text.Text
+	form := questionForm(q).Blocks.BlockSet[0].(*slack.SectionBlock).Text.Text
+	for _, s := range []string{text, form, fallback} {
+		if strings.Contains(s, "<!channel>") || strings.Contains(s, "<https://evil") {
+			t.Errorf("server text reaches Slack unescaped: %q", s[:min(len(s), 120)])
+		}
+	}
+	if !strings.Contains(text, "*now*") || !strings.Contains(text, "&lt;!channel&gt;") {
+		t.Errorf("question %q: want Markdown converted and the mention escaped", text[:min(len(text), 120)])
+	}
+	wellFormed(t, []string{text, form})
+	unescaped := strings.NewReplacer("&amp;", "&", "&lt;", "<", "&gt;", ">").Replace(fallback)
+	if n := utf8.RuneCountInString(strings.TrimPrefix(unescaped, "srv.deploy asks: ")); n != 200 {
+		t.Errorf("fallback question of %d characters, want it cut to 200", n)
+	}
 }
