@@ -8,20 +8,23 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/relaystation/relay/internal/rpc"
 )
 
-// The bus path of a question, relative to the bus prefix. Both are plain
-// NATS request/reply (no stream captures rpc.>), answered by the approvals
-// worker (queue group "approvals"), which keeps the question's state.
+// The bus path of a question, relative to the bus prefix. Both are
+// request/reply (no stream captures rpc.>), answered by the approvals
+// worker's micro service ElicitService (queue group "approvals"), which
+// keeps the question's state.
 //
-//  1. The runner subscribes to a fresh inbox and publishes the Question on
-//     SubjectElicit with that inbox as reply subject. The worker answers at
-//     once with ElicitReply{Status: "asked"} after posting the form in the
-//     call's Slack thread, or "no_human" (not a Slack thread, nothing
-//     postable); no responders means no approvals worker runs. Both "no
-//     human" cases apply the schema's defaults.
+//  1. The runner subscribes to a fresh inbox and requests SubjectElicit with
+//     ElicitRequest{Question, Inbox}. The worker replies ElicitReply{Status:
+//     "asked"} after posting the form in the call's Slack thread, or
+//     "no_human" (not a Slack thread, nothing postable); no responders means
+//     no approvals worker runs. Both "no human" cases apply the schema's
+//     defaults.
 //  2. When the person answers (whichever worker instance handles the click),
-//     the worker sends ElicitReply{Status: "answered", Answer} to the same inbox.
+//     the worker publishes ElicitReply{Status: "answered", Answer} to the inbox.
 //  3. At the deadline the runner requests SubjectElicitExpire with the
 //     question id: the worker marks it expired (the form says so) and replies
 //     "expired", or "answered" with the answer that won the race. The
@@ -39,7 +42,19 @@ const (
 	ElicitExpired  = "expired"
 )
 
-// ElicitReply is what the approvals worker sends on the question's inbox.
+// ElicitService is the approvals worker's micro service answering the
+// elicitation subjects.
+const ElicitService = "relay-approvals"
+
+// ElicitRequest is the body of a SubjectElicit request.
+type ElicitRequest struct {
+	Question *Question `json:"question"`
+	// Inbox is where the answer is published later.
+	Inbox string `json:"inbox"`
+}
+
+// ElicitReply is what the approvals worker replies, and publishes on the
+// question's inbox.
 type ElicitReply struct {
 	Status string  `json:"status"`
 	Reason string  `json:"reason,omitempty"`
@@ -74,25 +89,21 @@ func (b *BusElicitor) Elicit(ctx context.Context, q *Question) (*Answer, error) 
 	if len(q.Thread) < 6 || q.Thread[:6] != "slack:" {
 		return nil, fmt.Errorf("%w: the call belongs to no Slack thread", ErrNoHuman)
 	}
-	data, err := json.Marshal(q)
-	if err != nil {
-		return nil, err
-	}
 	inbox := b.nc.NewRespInbox()
 	sub, err := b.nc.SubscribeSync(inbox)
 	if err != nil {
 		return nil, fmt.Errorf("elicit %s: %w", q.ID, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := b.nc.PublishRequest(b.prefix+"."+SubjectElicit, inbox, data); err != nil {
-		return nil, fmt.Errorf("elicit %s: %w", q.ID, err)
-	}
 	actx, cancel := context.WithTimeout(ctx, b.AckTimeout)
-	first, err := next(actx, sub)
+	first, err := b.call(actx, SubjectElicit, ElicitRequest{Question: q, Inbox: inbox})
 	cancel()
+	var rerr *rpc.Error
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w: no approvals worker runs", ErrNoHuman)
+	case errors.As(err, &rerr):
+		return nil, fmt.Errorf("%w: %s", ErrNoHuman, rerr.Message)
 	case err != nil && ctx.Err() == nil:
 		return nil, fmt.Errorf("%w: the approvals worker did not answer: %v", ErrNoHuman, err)
 	case err != nil:
@@ -126,19 +137,30 @@ func (b *BusElicitor) closeUnanswered(q *Question, cause error) (*Answer, error)
 func (b *BusElicitor) expireAnswer(q *Question) (*Answer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	data, _ := json.Marshal(ElicitExpire{ID: q.ID})
-	m, err := b.nc.RequestWithContext(ctx, b.prefix+"."+SubjectElicitExpire, data)
+	r, err := b.call(ctx, SubjectElicitExpire, ElicitExpire{ID: q.ID})
 	if err != nil {
-		return nil, fmt.Errorf("expire question %s: %w", q.ID, err)
-	}
-	var r ElicitReply
-	if err := json.Unmarshal(m.Data, &r); err != nil {
 		return nil, fmt.Errorf("expire question %s: %w", q.ID, err)
 	}
 	if r.Status == ElicitAnswered && r.Answer != nil {
 		return r.Answer, nil
 	}
 	return nil, nil
+}
+
+// approvalsTarget names the approvals worker in client errors.
+var approvalsTarget = rpc.Target{Service: "approvals worker", Start: "`relay approvals` or `relay serve` with Slack settings", Err: ErrNoHuman}
+
+// call sends one request to the approvals worker's service.
+func (b *BusElicitor) call(ctx context.Context, subject string, req any) (*ElicitReply, error) {
+	body, err := rpc.Call(ctx, b.nc, b.prefix+"."+subject, req, 0, approvalsTarget)
+	if err != nil {
+		return nil, err
+	}
+	var r ElicitReply
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, fmt.Errorf("decode reply of %s: %w", subject, err)
+	}
+	return &r, nil
 }
 
 // next reads one ElicitReply from sub; a no-responders status is

@@ -108,7 +108,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer stopElicit()
+	defer func() { _ = stopElicit() }()
 	consumers := []struct {
 		cfg bus.ConsumerConfig
 		h   bus.HandlerFunc

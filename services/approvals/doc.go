@@ -41,8 +41,8 @@
 //
 // A server may ask for input while a tool call runs (elicitation/create).
 // When the call belongs to a Slack thread, the tool runner sends the question
-// on rpc.elicit.ask (tools.BusElicitor; request/reply, queue group
-// "approvals") and this worker posts it in that thread with Answer…, Decline
+// on rpc.elicit.ask (tools.BusElicitor; request/reply to the micro service
+// "relay-approvals", queue group "approvals") and this worker posts it in that thread with Answer…, Decline
 // and Cancel. Answer opens a form built from the question's requestedSchema
 // (text, email, URL, date and date-time inputs, number inputs with their
 // bounds, a checkbox per boolean, selects for enums; defaults pre-filled).

@@ -18,12 +18,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/slack-go/slack"
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/rpc"
 	"github.com/relaystation/relay/tools"
 )
 
@@ -122,63 +122,60 @@ func (qs *questions) mutate(ctx context.Context, id string, fn func(q *question)
 	return nil, fmt.Errorf("update question %s: too many concurrent changes", id)
 }
 
-// serveElicit answers tools.SubjectElicit and tools.SubjectElicitExpire until
-// the returned function is called.
-func (s *Service) serveElicit(ctx context.Context) (stop func(), err error) {
-	nc := s.bus.Conn()
-	ask, err := nc.QueueSubscribe(s.bus.Prefix()+"."+tools.SubjectElicit, "approvals", func(m *nats.Msg) {
-		go s.ask(ctx, m)
-	})
+// serveElicit answers tools.SubjectElicit and tools.SubjectElicitExpire as
+// the micro service tools.ElicitService (queue group "approvals") until
+// stop is called.
+func (s *Service) serveElicit(ctx context.Context) (stop func() error, err error) {
+	prefix := s.bus.Prefix()
+	replyError := func(e *rpc.Error) any { return tools.ElicitReply{Status: tools.ElicitNoHuman, Reason: e.Message} }
+	srv, err := rpc.Start(ctx, s.bus.Conn(), rpc.Config{
+		Name:        tools.ElicitService,
+		Description: "relay approvals: questions MCP servers ask during tool calls, put to a person in Slack",
+		Prefix:      prefix,
+		QueueGroup:  "approvals",
+		Timeout:     30 * time.Second,
+		Logger:      s.log,
+	},
+		rpc.Endpoint{Name: "elicit-ask", Subject: prefix + "." + tools.SubjectElicit, ErrorBody: replyError, Handle: s.ask},
+		rpc.Endpoint{Name: "elicit-expire", Subject: prefix + "." + tools.SubjectElicitExpire, ErrorBody: replyError, Handle: s.expireQuestion},
+	)
 	if err != nil {
-		return nil, fmt.Errorf("subscribe %s: %w", tools.SubjectElicit, err)
+		return nil, err
 	}
-	exp, err := nc.QueueSubscribe(s.bus.Prefix()+"."+tools.SubjectElicitExpire, "approvals", func(m *nats.Msg) {
-		go s.expireQuestion(ctx, m)
-	})
-	if err != nil {
-		_ = ask.Unsubscribe()
-		return nil, fmt.Errorf("subscribe %s: %w", tools.SubjectElicitExpire, err)
-	}
-	return func() { _ = ask.Unsubscribe(); _ = exp.Unsubscribe() }, nil
-}
-
-func respond(m *nats.Msg, r tools.ElicitReply) {
-	b, _ := json.Marshal(r)
-	_ = m.Respond(b)
+	return srv.Stop, nil
 }
 
 // ask posts a question in its Slack thread.
-func (s *Service) ask(ctx context.Context, m *nats.Msg) {
-	var q tools.Question
-	if err := json.Unmarshal(m.Data, &q); err != nil || q.ID == "" {
-		respond(m, tools.ElicitReply{Status: tools.ElicitNoHuman, Reason: fmt.Sprintf("bad question: %v", err)})
-		return
+func (s *Service) ask(ctx context.Context, data []byte) (any, error) {
+	var in tools.ElicitRequest
+	if err := json.Unmarshal(data, &in); err != nil || in.Question == nil || in.Question.ID == "" || in.Inbox == "" {
+		e := rpc.Errorf(rpc.CodeBadRequest, "bad question: %v", err)
+		return tools.ElicitReply{Status: tools.ElicitNoHuman, Reason: e.Message}, e
 	}
+	q := *in.Question
 	log := s.log.With("question_id", q.ID, "server", q.Server, "tool", q.Tool, "thread", q.Thread, "task_id", q.TaskID)
 	channel, threadTS, ok := slackThread(q.Thread)
 	if !ok {
-		respond(m, tools.ElicitReply{Status: tools.ElicitNoHuman, Reason: "the call belongs to no Slack thread"})
-		return
+		return tools.ElicitReply{Status: tools.ElicitNoHuman, Reason: "the call belongs to no Slack thread"}, nil
 	}
-	rec := &question{Q: q, Reply: m.Reply, Status: elicitPending, Channel: channel, ThreadTS: threadTS}
+	rec := &question{Q: q, Reply: in.Inbox, Status: elicitPending, Channel: channel, ThreadTS: threadTS}
 	b, _ := json.Marshal(rec)
 	if _, err := s.questions.kv.Create(ctx, key(q.ID), b); err != nil {
-		respond(m, tools.ElicitReply{Status: tools.ElicitNoHuman, Reason: "question not recorded: " + err.Error()})
-		return
+		e := rpc.Errorf(rpc.CodeUnavailable, "question not recorded: %v", err)
+		return tools.ElicitReply{Status: tools.ElicitNoHuman, Reason: e.Message}, e
 	}
 	blocks, fallback := questionMessage(rec)
 	_, ts, err := s.api.PostMessageContext(ctx, channel, slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(fallback, false), slack.MsgOptionTS(threadTS))
 	if err != nil {
 		_ = s.questions.kv.Delete(ctx, key(q.ID))
 		log.Warn("question not posted to Slack; the server gets the defaults or a decline", "err", err)
-		respond(m, tools.ElicitReply{Status: tools.ElicitNoHuman, Reason: "posting to Slack failed: " + errText(err)})
-		return
+		return tools.ElicitReply{Status: tools.ElicitNoHuman, Reason: "posting to Slack failed: " + errText(err)}, nil
 	}
 	if _, err := s.questions.mutate(ctx, q.ID, func(r *question) error { r.MessageTS = ts; return nil }); err != nil {
 		log.Warn("question message ts not recorded", "err", err)
 	}
 	log.Info("question asked in Slack", "acts_for", q.ActsFor, "deadline", q.Deadline)
-	respond(m, tools.ElicitReply{Status: tools.ElicitAsked})
+	return tools.ElicitReply{Status: tools.ElicitAsked}, nil
 }
 
 // slackThread reads a slack:{team}/{channel}/{thread_ts} thread key.
@@ -193,10 +190,14 @@ func slackThread(thread string) (channel, ts string, ok bool) {
 	return parts[1], parts[2], true
 }
 
-// expireQuestion closes a question the runner stopped waiting for.
-func (s *Service) expireQuestion(ctx context.Context, m *nats.Msg) {
+// expireQuestion closes a question the runner stopped waiting for; the
+// reply is the answer when one won the race.
+func (s *Service) expireQuestion(ctx context.Context, data []byte) (any, error) {
 	var in tools.ElicitExpire
-	_ = json.Unmarshal(m.Data, &in)
+	if err := json.Unmarshal(data, &in); err != nil || in.ID == "" {
+		e := rpc.Errorf(rpc.CodeBadRequest, "bad expiry: %v", err)
+		return tools.ElicitReply{Status: tools.ElicitExpired, Reason: e.Message}, e
+	}
 	won := false
 	rec, err := s.questions.mutate(ctx, in.ID, func(q *question) error {
 		if q.Status != elicitPending {
@@ -205,18 +206,19 @@ func (s *Service) expireQuestion(ctx context.Context, m *nats.Msg) {
 		q.Status, q.At, won = elicitExpired, s.now(), true
 		return nil
 	})
-	if err != nil {
-		respond(m, tools.ElicitReply{Status: tools.ElicitExpired, Reason: err.Error()})
-		return
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return tools.ElicitReply{Status: tools.ElicitExpired, Reason: "unknown question"}, nil
+	case err != nil:
+		e := rpc.Errorf(rpc.CodeUnavailable, "%v", err)
+		return tools.ElicitReply{Status: tools.ElicitExpired, Reason: e.Message}, e
+	case rec.Status != elicitExpired:
+		return tools.ElicitReply{Status: tools.ElicitAnswered, Answer: rec.answer()}, nil
 	}
-	if rec.Status != elicitExpired {
-		respond(m, tools.ElicitReply{Status: tools.ElicitAnswered, Answer: rec.answer()})
-		return
-	}
-	respond(m, tools.ElicitReply{Status: tools.ElicitExpired})
 	if won {
 		s.showQuestion(ctx, rec, s.log.With("question_id", in.ID))
 	}
+	return tools.ElicitReply{Status: tools.ElicitExpired}, nil
 }
 
 // questionAction returns the question button of an interaction and the
