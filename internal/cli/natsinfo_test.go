@@ -34,6 +34,7 @@ func TestOperatorCommandsNameTheirServer(t *testing.T) {
 		{[]string{"dlq", "list"}, false},
 		{[]string{"mcp", "list", "-json"}, true},
 		{[]string{"mcp", "resume"}, false},
+		{[]string{"services", "-json", "-wait", "100ms"}, true},
 	} {
 		t.Run(strings.Join(tc.args, "_"), func(t *testing.T) {
 			var out, errb syncBuffer
