@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
@@ -271,19 +272,9 @@ func (a *app) serve(ctx context.Context, svcs []*service) error {
 	// while in-flight messages finish.
 	httpCtx, httpStop := context.WithCancel(context.WithoutCancel(ctx))
 	defer httpStop()
-	ln, err := net.Listen("tcp", a.base.HTTPAddr)
+	httpErr, err := a.listen(httpCtx, srv)
 	if err != nil {
-		return fmt.Errorf("RELAY_HTTP_ADDR %s: %w", a.base.HTTPAddr, err)
-	}
-	httpErr := make(chan error, 2)
-	go func() { httpErr <- srv.ServeListener(httpCtx, ln) }()
-	if a.base.MetricsAddr != "" {
-		srv.SeparateOps()
-		opsLn, err := net.Listen("tcp", a.base.MetricsAddr)
-		if err != nil {
-			return fmt.Errorf("RELAY_METRICS_ADDR %s: %w", a.base.MetricsAddr, err)
-		}
-		go func() { httpErr <- srv.ServeOpsListener(httpCtx, opsLn) }()
+		return err
 	}
 	if err := b.WaitReady(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -291,8 +282,7 @@ func (a *app) serve(ctx context.Context, svcs []*service) error {
 		}
 		return err
 	}
-	d := &deps{Bus: b, Log: a.log, Registry: reg, DataDir: a.base.DataDir}
-	runners := make([]*runner, 0, len(svcs))
+	var runners []*runner
 	defer func() {
 		for _, r := range runners {
 			if r.close != nil {
@@ -300,25 +290,76 @@ func (a *app) serve(ctx context.Context, svcs []*service) error {
 			}
 		}
 	}()
+	d := &deps{Bus: b, Log: a.log, Registry: reg, DataDir: a.base.DataDir}
+	if runners, err = buildRunners(ctx, d, svcs, builds, srv); err != nil {
+		return err
+	}
+	srv.Release()
+	a.logStarted(svcs, b, start)
+	err = runAll(ctx, b, runners, httpErr)
+	httpStop()
+	if herr := <-httpErr; herr != nil && err == nil {
+		err = herr
+	}
+	if err == nil || errors.Is(err, context.Canceled) {
+		a.log.Info("relay stopped")
+		return nil
+	}
+	return err
+}
+
+// listen starts the HTTP server on RELAY_HTTP_ADDR and, when set, the ops
+// endpoints on RELAY_METRICS_ADDR, until ctx is cancelled; their results
+// arrive on the returned channel.
+func (a *app) listen(ctx context.Context, srv *httpserver.Server) (chan error, error) {
+	ln, err := net.Listen("tcp", a.base.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("RELAY_HTTP_ADDR %s: %w", a.base.HTTPAddr, err)
+	}
+	httpErr := make(chan error, 2)
+	go func() { httpErr <- srv.ServeListener(ctx, ln) }()
+	if a.base.MetricsAddr != "" {
+		srv.SeparateOps()
+		opsLn, err := net.Listen("tcp", a.base.MetricsAddr)
+		if err != nil {
+			return nil, fmt.Errorf("RELAY_METRICS_ADDR %s: %w", a.base.MetricsAddr, err)
+		}
+		go func() { httpErr <- srv.ServeOpsListener(ctx, opsLn) }()
+	}
+	return httpErr, nil
+}
+
+// buildRunners builds the services on d and mounts their routes; on an error
+// it returns the runners built so far, for the caller to close.
+func buildRunners(ctx context.Context, d *deps, svcs []*service, builds []buildFunc, srv *httpserver.Server) ([]*runner, error) {
+	runners := make([]*runner, 0, len(svcs))
 	for i, build := range builds {
 		r, err := build(ctx, d)
 		if err != nil {
-			return fmt.Errorf("%s: %w", svcs[i].name, err)
+			return runners, fmt.Errorf("%s: %w", svcs[i].name, err)
 		}
 		runners = append(runners, r)
 		if r.routes != nil {
 			r.routes(srv)
 		}
 	}
-	srv.Release()
+	return runners, nil
+}
+
+func (a *app) logStarted(svcs []*service, b *bus.Bus, start time.Time) {
 	names := make([]string, len(svcs))
 	for i, s := range svcs {
 		names[i] = s.name
 	}
-	a.log.Info("relay started", "services", strings.Join(names, ","), "nats", secret.RedactURLs(b.ClientURL()),
-		"embedded_nats", a.base.NATSURL == "", "http", a.base.HTTPAddr, "ops", cmp.Or(a.base.MetricsAddr, a.base.HTTPAddr),
-		"startup", time.Since(start).Round(time.Millisecond).String())
+	v := readVersion(debug.ReadBuildInfo())
+	a.log.Info("relay started", "services", strings.Join(names, ","), "version", v.Version, "revision", v.Revision,
+		"nats", secret.RedactURLs(b.ClientURL()), "embedded_nats", a.base.NATSURL == "", "http", a.base.HTTPAddr,
+		"ops", cmp.Or(a.base.MetricsAddr, a.base.HTTPAddr), "startup", time.Since(start).Round(time.Millisecond).String())
+}
 
+// runAll runs the runners until ctx is cancelled, one of them fails, the
+// HTTP server stops or the bus connection is lost for good.
+func runAll(ctx context.Context, b *bus.Bus, runners []*runner, httpErr chan error) error {
 	g, gctx := errgroup.WithContext(ctx)
 	for _, r := range runners {
 		if r.run != nil {
@@ -341,16 +382,7 @@ func (a *app) serve(ctx context.Context, svcs []*service) error {
 			return nil
 		}
 	})
-	err = g.Wait()
-	httpStop()
-	if herr := <-httpErr; herr != nil && err == nil {
-		err = herr
-	}
-	if err == nil || errors.Is(err, context.Canceled) {
-		a.log.Info("relay stopped")
-		return nil
-	}
-	return err
+	return g.Wait()
 }
 
 func newLogger(env *config.Env, w io.Writer) (*slog.Logger, error) {
