@@ -247,7 +247,7 @@ func (b *Bus) natsOptions() []nats.Option {
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
-			b.log.Info("nats reconnected", "url", c.ConnectedUrlRedacted())
+			b.log.Info("nats reconnected", "url", secret.RedactURLs(c.ConnectedUrl()))
 			b.signal()
 		}),
 		nats.ClosedHandler(func(c *nats.Conn) {
