@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -82,6 +83,10 @@ func TestSessionsHoldAcrossHealthIntervals(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := holdConfig(t, tt.server(t))
+			if os.Getenv("RELAY_TEST_HOLD") != "" {
+				cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+				cfg.SDKLogger = cfg.Logger
+			}
 			// A connect timeout shorter than the hold: the SSE stream must not
 			// be tied to the handshake's context.
 			cfg.ConnectTimeout = 10 * time.Second
