@@ -3,9 +3,11 @@ package tools
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -291,5 +293,100 @@ func TestServerMemory(t *testing.T) {
 	res = r.Call(t.Context(), Request{Tool: "memory.search_nodes", Caller: c, Args: map[string]any{"query": "relay"}})
 	if res.Err != nil || !strings.Contains(res.Text, "runs MCP tools") {
 		t.Fatalf("search_nodes: got %q, %v", res.Text, res.Err)
+	}
+}
+
+// cutGET ends the first standalone GET stream of a streamable HTTP session
+// when cut is closed, telling the client (SSE retry) to come back after
+// retry; it records every GET's Last-Event-ID and start time.
+type cutGET struct {
+	next  http.Handler
+	cut   chan struct{}
+	retry time.Duration
+
+	mu     sync.Mutex
+	gets   []time.Time
+	ids    []string
+	cutEnd time.Time
+}
+
+func (h *cutGET) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	h.mu.Lock()
+	h.gets = append(h.gets, time.Now())
+	h.ids = append(h.ids, r.Header.Get("Last-Event-ID"))
+	first := len(h.gets) == 1
+	h.mu.Unlock()
+	if !first {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.cut:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	h.next.ServeHTTP(w, r.WithContext(ctx))
+	fmt.Fprintf(w, "retry: %d\n\n", h.retry.Milliseconds())
+	w.(http.Flusher).Flush()
+	h.mu.Lock()
+	h.cutEnd = time.Now()
+	h.mu.Unlock()
+}
+
+// The standalone GET stream of a streamable HTTP session is resumed as the
+// spec says: after the server's SSE retry delay, with Last-Event-ID, in the
+// same session.
+func TestStreamableHTTPResumesTheGETStream(t *testing.T) {
+	t.Parallel()
+	s := goServer()
+	h := &cutGET{
+		next: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
+			&mcp.StreamableHTTPOptions{EventStore: mcp.NewMemoryEventStore(nil)}),
+		cut:   make(chan struct{}),
+		retry: 2500 * time.Millisecond, // the SDK's own first delay is 1s
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	cfg := holdConfig(t, mcpconfig.Server{Name: "resume", Type: mcpconfig.HTTP, URL: srv.URL, ProtocolVersion: mcpconfig.DefaultProtocolVersion})
+	r := startRunner(t, cfg)
+	first := r.Servers()[0].LastConnected
+	// An event with an id on the GET stream: tools/list_changed.
+	mcp.AddTool(s, &mcp.Tool{Name: "late"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "late"}}}, nil, nil
+	})
+	testenv.WaitFor(t, 10*time.Second, "tools/list_changed over the GET stream", func() bool {
+		for _, ti := range r.Tools(t.Context(), "agent") {
+			if ti.Tool == "late" {
+				return true
+			}
+		}
+		return false
+	})
+	close(h.cut)
+	testenv.WaitFor(t, 20*time.Second, "the client to reopen the GET stream", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.gets) >= 2
+	})
+	h.mu.Lock()
+	id, gap := h.ids[1], h.gets[1].Sub(h.cutEnd)
+	h.mu.Unlock()
+	if id == "" {
+		t.Errorf("the reconnect sent no Last-Event-ID")
+	}
+	if gap < h.retry-100*time.Millisecond {
+		t.Errorf("reconnected %s after the cut, want the server's retry of %s honoured", gap, h.retry)
+	}
+	holdSession(t, r, "resume", 300*time.Millisecond)
+	if st := r.Servers()[0]; !st.LastConnected.Equal(first) {
+		t.Errorf("a new session was opened (%s, first %s); want the GET stream resumed in the same session", st.LastConnected, first)
 	}
 }
