@@ -12,6 +12,7 @@ import (
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/rpc"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
 )
 
@@ -150,13 +151,18 @@ func TestRollingRestart(t *testing.T) {
 			fromOld++
 		}
 	}
-	runners := discover(t, nc, f.b.Prefix())
+	// micro counts a request after its handler returned, which may be after
+	// the client has its reply: poll until the count settles.
 	newList := 0
-	for _, ep := range runners.Stats.Endpoints {
-		if ep.Name == "list" {
-			newList = ep.NumRequests
+	testenv.WaitFor(t, 10*time.Second, "the new runner's request count to settle", func() bool {
+		runners := discover(t, nc, f.b.Prefix())
+		for _, ep := range runners.Stats.Endpoints {
+			if ep.Name == "list" {
+				newList = ep.NumRequests
+			}
 		}
-	}
+		return fromOld+newList >= n
+	})
 	if int(old.Load()) != fromOld || fromOld+newList != n {
 		t.Errorf("old runner answered %d (%d seen by the client), new runner %d; want %d in all, each once", old.Load(), fromOld, newList, n)
 	}
