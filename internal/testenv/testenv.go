@@ -7,6 +7,7 @@ package testenv
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"sync"
 	"testing"
@@ -98,4 +99,10 @@ func Go(t testing.TB, what string, run func(ctx context.Context) error) (stop fu
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// Logger logs at level and above to the test's output, so a failing test
+// shows what the service under test said.
+func Logger(t testing.TB, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +28,7 @@ func TestWithRealToolRunner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := toolrunner.New(t.Context(), toolrunner.Config{Logger: testLogger(t), Tools: tools.Config{
+	tr, err := toolrunner.New(t.Context(), toolrunner.Config{Logger: testenv.Logger(t, slog.LevelWarn), Tools: tools.Config{
 		Servers: []mcpconfig.Server{{Name: "everything", Type: mcpconfig.Stdio, Command: bin, Args: []string{"stdio"},
 			ProtocolVersion: mcpconfig.DefaultProtocolVersion}},
 		Policy: pol, AuditPath: filepath.Join(t.TempDir(), "tools.jsonl"),
