@@ -162,24 +162,13 @@ func startStack(t testing.TB, mod func(map[string]string)) *stack {
 	t.Cleanup(nc.Close)
 	s.nc = nc
 	// The agent offers MCP tools once the runner has its session.
-	eventually(t, "the tool runner lists the everything tools", 30*time.Second, func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the tool runner lists the everything tools", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		list, err := tools.ListRemote(ctx, nc, "relay", "agent")
 		return err == nil && len(list) > 0
 	})
 	return s
-}
-
-func eventually(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
 }
 
 // issueOpened posts a real issues.opened webhook for issue number with the
@@ -219,7 +208,7 @@ func (s *stack) issueOpened(number int, scenario string) string {
 func (s *stack) approvalPost(target string) fakes.SlackCall {
 	s.t.Helper()
 	var found fakes.SlackCall
-	eventually(s.t, "the approval message for "+target, 30*time.Second, func() bool {
+	testenv.WaitFor(s.t, 30*time.Second, "the approval message for "+target, func() bool {
 		for _, c := range s.slack.Calls("chat.postMessage") {
 			if c.Params["channel"] == e2eChannel && strings.Contains(c.Params["text"]+c.Params["blocks"], target) && len(c.Actions()) == 3 {
 				found = c
@@ -280,7 +269,7 @@ func (s *stack) comments(number int) []fakes.Comment {
 // second one follows.
 func (s *stack) exactlyOneComment(number int) fakes.Comment {
 	s.t.Helper()
-	eventually(s.t, fmt.Sprintf("a comment on #%d", number), 30*time.Second, func() bool { return len(s.comments(number)) > 0 })
+	testenv.WaitFor(s.t, 30*time.Second, fmt.Sprintf("a comment on #%d", number), func() bool { return len(s.comments(number)) > 0 })
 	time.Sleep(time.Second) // a duplicate would land now
 	cs := s.comments(number)
 	if len(cs) != 1 {
@@ -301,7 +290,7 @@ func (s *stack) with(t testing.TB) *stack {
 func (s *stack) modal(callback string, number int) fakes.SlackCall {
 	s.t.Helper()
 	var view fakes.SlackCall
-	eventually(s.t, "the "+callback+" modal", 20*time.Second, func() bool {
+	testenv.WaitFor(s.t, 20*time.Second, "the "+callback+" modal", func() bool {
 		for _, c := range s.slack.Calls("views.open") {
 			if strings.Contains(c.Params["view"], callback) && strings.Contains(c.Params["view"], fmt.Sprintf("#%d", number)) {
 				view = c
@@ -316,7 +305,7 @@ func (s *stack) modal(callback string, number int) fakes.SlackCall {
 // updatedTo waits for a chat.update of the approval message whose text contains want.
 func (s *stack) updatedTo(post fakes.SlackCall, want string) {
 	s.t.Helper()
-	eventually(s.t, "the approval message updated to "+want, 20*time.Second, func() bool {
+	testenv.WaitFor(s.t, 20*time.Second, "the approval message updated to "+want, func() bool {
 		for _, c := range s.slack.Calls("chat.update") {
 			if c.Params["ts"] == post.Params["_ts"] && strings.Contains(c.Params["text"]+c.Params["blocks"], want) {
 				return true
@@ -417,7 +406,7 @@ func e2eReject(t *testing.T, s *stack, num int) {
 func e2eNonApprover(t *testing.T, s *stack, num int) {
 	post := s.approvalPost(s.issueOpened(num, "stranger"))
 	s.click(e2eStranger, post, "approve")
-	eventually(t, "an ephemeral refusal", 20*time.Second, func() bool {
+	testenv.WaitFor(t, 20*time.Second, "an ephemeral refusal", func() bool {
 		for _, c := range s.slack.Calls("chat.postEphemeral") {
 			if c.Params["user"] == e2eStranger {
 				return true
@@ -470,7 +459,7 @@ func e2eModelDown(t *testing.T, s *stack, num int) {
 	must(t, err)
 	defer sub.Unsubscribe()
 	js, _ := s.nc.JetStream()
-	eventually(t, "an agent.notice for the task", 60*time.Second, func() bool {
+	testenv.WaitFor(t, 60*time.Second, "an agent.notice for the task", func() bool {
 		m, err := js.GetLastMsg("RELAY_WORK", "relay.agent.notice")
 		if err != nil {
 			return false
