@@ -77,22 +77,10 @@ func toolName(req *fakes.ChatRequest, suffix string) string {
 	return ""
 }
 
-func npmBin(t testing.TB, name string) string {
-	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", "testdata", "npm", "node_modules", ".bin", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		testenv.Missing(t, "%s not installed; run scripts/setup.sh (npm ci in testdata/npm)", name)
-	}
-	return p
-}
-
 // stackEnv is the relay's environment for a stack on the given fakes.
 func stackEnv(t testing.TB, sl *fakes.Slack, gh *fakes.GitHub, llm *fakes.LLM) map[string]string {
 	dir := t.TempDir()
-	mcp := fmt.Sprintf(`{"servers": {"everything": {"command": %q, "args": ["stdio"]}}}`, npmBin(t, "mcp-server-everything"))
+	mcp := fmt.Sprintf(`{"servers": {"everything": {"command": %q, "args": ["stdio"]}}}`, testenv.NPMBin(t, "mcp-server-everything"))
 	policy := "roles:\n  - role: agent\n    capabilities: [\"everything.*\"]\n"
 	must(t, os.WriteFile(filepath.Join(dir, "mcp.json"), []byte(mcp), 0o600))
 	must(t, os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(policy), 0o600))

@@ -2,10 +2,7 @@ package agent
 
 import (
 	"log/slog"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -22,7 +19,7 @@ import (
 // tool.result.
 func TestWithRealToolRunner(t *testing.T) {
 	t.Parallel()
-	bin := npmBin(t, "mcp-server-everything")
+	bin := testenv.NPMBin(t, "mcp-server-everything")
 	b := bustest.Embedded(t)
 	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['everything.echo']\n"))
 	if err != nil {
@@ -54,18 +51,4 @@ func TestWithRealToolRunner(t *testing.T) {
 	if got := reqs[1].LastTool(); got != "Echo: hi" {
 		t.Errorf("got tool output %q, want Echo: hi", got)
 	}
-}
-
-// npmBin returns an npm fixture's executable or stops the test.
-func npmBin(t testing.TB, name string) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	p := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules", ".bin", name)
-	if _, err := os.Stat(p); err != nil {
-		testenv.Missing(t, "%s not installed; run scripts/setup.sh (npm ci in testdata/npm)", name)
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		testenv.Missing(t, "node is not installed")
-	}
-	return p
 }
