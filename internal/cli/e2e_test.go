@@ -52,6 +52,22 @@ type stack struct {
 	stop  func()
 }
 
+// attach connects the stack's test client to the NATS server at url and
+// waits until the tool runner lists tools for the agent.
+func (s *stack) attach(t testing.TB, url string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	must(t, err)
+	t.Cleanup(nc.Close)
+	s.nc = nc
+	testenv.WaitFor(t, 30*time.Second, "the tool runner to list tools", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		list, err := tools.ListRemote(ctx, nc, "relay", "agent")
+		return err == nil && len(list) > 0
+	})
+}
+
 // script is the model: per scenario marker in the issue title it decides what
 // to answer. "tool" scenarios call the echo tool first.
 func script(req *fakes.ChatRequest) fakes.Reply {
@@ -145,17 +161,8 @@ func startStack(t testing.TB, mod func(map[string]string)) *stack {
 		}
 	})
 	waitHTTP(t, s.base+"/readyz", http.StatusOK, 20*time.Second)
-	nc, err := nats.Connect("nats://" + s.env["RELAY_NATS_LISTEN"])
-	must(t, err)
-	t.Cleanup(nc.Close)
-	s.nc = nc
 	// The agent offers MCP tools once the runner has its session.
-	testenv.WaitFor(t, 30*time.Second, "the tool runner lists the everything tools", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		list, err := tools.ListRemote(ctx, nc, "relay", "agent")
-		return err == nil && len(list) > 0
-	})
+	s.attach(t, "nats://"+s.env["RELAY_NATS_LISTEN"])
 	return s
 }
 
