@@ -214,9 +214,10 @@ func Open(cfg Config) (*Bus, error) {
 	b.js = replicated{JetStream: js, replicas: cfg.Replicas}
 	b.keeperWG.Add(1)
 	go b.keepStreams()
-	if nc.IsConnected() {
-		b.signal()
-	} else {
+	// The connect handler kicks the stream keeper once connected, now or
+	// later; a second kick here would update the streams again while the
+	// first callers create consumers, which races inside nats-server.
+	if !nc.IsConnected() {
 		b.log.Warn("nats not reachable yet; waiting for it", "url", secret.RedactURLs(url))
 	}
 	return b, nil

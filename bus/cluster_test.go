@@ -101,7 +101,60 @@ func TestClusterNodeLoss(t *testing.T) {
 	}
 	t.Cleanup(b.Close)
 
-	// Streams and buckets made through the bus are replicated.
+	s := checkReplicated(ctx, t, b)
+
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var lastConsumed atomic.Int64
+	run(t, b, bus.ConsumerConfig{Name: "agent", Subject: "in.>", Concurrency: 8, AckWait: 5 * time.Second, Heartbeat: time.Second}, func(_ context.Context, m *bus.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[m.Header.Get("Nats-Msg-Id")]++
+		lastConsumed.Store(time.Now().UnixNano())
+		return nil
+	})
+
+	pub := startPublisher(ctx, b)
+	published := &pub.published
+	testenv.WaitFor(t, 20*time.Second, "publishing before the node loss", func() bool { return published.Load() >= 300 })
+	info, err := s.Info(ctx)
+	if err != nil || info.Cluster == nil {
+		t.Fatalf("stream info: %v", err)
+	}
+	victim := c.node(info.Cluster.Leader)
+	if victim == nil {
+		t.Fatalf("no node named %q", info.Cluster.Leader)
+	}
+	killedAt := time.Now()
+	before := published.Load()
+	victim.Shutdown()
+	testenv.WaitFor(t, 30*time.Second, "publishing after the node loss", func() bool { return published.Load() >= before+300 })
+	testenv.WaitFor(t, 30*time.Second, "consuming after the node loss", func() bool { return lastConsumed.Load() > killedAt.UnixNano() })
+	pub.stop()
+	testenv.WaitFor(t, 30*time.Second, "every acknowledged publish consumed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for id := range pub.acked {
+			if seen[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	redelivered := 0
+	for _, n := range seen {
+		redelivered += n - 1
+	}
+	mu.Unlock()
+	t.Logf("killed %s (stream leader); published %d (%d after the loss), lost 0, failed attempts %d, longest publish gap %s, consumed twice %d",
+		victim.Name(), published.Load(), published.Load()-before, pub.retries.Load(), time.Duration(pub.maxGap.Load()).Round(time.Millisecond), redelivered)
+}
+
+// checkReplicated checks that the inbound stream and a key-value bucket made
+// through b have three replicas, and returns the stream.
+func checkReplicated(ctx context.Context, t *testing.T, b *bus.Bus) jetstream.Stream {
+	t.Helper()
 	s, err := b.JetStream().Stream(ctx, b.StreamName("in.x"))
 	if err != nil {
 		t.Fatal(err)
@@ -121,77 +174,51 @@ func TestClusterNodeLoss(t *testing.T) {
 		t.Fatalf("key-value bucket replicas: got %d, want 3", got)
 	}
 
-	var mu sync.Mutex
-	acked, seen := map[string]bool{}, map[string]int{}
-	var lastConsumed atomic.Int64
-	run(t, b, bus.ConsumerConfig{Name: "agent", Subject: "in.>", Concurrency: 8, AckWait: 5 * time.Second, Heartbeat: time.Second}, func(_ context.Context, m *bus.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		seen[m.Header.Get("Nats-Msg-Id")]++
-		lastConsumed.Store(time.Now().UnixNano())
-		return nil
-	})
+	return s
+}
 
-	pctx, stopPublishing := context.WithCancel(ctx)
-	var published, retries atomic.Int64
-	var maxGap atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		last := time.Now()
-		for i := 0; pctx.Err() == nil; i++ {
-			id := fmt.Sprintf("d-%d", i)
-			for pctx.Err() == nil {
-				c, cancel := context.WithTimeout(pctx, 2*time.Second)
-				_, err := b.Publish(c, "in.github.issues", newEnv(id), bus.WithMsgID(id))
-				cancel()
-				if err == nil {
-					mu.Lock()
-					acked[id] = true
-					mu.Unlock()
-					published.Add(1)
-					if gap := time.Since(last); int64(gap) > maxGap.Load() {
-						maxGap.Store(int64(gap))
-					}
-					last = time.Now()
-					break
+// publisher publishes envelopes with the ids d-0, d-1, ... one at a time,
+// repeating each until it is acknowledged, until stop.
+type publisher struct {
+	published, retries atomic.Int64
+	maxGap             atomic.Int64    // the longest time between two acknowledgements, in ns
+	acked              map[string]bool // read it after stop
+	cancel             context.CancelFunc
+	done               chan struct{}
+}
+
+func startPublisher(ctx context.Context, b *bus.Bus) *publisher {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &publisher{acked: map[string]bool{}, cancel: cancel, done: make(chan struct{})}
+	go p.run(ctx, b)
+	return p
+}
+
+func (p *publisher) run(ctx context.Context, b *bus.Bus) {
+	defer close(p.done)
+	last := time.Now()
+	for i := 0; ctx.Err() == nil; i++ {
+		id := fmt.Sprintf("d-%d", i)
+		for ctx.Err() == nil {
+			c, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := b.Publish(c, "in.github.issues", newEnv(id), bus.WithMsgID(id))
+			cancel()
+			if err == nil {
+				p.acked[id] = true
+				p.published.Add(1)
+				if gap := time.Since(last); int64(gap) > p.maxGap.Load() {
+					p.maxGap.Store(int64(gap))
 				}
-				retries.Add(1)
+				last = time.Now()
+				break
 			}
+			p.retries.Add(1)
 		}
-	}()
-	testenv.WaitFor(t, 20*time.Second, "publishing before the node loss", func() bool { return published.Load() >= 300 })
-	info, err := s.Info(ctx)
-	if err != nil || info.Cluster == nil {
-		t.Fatalf("stream info: %v", err)
 	}
-	victim := c.node(info.Cluster.Leader)
-	if victim == nil {
-		t.Fatalf("no node named %q", info.Cluster.Leader)
-	}
-	killedAt := time.Now()
-	before := published.Load()
-	victim.Shutdown()
-	testenv.WaitFor(t, 30*time.Second, "publishing after the node loss", func() bool { return published.Load() >= before+300 })
-	testenv.WaitFor(t, 30*time.Second, "consuming after the node loss", func() bool { return lastConsumed.Load() > killedAt.UnixNano() })
-	stopPublishing()
-	<-done
-	testenv.WaitFor(t, 30*time.Second, "every acknowledged publish consumed", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for id := range acked {
-			if seen[id] == 0 {
-				return false
-			}
-		}
-		return true
-	})
-	mu.Lock()
-	redelivered := 0
-	for _, n := range seen {
-		redelivered += n - 1
-	}
-	mu.Unlock()
-	t.Logf("killed %s (stream leader); published %d (%d after the loss), lost 0, failed attempts %d, longest publish gap %s, consumed twice %d",
-		victim.Name(), published.Load(), published.Load()-before, retries.Load(), time.Duration(maxGap.Load()).Round(time.Millisecond), redelivered)
+}
+
+// stop ends the publishing and waits for it.
+func (p *publisher) stop() {
+	p.cancel()
+	<-p.done
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -149,22 +148,8 @@ func helperServer(t *testing.T, name, dir string) mcpconfig.Server {
 	}
 }
 
-// npmBin returns an npm fixture's executable or stops the test.
-func npmBin(t testing.TB, name string) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	p := filepath.Join(filepath.Dir(file), "..", "testdata", "npm", "node_modules", ".bin", name)
-	if _, err := os.Stat(p); err != nil {
-		testenv.Missing(t, "%s not installed; run scripts/setup.sh (npm ci in testdata/npm)", name)
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		testenv.Missing(t, "node is not installed")
-	}
-	return p
-}
-
 func everythingStdio(t testing.TB, name string) mcpconfig.Server {
-	return mcpconfig.Server{Name: name, Type: mcpconfig.Stdio, Command: npmBin(t, "mcp-server-everything"), Args: []string{"stdio"},
+	return mcpconfig.Server{Name: name, Type: mcpconfig.Stdio, Command: testenv.NPMBin(t, "mcp-server-everything"), Args: []string{"stdio"},
 		ProtocolVersion: mcpconfig.DefaultProtocolVersion}
 }
 
@@ -181,7 +166,7 @@ func startEverythingHTTP(t *testing.T) string {
 // and starts over on a new port when the server exits first.
 func startEverything(t *testing.T, mode string) string {
 	t.Helper()
-	bin := npmBin(t, "mcp-server-everything")
+	bin := testenv.NPMBin(t, "mcp-server-everything")
 	for attempt := 1; ; attempt++ {
 		addr, err := tryEverything(t, bin, mode)
 		if err == nil {

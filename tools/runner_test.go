@@ -195,7 +195,7 @@ func TestFilesystemToolErrors(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "a.txt"), []byte("alpha\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := mcpconfig.Server{Name: "fs", Type: mcpconfig.Stdio, Command: npmBin(t, "mcp-server-filesystem"), Args: []string{root},
+	srv := mcpconfig.Server{Name: "fs", Type: mcpconfig.Stdio, Command: testenv.NPMBin(t, "mcp-server-filesystem"), Args: []string{root},
 		ProtocolVersion: mcpconfig.DefaultProtocolVersion}
 	cfg := fastConfig(t, srv)
 	cfg.Policy = policy(t, allowAll)

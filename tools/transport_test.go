@@ -278,7 +278,7 @@ func TestKilledServerReportsTheLostConnection(t *testing.T) {
 
 func TestServerMemory(t *testing.T) {
 	t.Parallel()
-	srv := mcpconfig.Server{Name: "memory", Type: mcpconfig.Stdio, Command: npmBin(t, "mcp-server-memory"),
+	srv := mcpconfig.Server{Name: "memory", Type: mcpconfig.Stdio, Command: testenv.NPMBin(t, "mcp-server-memory"),
 		Env: map[string]string{"MEMORY_FILE_PATH": filepath.Join(t.TempDir(), "memory.jsonl")}, ProtocolVersion: mcpconfig.DefaultProtocolVersion}
 	cfg := fastConfig(t, srv)
 	cfg.Policy = policy(t, allowAll)

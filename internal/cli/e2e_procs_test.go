@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"os/exec"
@@ -11,12 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/internal/testenv"
-	"github.com/relaystation/relay/tools"
 )
 
 var (
@@ -114,16 +110,7 @@ func TestSeparateProcesses(t *testing.T) {
 		procs[name] = startProc(t, bin, name, env)
 	}
 	s.base = "http://" + procs["ingest"].addr
-	nc, err := nats.Connect(nb.ClientURL())
-	must(t, err)
-	t.Cleanup(nc.Close)
-	s.nc = nc
-	testenv.WaitFor(t, 30*time.Second, "the tool runner process lists tools", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		list, err := tools.ListRemote(ctx, nc, "relay", "agent")
-		return err == nil && len(list) > 0
-	})
+	s.attach(t, nb.ClientURL())
 
 	num := 3001
 	post := s.approvalPost(s.issueOpened(num, "processes"))

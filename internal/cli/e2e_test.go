@@ -52,6 +52,22 @@ type stack struct {
 	stop  func()
 }
 
+// attach connects the stack's test client to the NATS server at url and
+// waits until the tool runner lists tools for the agent.
+func (s *stack) attach(t testing.TB, url string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	must(t, err)
+	t.Cleanup(nc.Close)
+	s.nc = nc
+	testenv.WaitFor(t, 30*time.Second, "the tool runner to list tools", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		list, err := tools.ListRemote(ctx, nc, "relay", "agent")
+		return err == nil && len(list) > 0
+	})
+}
+
 // script is the model: per scenario marker in the issue title it decides what
 // to answer. "tool" scenarios call the echo tool first.
 func script(req *fakes.ChatRequest) fakes.Reply {
@@ -77,22 +93,10 @@ func toolName(req *fakes.ChatRequest, suffix string) string {
 	return ""
 }
 
-func npmBin(t testing.TB, name string) string {
-	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", "testdata", "npm", "node_modules", ".bin", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		testenv.Missing(t, "%s not installed; run scripts/setup.sh (npm ci in testdata/npm)", name)
-	}
-	return p
-}
-
 // stackEnv is the relay's environment for a stack on the given fakes.
 func stackEnv(t testing.TB, sl *fakes.Slack, gh *fakes.GitHub, llm *fakes.LLM) map[string]string {
 	dir := t.TempDir()
-	mcp := fmt.Sprintf(`{"servers": {"everything": {"command": %q, "args": ["stdio"]}}}`, npmBin(t, "mcp-server-everything"))
+	mcp := fmt.Sprintf(`{"servers": {"everything": {"command": %q, "args": ["stdio"]}}}`, testenv.NPMBin(t, "mcp-server-everything"))
 	policy := "roles:\n  - role: agent\n    capabilities: [\"everything.*\"]\n"
 	must(t, os.WriteFile(filepath.Join(dir, "mcp.json"), []byte(mcp), 0o600))
 	must(t, os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(policy), 0o600))
@@ -157,29 +161,9 @@ func startStack(t testing.TB, mod func(map[string]string)) *stack {
 		}
 	})
 	waitHTTP(t, s.base+"/readyz", http.StatusOK, 20*time.Second)
-	nc, err := nats.Connect("nats://" + s.env["RELAY_NATS_LISTEN"])
-	must(t, err)
-	t.Cleanup(nc.Close)
-	s.nc = nc
 	// The agent offers MCP tools once the runner has its session.
-	eventually(t, "the tool runner lists the everything tools", 30*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		list, err := tools.ListRemote(ctx, nc, "relay", "agent")
-		return err == nil && len(list) > 0
-	})
+	s.attach(t, "nats://"+s.env["RELAY_NATS_LISTEN"])
 	return s
-}
-
-func eventually(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
 }
 
 // issueOpened posts a real issues.opened webhook for issue number with the
@@ -219,7 +203,7 @@ func (s *stack) issueOpened(number int, scenario string) string {
 func (s *stack) approvalPost(target string) fakes.SlackCall {
 	s.t.Helper()
 	var found fakes.SlackCall
-	eventually(s.t, "the approval message for "+target, 30*time.Second, func() bool {
+	testenv.WaitFor(s.t, 30*time.Second, "the approval message for "+target, func() bool {
 		for _, c := range s.slack.Calls("chat.postMessage") {
 			if c.Params["channel"] == e2eChannel && strings.Contains(c.Params["text"]+c.Params["blocks"], target) && len(c.Actions()) == 3 {
 				found = c
@@ -280,7 +264,7 @@ func (s *stack) comments(number int) []fakes.Comment {
 // second one follows.
 func (s *stack) exactlyOneComment(number int) fakes.Comment {
 	s.t.Helper()
-	eventually(s.t, fmt.Sprintf("a comment on #%d", number), 30*time.Second, func() bool { return len(s.comments(number)) > 0 })
+	testenv.WaitFor(s.t, 30*time.Second, fmt.Sprintf("a comment on #%d", number), func() bool { return len(s.comments(number)) > 0 })
 	time.Sleep(time.Second) // a duplicate would land now
 	cs := s.comments(number)
 	if len(cs) != 1 {
@@ -301,7 +285,7 @@ func (s *stack) with(t testing.TB) *stack {
 func (s *stack) modal(callback string, number int) fakes.SlackCall {
 	s.t.Helper()
 	var view fakes.SlackCall
-	eventually(s.t, "the "+callback+" modal", 20*time.Second, func() bool {
+	testenv.WaitFor(s.t, 20*time.Second, "the "+callback+" modal", func() bool {
 		for _, c := range s.slack.Calls("views.open") {
 			if strings.Contains(c.Params["view"], callback) && strings.Contains(c.Params["view"], fmt.Sprintf("#%d", number)) {
 				view = c
@@ -316,7 +300,7 @@ func (s *stack) modal(callback string, number int) fakes.SlackCall {
 // updatedTo waits for a chat.update of the approval message whose text contains want.
 func (s *stack) updatedTo(post fakes.SlackCall, want string) {
 	s.t.Helper()
-	eventually(s.t, "the approval message updated to "+want, 20*time.Second, func() bool {
+	testenv.WaitFor(s.t, 20*time.Second, "the approval message updated to "+want, func() bool {
 		for _, c := range s.slack.Calls("chat.update") {
 			if c.Params["ts"] == post.Params["_ts"] && strings.Contains(c.Params["text"]+c.Params["blocks"], want) {
 				return true
@@ -417,7 +401,7 @@ func e2eReject(t *testing.T, s *stack, num int) {
 func e2eNonApprover(t *testing.T, s *stack, num int) {
 	post := s.approvalPost(s.issueOpened(num, "stranger"))
 	s.click(e2eStranger, post, "approve")
-	eventually(t, "an ephemeral refusal", 20*time.Second, func() bool {
+	testenv.WaitFor(t, 20*time.Second, "an ephemeral refusal", func() bool {
 		for _, c := range s.slack.Calls("chat.postEphemeral") {
 			if c.Params["user"] == e2eStranger {
 				return true
@@ -470,7 +454,7 @@ func e2eModelDown(t *testing.T, s *stack, num int) {
 	must(t, err)
 	defer sub.Unsubscribe()
 	js, _ := s.nc.JetStream()
-	eventually(t, "an agent.notice for the task", 60*time.Second, func() bool {
+	testenv.WaitFor(t, 60*time.Second, "an agent.notice for the task", func() bool {
 		m, err := js.GetLastMsg("RELAY_WORK", "relay.agent.notice")
 		if err != nil {
 			return false

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -21,14 +19,7 @@ import (
 // everythingConfig writes an mcp.json running server-everything over stdio.
 func everythingConfig(t *testing.T, name string) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	bin := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules", ".bin", "mcp-server-everything")
-	if _, err := os.Stat(bin); err != nil {
-		testenv.Missing(t, "mcp-server-everything not installed; run scripts/setup.sh")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		testenv.Missing(t, "node is not installed")
-	}
+	bin := testenv.NPMBin(t, "mcp-server-everything")
 	path := filepath.Join(t.TempDir(), name)
 	doc := fmt.Sprintf("{\n  // JSONC, as VS Code writes it\n  \"servers\": {\"everything\": {\"command\": %q, \"args\": [\"stdio\"],},},\n}\n", bin)
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {

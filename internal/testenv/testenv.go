@@ -7,7 +7,11 @@ package testenv
 
 import (
 	"context"
+	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -98,4 +102,26 @@ func Go(t testing.TB, what string, run func(ctx context.Context) error) (stop fu
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// Logger logs at level and above to the test's output, so a failing test
+// shows what the service under test said.
+func Logger(t testing.TB, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
+}
+
+// NPMBin returns the path of an executable the npm fixtures install
+// (testdata/npm/node_modules/.bin/name), or stops the test, saying how to
+// install them, when it or node is missing.
+func NPMBin(t testing.TB, name string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	p := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules", ".bin", name)
+	if _, err := os.Stat(p); err != nil {
+		Missing(t, "%s not installed; run scripts/setup.sh (npm ci in testdata/npm)", name)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		Missing(t, "node is not installed")
+	}
+	return p
 }

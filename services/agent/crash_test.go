@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"net/http"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func TestDoneButUnpublishedCompleted(t *testing.T) {
 	t.Parallel()
 	for _, delivered := range []uint64{1, 2} {
 		h := setup(t, []reply{say("never asked")})
-		svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testLogger(t)}, h.b)
+		svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testenv.Logger(t, slog.LevelWarn)}, h.b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +77,7 @@ func TestLaterStepCallsCompleted(t *testing.T) {
 	task := newTestTask(githubIssueOpened())
 	task.Status, task.Step = StatusWaiting, 2
 	task.Calls = []Call{{ID: "s2-0", LLMID: "call_2", Func: "everything__echo", Tool: echoTool.Name, Args: map[string]any{"message": "again"}}}
-	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testLogger(t)}, h.b)
+	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testenv.Logger(t, slog.LevelWarn)}, h.b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestLaterStepCallsCompleted(t *testing.T) {
 func TestLease(t *testing.T) {
 	t.Parallel()
 	h := setup(t, []reply{say("Taken over.")})
-	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testLogger(t)}, h.b)
+	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testenv.Logger(t, slog.LevelWarn)}, h.b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestLeaseRenewedWhileThinking(t *testing.T) {
 	h := setup(t, []reply{slow}, withConfig(func(c *Config) { c.LeaseTTL = time.Second }))
 	origin := githubIssueOpened()
 	h.publish(t, envelope.SubjectInbound+".github.issues", origin)
-	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testLogger(t), LeaseTTL: time.Second}, h.b)
+	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testenv.Logger(t, slog.LevelWarn), LeaseTTL: time.Second}, h.b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,8 @@
 package agent
 
 import (
-	"os"
-	"os/exec"
+	"log/slog"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -21,13 +19,13 @@ import (
 // tool.result.
 func TestWithRealToolRunner(t *testing.T) {
 	t.Parallel()
-	bin := npmBin(t, "mcp-server-everything")
+	bin := testenv.NPMBin(t, "mcp-server-everything")
 	b := bustest.Embedded(t)
 	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['everything.echo']\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := toolrunner.New(t.Context(), toolrunner.Config{Logger: testLogger(t), Tools: tools.Config{
+	tr, err := toolrunner.New(t.Context(), toolrunner.Config{Logger: testenv.Logger(t, slog.LevelWarn), Tools: tools.Config{
 		Servers: []mcpconfig.Server{{Name: "everything", Type: mcpconfig.Stdio, Command: bin, Args: []string{"stdio"},
 			ProtocolVersion: mcpconfig.DefaultProtocolVersion}},
 		Policy: pol, AuditPath: filepath.Join(t.TempDir(), "tools.jsonl"),
@@ -53,18 +51,4 @@ func TestWithRealToolRunner(t *testing.T) {
 	if got := reqs[1].LastTool(); got != "Echo: hi" {
 		t.Errorf("got tool output %q, want Echo: hi", got)
 	}
-}
-
-// npmBin returns an npm fixture's executable or stops the test.
-func npmBin(t testing.TB, name string) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	p := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules", ".bin", name)
-	if _, err := os.Stat(p); err != nil {
-		testenv.Missing(t, "%s not installed; run scripts/setup.sh (npm ci in testdata/npm)", name)
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		testenv.Missing(t, "node is not installed")
-	}
-	return p
 }

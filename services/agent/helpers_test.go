@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -288,7 +287,7 @@ func setup(t testing.TB, script []reply, opts ...setupOption) *harness {
 		AgentID:     "agent-test",
 		NakDelays:   []time.Duration{20 * time.Millisecond},
 		Concurrency: 4,
-		Logger:      testLogger(t),
+		Logger:      testenv.Logger(t, slog.LevelWarn),
 		Registerer:  prometheus.NewRegistry(),
 	}
 	for _, o := range opts {
@@ -376,17 +375,6 @@ func (h *harness) drained(t testing.TB, name, subject string) {
 		info, err := c.Info(t.Context())
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	})
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }
 
 // ---- inbound envelopes as the mappers produce them ----

@@ -1,10 +1,6 @@
 package agent
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -19,14 +15,7 @@ import (
 // discovery: a stdio server still in its handshake is not left out.
 func TestBusToolsWaitsForFirstDiscovery(t *testing.T) {
 	t.Parallel()
-	_, file, _, _ := runtime.Caller(0)
-	bin := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules", ".bin", "mcp-server-everything")
-	if _, err := os.Stat(bin); err != nil {
-		testenv.Missing(t, "mcp-server-everything not installed; run scripts/setup.sh")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		testenv.Missing(t, "node is not installed")
-	}
+	bin := testenv.NPMBin(t, "mcp-server-everything")
 	b := bustest.Embedded(t)
 	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['*.*']\n"))
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/services/approvals"
 	"github.com/relaystation/relay/tools"
@@ -87,55 +88,35 @@ func (h *harness) ephemerals() []string {
 	return out
 }
 
-func TestQuestionAnsweredInTheCallsThread(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	q := question(author)
-	answer := h.ask(q, time.Minute)
+// elicitView is the part of the question's form the tests read.
+type elicitView struct {
+	CallbackID      string `json:"callback_id"`
+	PrivateMetadata string `json:"private_metadata"`
+	Blocks          []struct {
+		Type     string `json:"type"`
+		BlockID  string `json:"block_id"`
+		Optional bool   `json:"optional"`
+		Element  struct {
+			Type           string `json:"type"`
+			ActionID       string `json:"action_id"`
+			MinValue       string `json:"min_value"`
+			InitialOptions []any  `json:"initial_options"`
+			Options        []struct {
+				Value string `json:"value"`
+				Text  struct {
+					Text string `json:"text"`
+				} `json:"text"`
+			} `json:"options"`
+		} `json:"element"`
+	} `json:"blocks"`
+}
 
-	post := h.posted(1)
-	if post.Params["channel"] != threadCh || post.Params["thread_ts"] != threadTS {
-		t.Fatalf("posted to %s/%s, want the call's thread %s/%s", post.Params["channel"], post.Params["thread_ts"], threadCh, threadTS)
-	}
-	if blocks := unescaped(post.Params["blocks"]); !strings.Contains(blocks, "Which table") || !strings.Contains(blocks, "Only <@"+author+"> may answer") {
-		t.Errorf("message blocks %s lack the question or who may answer", post.Params["blocks"])
-	}
-	acts := post.Actions()
-	if len(acts) != 3 || acts[0].ActionID != approvals.ActionElicitAnswer || acts[0].Value != q.ID {
-		t.Fatalf("buttons %+v, want Answer, Decline, Cancel carrying %s", acts, q.ID)
-	}
-
-	// Someone else (even an approver) may not answer for the author.
-	h.interact(click(approver, approvals.ActionElicitAnswer, q.ID, post.Params["_ts"]))
-	testenv.WaitFor(t, 10*time.Second, "refusal", func() bool { return len(h.ephemerals()) == 1 })
-	if e := h.ephemerals()[0]; !strings.HasPrefix(e, approver+": Only <@"+author+">") {
-		t.Errorf("refusal %q", e)
-	}
-
-	h.interact(click(author, approvals.ActionElicitAnswer, q.ID, post.Params["_ts"]))
-	testenv.WaitFor(t, 10*time.Second, "the form", func() bool { return len(h.slack.Calls("views.open")) == 1 })
-	var view struct {
-		CallbackID      string `json:"callback_id"`
-		PrivateMetadata string `json:"private_metadata"`
-		Blocks          []struct {
-			Type     string `json:"type"`
-			BlockID  string `json:"block_id"`
-			Optional bool   `json:"optional"`
-			Element  struct {
-				Type           string `json:"type"`
-				ActionID       string `json:"action_id"`
-				MinValue       string `json:"min_value"`
-				InitialOptions []any  `json:"initial_options"`
-				Options        []struct {
-					Value string `json:"value"`
-					Text  struct {
-						Text string `json:"text"`
-					} `json:"text"`
-				} `json:"options"`
-			} `json:"element"`
-		} `json:"blocks"`
-	}
-	formCall := h.slack.Calls("views.open")[0]
+// checkElicitForm checks the form views.open showed for question(...): one
+// input of the right kind per field, the select's titled options, the
+// number's minimum and the checkbox's default. It returns the form.
+func checkElicitForm(t *testing.T, formCall fakes.SlackCall) elicitView {
+	t.Helper()
+	var view elicitView
 	if err := json.Unmarshal([]byte(formCall.Params["view"]), &view); err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +144,37 @@ func TestQuestionAnsweredInTheCallsThread(t *testing.T) {
 	if view.CallbackID != approvals.ViewElicit {
 		t.Errorf("callback id %q", view.CallbackID)
 	}
+	return view
+}
+
+func TestQuestionAnsweredInTheCallsThread(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	q := question(author)
+	answer := h.ask(q, time.Minute)
+
+	post := h.posted(1)
+	if post.Params["channel"] != threadCh || post.Params["thread_ts"] != threadTS {
+		t.Fatalf("posted to %s/%s, want the call's thread %s/%s", post.Params["channel"], post.Params["thread_ts"], threadCh, threadTS)
+	}
+	if blocks := unescaped(post.Params["blocks"]); !strings.Contains(blocks, "Which table") || !strings.Contains(blocks, "Only <@"+author+"> may answer") {
+		t.Errorf("message blocks %s lack the question or who may answer", post.Params["blocks"])
+	}
+	acts := post.Actions()
+	if len(acts) != 3 || acts[0].ActionID != approvals.ActionElicitAnswer || acts[0].Value != q.ID {
+		t.Fatalf("buttons %+v, want Answer, Decline, Cancel carrying %s", acts, q.ID)
+	}
+
+	// Someone else (even an approver) may not answer for the author.
+	h.interact(click(approver, approvals.ActionElicitAnswer, q.ID, post.Params["_ts"]))
+	testenv.WaitFor(t, 10*time.Second, "refusal", func() bool { return len(h.ephemerals()) == 1 })
+	if e := h.ephemerals()[0]; !strings.HasPrefix(e, approver+": Only <@"+author+">") {
+		t.Errorf("refusal %q", e)
+	}
+
+	h.interact(click(author, approvals.ActionElicitAnswer, q.ID, post.Params["_ts"]))
+	testenv.WaitFor(t, 10*time.Second, "the form", func() bool { return len(h.slack.Calls("views.open")) == 1 })
+	view := checkElicitForm(t, h.slack.Calls("views.open")[0])
 
 	// A value out of range is refused and the question stays open.
 	values := func(count string) map[string]any {

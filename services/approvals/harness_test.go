@@ -2,7 +2,6 @@ package approvals_test
 
 import (
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -264,9 +263,4 @@ func msgIDOf(t testing.TB, h *harness, subject string) string {
 		t.Fatal(err)
 	}
 	return m.Header.Get(jetstream.MsgIDHeader)
-}
-
-// testLogger logs to the test's output at debug level.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

@@ -3,6 +3,7 @@ package approvals_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -89,7 +90,7 @@ func TestSocketModeRelaysLikeWebhooks(t *testing.T) {
 	api.SetSocketURL(ws.url())
 
 	sm, err := approvals.NewSocketMode(approvals.SocketConfig{
-		AppToken: secret.New("xapp-1-test"), BotToken: secret.New("xoxb-test"), APIURL: api.URL(), PingInterval: time.Minute, Logger: testLogger(t),
+		AppToken: secret.New("xapp-1-test"), BotToken: secret.New("xoxb-test"), APIURL: api.URL(), PingInterval: time.Minute, Logger: testenv.Logger(t, slog.LevelDebug),
 	}, b)
 	if err != nil {
 		t.Fatal(err)

@@ -17,11 +17,7 @@ import (
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/httpserver"
-	"github.com/relaystation/relay/mappers/github"
-	"github.com/relaystation/relay/mappers/openproject"
 	"github.com/relaystation/relay/mappers/sentry"
-	"github.com/relaystation/relay/mappers/slack"
-	"github.com/relaystation/relay/secret"
 	"github.com/relaystation/relay/services/ingest"
 )
 
@@ -222,12 +218,7 @@ func withField(t *testing.T, body []byte, v any, path ...string) []byte {
 func TestLongTokensKeepTheBusUp(t *testing.T) {
 	t.Parallel()
 	b := bustest.Embedded(t)
-	gw := startGateway(t, b, ingest.Config{},
-		github.New(github.Config{Secret: secret.New(ghSecret)}),
-		slack.New(slack.Config{Secret: secret.New(slackSecret)}),
-		sentry.New(sentry.Config{Secret: secret.New(sentrySecret)}),
-		openproject.New(openproject.Config{Secret: secret.New(opSecret), BaseURL: "https://op.example.com"}),
-	)
+	gw := startGateway(t, b, ingest.Config{}, allProviders()...)
 	long := strings.Repeat("x", 4096)
 	sentryReq := sentryRequest(gw.url, readFixture(t, "mappers", "sentry", "testdata", "payloads", "issue.created.json"), true)
 	sentryReq.Header.Set(sentry.HeaderResource, long)

@@ -15,6 +15,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/github"
 	"github.com/relaystation/relay/mappers/openproject"
 	"github.com/relaystation/relay/mappers/sentry"
@@ -71,6 +72,16 @@ func openProjectRequest(base string, body []byte, sign bool) *http.Request {
 	return r
 }
 
+// allProviders are the four providers with the test secrets.
+func allProviders() []mappers.Provider {
+	return []mappers.Provider{
+		github.New(github.Config{Secret: secret.New(ghSecret)}),
+		slack.New(slack.Config{Secret: secret.New(slackSecret)}),
+		sentry.New(sentry.Config{Secret: secret.New(sentrySecret)}),
+		openproject.New(openproject.Config{Secret: secret.New(opSecret), BaseURL: "https://op.example.com"}),
+	}
+}
+
 // TestProvidersOverHTTP runs every provider package behind one gateway on a
 // real JetStream: each route answers 2xx for a signed real payload (and
 // stores the envelope on relay.in.{channel}.*), 401 for a bad signature, and
@@ -78,12 +89,7 @@ func openProjectRequest(base string, body []byte, sign bool) *http.Request {
 func TestProvidersOverHTTP(t *testing.T) {
 	t.Parallel()
 	b := bustest.Embedded(t)
-	gw := startGateway(t, b, ingest.Config{},
-		github.New(github.Config{Secret: secret.New(ghSecret)}),
-		slack.New(slack.Config{Secret: secret.New(slackSecret)}),
-		sentry.New(sentry.Config{Secret: secret.New(sentrySecret)}),
-		openproject.New(openproject.Config{Secret: secret.New(opSecret), BaseURL: "https://op.example.com"}),
-	)
+	gw := startGateway(t, b, ingest.Config{}, allProviders()...)
 	slackReq := func(route, contentType string, body []byte, sign bool) *http.Request {
 		return slackRequest(gw.url, route, contentType, body, sign)
 	}

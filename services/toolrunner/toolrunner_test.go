@@ -70,7 +70,7 @@ func start(t *testing.T, extra ...mcpconfig.Server) *fixture {
 	}
 	auditPath := filepath.Join(t.TempDir(), "tools.jsonl")
 	servers := append([]mcpconfig.Server{{Name: "svc", Type: mcpconfig.HTTP, URL: url, ProtocolVersion: mcpconfig.DefaultProtocolVersion}}, extra...)
-	svc, err := New(t.Context(), Config{Logger: testLogger(t), NoticeChannel: opsChannel, Tools: tools.Config{
+	svc, err := New(t.Context(), Config{Logger: testenv.Logger(t, slog.LevelWarn), NoticeChannel: opsChannel, Tools: tools.Config{
 		Servers: servers, Policy: pol, AuditPath: auditPath,
 		HealthInterval: 200 * time.Millisecond,
 		HealthBackoff:  []time.Duration{20 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond},
@@ -371,15 +371,4 @@ func countSubject(t *testing.T, b *bus.Bus, rel string) uint64 {
 		t.Fatal(err)
 	}
 	return info.State.Subjects[b.Subject(rel)]
-}
-
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
 }
