@@ -3,7 +3,9 @@ package bus
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -106,16 +108,56 @@ func (b *Bus) streams() []jetstream.StreamConfig {
 	}
 }
 
-// ensureStreams creates or updates the relay's streams; running it again is a no-op.
+// ensureStreams creates the relay's streams, or updates one whose settings
+// differ from the bus's; running it again is a no-op that changes nothing on
+// the server. (Updating a stream that already has these settings is not
+// harmless: nats-server 2.15 rewrites its store config then, racing with
+// consumers being created on it.)
 func (b *Bus) ensureStreams(ctx context.Context) error {
 	ctx, cancel := b.withTimeout(ctx)
 	defer cancel()
 	for _, sc := range b.streams() {
-		if _, err := b.js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return fmt.Errorf("create or update stream %s: %w", sc.Name, err)
+		if err := b.ensureStream(ctx, sc); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error {
+	s, err := b.js.Stream(ctx, sc.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err = b.js.CreateStream(ctx, sc); err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("create stream %s: %w", sc.Name, err)
+		}
+		s, err = b.js.Stream(ctx, sc.Name) // another process created it first
+	}
+	if err != nil {
+		return fmt.Errorf("look up stream %s: %w", sc.Name, err)
+	}
+	if sameStream(s.CachedInfo().Config, sc) {
+		return nil
+	}
+	if _, err := b.js.UpdateStream(ctx, sc); err != nil {
+		return fmt.Errorf("update stream %s: %w", sc.Name, err)
+	}
+	return nil
+}
+
+// sameStream reports whether a stream on the server has the settings the
+// bus asks for (those it sets; the server fills in the rest).
+func sameStream(have, want jetstream.StreamConfig) bool {
+	return slices.Equal(have.Subjects, want.Subjects) &&
+		have.Description == want.Description &&
+		have.Retention == want.Retention &&
+		have.Storage == want.Storage &&
+		have.MaxAge == want.MaxAge &&
+		have.Duplicates == want.Duplicates &&
+		have.Discard == want.Discard &&
+		have.Replicas == max(want.Replicas, 1)
 }
 
 // DeleteStreams removes the relay's streams and everything in them. Tests use it
