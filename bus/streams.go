@@ -206,9 +206,35 @@ func (r replicated) UpdateKeyValue(ctx context.Context, c jetstream.KeyValueConf
 	return r.JetStream.UpdateKeyValue(ctx, c)
 }
 
+// CreateOrUpdateKeyValue leaves a bucket that already has the asked-for
+// settings alone, as ensureStreams does streams: every service opens its
+// buckets at start, and a needless update races in nats-server 2.15 with
+// watchers being created on the bucket.
 func (r replicated) CreateOrUpdateKeyValue(ctx context.Context, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	c.Replicas = cmp.Or(c.Replicas, r.replicas)
+	if kv, err := r.JetStream.KeyValue(ctx, c.Bucket); err == nil {
+		if st, err := kv.Status(ctx); err == nil && sameBucket(st, c) {
+			return kv, nil
+		}
+	}
 	return r.JetStream.CreateOrUpdateKeyValue(ctx, c)
+}
+
+// sameBucket reports whether a bucket has the settings c asks for (those
+// the relay's services set).
+func sameBucket(st jetstream.KeyValueStatus, c jetstream.KeyValueConfig) bool {
+	kst, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return false
+	}
+	have := kst.StreamInfo().Config
+	return st.TTL() == c.TTL &&
+		st.History() == int64(max(c.History, 1)) &&
+		have.Replicas == max(c.Replicas, 1) &&
+		have.MaxBytes == cmp.Or(c.MaxBytes, -1) &&
+		have.MaxMsgSize == cmp.Or(c.MaxValueSize, -1) &&
+		have.Description == c.Description &&
+		have.Storage == c.Storage
 }
 
 func (r replicated) CreateObjectStore(ctx context.Context, c jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
