@@ -113,9 +113,9 @@ func (s *Service) Run(ctx context.Context) error {
 		cfg bus.ConsumerConfig
 		h   bus.HandlerFunc
 	}{
-		{bus.ConsumerConfig{Name: s.cfg.Consumer, Subject: SubjectSuggestion, Concurrency: s.cfg.Concurrency}, s.HandleSuggestion},
-		{bus.ConsumerConfig{Name: s.cfg.Consumer + "-actions", Subject: SubjectBlockActions, Concurrency: s.cfg.Concurrency}, s.HandleBlockActions},
-		{bus.ConsumerConfig{Name: s.cfg.Consumer + "-views", Subject: SubjectViewSubmission, Concurrency: s.cfg.Concurrency}, s.HandleViewSubmission},
+		{bus.ConsumerConfig{Name: s.cfg.Consumer, Subject: SubjectSuggestion, Concurrency: s.cfg.Concurrency, AckWait: ackWait}, s.HandleSuggestion},
+		{bus.ConsumerConfig{Name: s.cfg.Consumer + "-actions", Subject: SubjectBlockActions, Concurrency: s.cfg.Concurrency, AckWait: ackWait}, s.HandleBlockActions},
+		{bus.ConsumerConfig{Name: s.cfg.Consumer + "-views", Subject: SubjectViewSubmission, Concurrency: s.cfg.Concurrency, AckWait: ackWait}, s.HandleViewSubmission},
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(consumers))
@@ -134,6 +134,10 @@ func (s *Service) Run(ctx context.Context) error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// ackWait is the consumers' ack wait: handlers heartbeat every third of it,
+// so a dead worker's message (a click) is handled by another within 15 s.
+const ackWait = 15 * time.Second
 
 func (s *Service) now() time.Time { return s.cfg.Now().UTC().Truncate(time.Millisecond) }
 

@@ -307,7 +307,9 @@ func (s *Service) consumer(name, subject string) bus.ConsumerConfig {
 		MaxDeliver:  s.cfg.MaxDeliver,
 		NakDelays:   s.cfg.NakDelays,
 		Concurrency: s.cfg.Concurrency,
-		AckWait:     max(30*time.Second, s.cfg.HandlerTimeout/2),
+		// Heartbeats keep a long post; a dead worker's message comes back
+		// (and takes its claim over) within 15 s.
+		AckWait: 15 * time.Second,
 	}
 }
 

@@ -182,8 +182,9 @@ func (s *Service) Run(ctx context.Context) error {
 		Name:        s.cfg.Consumer,
 		Subject:     envelope.SubjectToolCall,
 		Concurrency: s.cfg.Concurrency,
-		// A call may run for the 5-minute budget maximum; heartbeats keep it.
-		AckWait: time.Minute,
+		// A call may run for the 5-minute budget maximum; heartbeats (every
+		// 5 s) keep it, and a dead runner's call comes back within 15 s.
+		AckWait: 15 * time.Second,
 	}, bus.HandlerFunc(s.Handle))
 	auditStop()
 	wg.Wait()
