@@ -1,0 +1,627 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/mappers/github"
+	"github.com/relaystation/relay/mappers/slack"
+	"github.com/relaystation/relay/tools"
+)
+
+var faultLong = flag.Bool("fault.long", false, "run the fault test's long form (many issues, minutes of faults)")
+
+// faultParams size a fault run.
+type faultParams struct {
+	issues   int           // issues per phase
+	faults   time.Duration // how long workers are killed (issues arrive over this time)
+	every    time.Duration // one kill per this interval, on average
+	natsAt   time.Duration // when NATS is stopped, once
+	natsDown time.Duration // for how long
+	settle   time.Duration // how long after the faults every answer must be posted
+	think    time.Duration // the model's latency per answer
+}
+
+// TestFaults runs the split deployment as processes on one NATS server (1
+// ingest, 2 agents, 1 tool runner, 1 memory, 2 approvals, 2 outbound) against
+// the fake Slack, GitHub and model, sends issues.opened webhooks, approves
+// every suggestion as it appears, and counts the GitHub comments per issue:
+// first without faults, then while a random worker is killed (SIGKILL, then
+// restarted, as a supervisor does) every ~2 s and NATS is stopped for 3 s
+// once. Every issue must get exactly one comment and every consumer must end
+// with nothing pending or unacknowledged. The short form (20 issues per phase,
+// 8 s of faults) runs in CI; -fault.long runs 300 issues over 120 s of
+// faults: go test -run TestFaults -fault.long -timeout 30m ./cmd/relay.
+func TestFaults(t *testing.T) {
+	t.Parallel()
+	testenv.SkipShort(t, "fault injection with processes")
+	p := faultParams{issues: 20, faults: 8 * time.Second, every: 2 * time.Second, natsAt: 3 * time.Second,
+		natsDown: 3 * time.Second, settle: 40 * time.Second, think: 300 * time.Millisecond}
+	if *faultLong {
+		p = faultParams{issues: 300, faults: 120 * time.Second, every: 2 * time.Second, natsAt: 40 * time.Second,
+			natsDown: 3 * time.Second, settle: 90 * time.Second, think: 300 * time.Millisecond}
+	}
+	began := time.Now()
+	d := newDeployment(t, p)
+	t.Logf("deployment up in %s", time.Since(began).Round(time.Millisecond))
+	base := d.phase(t, "no faults", 1000, p, false)
+	faulty := d.phase(t, "faults", 2000, p, true)
+	for _, r := range []phaseResult{base, faulty} {
+		t.Logf("%-9s issues %d: lost %d, duplicated %d, kills %d, NATS restarts %d, dead letters %d; "+
+			"slowest webhook->comment %s, slowest approval click->comment %s, consumers drained %s after the last comment",
+			r.name, r.issues, r.lost, r.duplicated, r.kills, r.natsRestarts, r.deadLetters,
+			r.slowestWebhook.Round(time.Millisecond), r.slowestClick.Round(time.Millisecond), r.drained.Round(time.Millisecond))
+		if r.lost != 0 || r.duplicated != 0 {
+			t.Errorf("%s: %d issues without a comment, %d with more than one; want 0 and 0", r.name, r.lost, r.duplicated)
+		}
+	}
+	if faulty.kills == 0 || faulty.natsRestarts != 1 {
+		t.Errorf("faults: %d kills and %d NATS restarts, want some kills and one restart", faulty.kills, faulty.natsRestarts)
+	}
+}
+
+// deployment is the split deployment under test.
+type deployment struct {
+	t       *testing.T
+	nats    *restartableNATS
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	slack   *fakes.Slack
+	gh      *fakes.GitHub
+	ingest  *worker
+	workers []*worker
+	payload map[string]any
+	mu      sync.Mutex
+	clicked map[int]time.Time
+}
+
+func newDeployment(t *testing.T, p faultParams) *deployment {
+	bin := relayBinary(t)
+	d := &deployment{t: t, nats: startNATS(t), slack: fakes.NewSlack(t), gh: fakes.NewGitHub(t), clicked: map[int]time.Time{}}
+	// The e2e model, answering after a model's latency, so kills meet tasks
+	// mid-step.
+	llm := fakes.NewLLM(t, func(r *fakes.ChatRequest) fakes.Reply { time.Sleep(p.think); return script(r) })
+	env := faultEnv(t, d.slack, d.gh, llm, d.nats.url)
+	for _, w := range []struct {
+		cmd string
+		n   int
+	}{{"toolrunner", 1}, {"memory", 1}, {"outbound", 2}, {"approvals", 2}, {"agent", 2}, {"ingest", 1}} {
+		for i := range w.n {
+			wk := &worker{name: fmt.Sprintf("%s-%d", w.cmd, i+1), cmd: w.cmd, bin: bin, env: env, addr: freeAddr(t), logs: &syncBuffer{}}
+			must(t, wk.start(t))
+			d.workers = append(d.workers, wk)
+			if w.cmd == "ingest" {
+				d.ingest = wk
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, w := range d.workers {
+			w.stop()
+			if t.Failed() {
+				t.Logf("%s log (last 4 KB):\n%s", w.name, tail(w.logs.String(), 4096))
+			}
+		}
+	})
+	nc, err := nats.Connect(d.nats.url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	must(t, err)
+	t.Cleanup(nc.Close)
+	d.nc = nc
+	d.js, err = jetstream.New(nc)
+	must(t, err)
+	testenv.WaitFor(t, 30*time.Second, "the tool runner lists tools", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		list, err := tools.ListRemote(ctx, nc, "relay", "agent")
+		return err == nil && len(list) > 0
+	})
+	raw, err := os.ReadFile(filepath.Join("..", "..", "testdata", "npm", "node_modules", "@octokit", "webhooks-examples",
+		"api.github.com", "issues", "opened.payload.json"))
+	if err != nil {
+		raw, err = os.ReadFile(filepath.Join("..", "..", "mappers", "github", "testdata", "payloads", "issues.opened.json"))
+	}
+	must(t, err)
+	must(t, json.Unmarshal(raw, &d.payload))
+	return d
+}
+
+// faultEnv is the workers' environment: the e2e stack's settings, with the
+// MCP server "everything" an echo tool served over streamable HTTP by the
+// test (go-sdk), so the fault test needs no npm fixtures.
+func faultEnv(t *testing.T, sl *fakes.Slack, gh *fakes.GitHub, llm *fakes.LLM, natsURL string) map[string]string {
+	type msgIn struct {
+		Message string `json:"message"`
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "fault-everything", Version: "1.0.0"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Echoes back the input",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true}},
+		func(_ context.Context, _ *mcp.CallToolRequest, in msgIn) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "Echo: " + in.Message}}}, nil, nil
+		})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	mcpJSON := fmt.Sprintf(`{"servers": {"everything": {"type": "http", "url": %q}}}`, srv.URL)
+	policy := "roles:\n  - role: agent\n    capabilities: [\"everything.*\"]\n"
+	must(t, os.WriteFile(filepath.Join(dir, "mcp.json"), []byte(mcpJSON), 0o600))
+	must(t, os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(policy), 0o600))
+	return map[string]string{
+		"NATS_URL":               natsURL,
+		"RELAY_LOG_FORMAT":       "json",
+		"RELAY_LOG_LEVEL":        "warn",
+		"RELAY_MCP_CONFIG":       filepath.Join(dir, "mcp.json"),
+		"RELAY_POLICY":           filepath.Join(dir, "policy.yaml"),
+		"GITHUB_WEBHOOK_SECRET":  e2eGHSecret,
+		"SLACK_SIGNING_SECRET":   e2eSlackSec,
+		"GITHUB_API_URL":         gh.URL(),
+		"GITHUB_TOKEN":           "ghp_e2etoken000000000000000000000000000",
+		"SLACK_API_URL":          sl.URL(),
+		"SLACK_BOT_TOKEN":        "xoxb-e2e-token",
+		"SLACK_APPROVAL_CHANNEL": e2eChannel,
+		"SLACK_APPROVERS":        e2eApprover,
+		"LLM_BASE_URL":           llm.URL(),
+		"LLM_MODEL":              "scripted",
+		"RELAY_AGENT_MENTION":    "@relay-bot",
+	}
+}
+
+// phaseResult is what one phase counted.
+type phaseResult struct {
+	name                         string
+	issues, lost, duplicated     int
+	kills, natsRestarts          int
+	deadLetters                  int
+	slowestWebhook, slowestClick time.Duration
+	drained                      time.Duration
+}
+
+// phase sends p.issues webhooks (numbers first, first+1, ...) spread over
+// p.faults, with faults when faulty, and counts the comments.
+func (d *deployment) phase(t *testing.T, name string, first int, p faultParams, faulty bool) phaseResult {
+	t.Helper()
+	res := phaseResult{name: name, issues: p.issues}
+	began := time.Now()
+	defer func() { t.Logf("%s: phase took %s", name, time.Since(began).Round(time.Millisecond)) }()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); d.approveAll(ctx) }()
+
+	comments := func() map[int]int {
+		n := map[int]int{}
+		for _, c := range d.gh.Comments() {
+			if c.Number >= first && c.Number < first+p.issues {
+				n[c.Number]++
+			}
+		}
+		return n
+	}
+	// The monitor notes when each issue's first comment appears.
+	var (
+		seenMu sync.Mutex
+		seen   = map[int]time.Time{}
+	)
+	allSeen := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			now := time.Now()
+			seenMu.Lock()
+			for num := range comments() {
+				if _, ok := seen[num]; !ok {
+					seen[num] = now
+				}
+			}
+			n := len(seen)
+			seenMu.Unlock()
+			if n == p.issues {
+				close(allSeen)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+
+	spread := p.faults
+	if !faulty {
+		spread = p.faults / 4
+	}
+	accepted := make([]time.Time, p.issues)
+	var sends sync.WaitGroup
+	start := time.Now()
+	for i := range p.issues {
+		sends.Add(1)
+		go func() {
+			defer sends.Done()
+			if wait := time.Until(start.Add(spread * time.Duration(i) / time.Duration(p.issues))); wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					return
+				}
+			}
+			accepted[i] = d.sendIssue(ctx, first+i)
+		}()
+	}
+	if faulty {
+		res.kills, res.natsRestarts = d.chaos(t, p)
+	}
+	sends.Wait()
+	select {
+	case <-allSeen:
+	case <-time.After(p.settle):
+	}
+	last := time.Now()
+	// Nothing may stay pending or unacknowledged once the work is done; then
+	// no duplicate can follow either.
+	drainedBy := time.Now().Add(p.settle)
+	for !d.drained(ctx) && time.Now().Before(drainedBy) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	res.drained = time.Since(last)
+	if !d.drained(ctx) {
+		t.Errorf("%s: consumers still have pending or unacknowledged messages %s after the last comment:\n%s",
+			name, p.settle, d.consumerReport(ctx))
+	}
+	counts := comments()
+	for i := range p.issues {
+		num := first + i
+		switch n := counts[num]; {
+		case n == 0:
+			res.lost++
+			t.Logf("%s: issue #%d has no comment (webhook accepted at %s, clicked %v)", name, num,
+				accepted[i].Format(time.TimeOnly), d.clickedAt(num))
+		case n > 1:
+			res.duplicated++
+			t.Logf("%s: issue #%d has %d comments", name, num, n)
+		}
+		seenMu.Lock()
+		at, ok := seen[num]
+		seenMu.Unlock()
+		if ok {
+			res.slowestWebhook = max(res.slowestWebhook, at.Sub(accepted[i]))
+			if c := d.clickedAt(num); !c.IsZero() {
+				res.slowestClick = max(res.slowestClick, at.Sub(c))
+			}
+		}
+	}
+	res.deadLetters = d.deadLetters(ctx)
+	cancel()
+	wg.Wait()
+	return res
+}
+
+// chaos kills a random worker about every p.every for p.faults and restarts
+// it at once; at p.natsAt it stops NATS for p.natsDown.
+func (d *deployment) chaos(t *testing.T, p faultParams) (kills, restarts int) {
+	t.Helper()
+	start := time.Now()
+	natsDone := false
+	for time.Since(start) < p.faults {
+		time.Sleep(p.every/2 + rand.N(p.every))
+		if !natsDone && time.Since(start) >= p.natsAt {
+			natsDone = true
+			d.nats.stop()
+			time.Sleep(p.natsDown)
+			d.nats.start(t)
+			restarts++
+			continue
+		}
+		w := d.workers[rand.N(len(d.workers))]
+		w.kill()
+		kills++
+		t.Logf("killed %s at %s", w.name, time.Since(start).Round(time.Millisecond))
+		if err := w.start(t); err != nil {
+			t.Errorf("restart %s after a kill: %v", w.name, err)
+		}
+	}
+	return kills, restarts
+}
+
+// sendIssue delivers an issues.opened webhook for issue num as GitHub does:
+// retried with the same delivery id until the relay answers 200. It returns
+// when the relay accepted it.
+func (d *deployment) sendIssue(ctx context.Context, num int) time.Time {
+	p := map[string]any{}
+	raw, _ := json.Marshal(d.payload)
+	_ = json.Unmarshal(raw, &p)
+	issue := p["issue"].(map[string]any)
+	repo := p["repository"].(map[string]any)
+	issue["number"] = num
+	issue["title"] = "Login crashes with emoji passwords scenario:fault"
+	issue["html_url"] = fmt.Sprintf("%s/issues/%d", repo["html_url"], num)
+	body, _ := json.Marshal(p)
+	delivery := uuid.NewString()
+	for ctx.Err() == nil {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+d.ingest.addr+"/webhooks/github", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(github.HeaderEvent, "issues")
+		req.Header.Set(github.HeaderDelivery, delivery)
+		req.Header.Set(github.HeaderHookID, "42")
+		req.Header.Set(github.HeaderSignature256, github.Sign([]byte(e2eGHSecret), body))
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Now()
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // GitHub's redelivery, much faster
+	}
+	return time.Time{}
+}
+
+var targetNumber = regexp.MustCompile(`#(\d+)`)
+
+// approveAll clicks Approve on every approval message as it appears, once
+// per issue, as an approver watching the channel would; a click the relay
+// does not accept is repeated.
+func (d *deployment) approveAll(ctx context.Context) {
+	done := map[string]bool{}
+	for ctx.Err() == nil {
+		for _, c := range d.slack.Calls("chat.postMessage") {
+			if c.Params["channel"] != e2eChannel || len(c.Actions()) != 3 || done[c.Params["_ts"]] {
+				continue
+			}
+			done[c.Params["_ts"]] = true
+			m := targetNumber.FindStringSubmatch(c.Params["text"] + c.Params["blocks"])
+			if m == nil {
+				continue
+			}
+			num, _ := strconv.Atoi(m[1])
+			go d.click(ctx, num, c)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (d *deployment) click(ctx context.Context, num int, post fakes.SlackCall) {
+	var approve fakes.Action
+	for _, a := range post.Actions() {
+		if strings.HasSuffix(a.ActionID, "approve") {
+			approve = a
+		}
+	}
+	d.mu.Lock()
+	if _, ok := d.clicked[num]; !ok {
+		d.clicked[num] = time.Now()
+	}
+	d.mu.Unlock()
+	body := fakes.FormPayload(fakes.BlockActions(e2eTeam, e2eApprover, e2eChannel, post.Params["_ts"], "trig-"+uuid.NewString(), approve))
+	for ctx.Err() == nil {
+		ts := strconv.FormatInt(time.Now().Unix(), 10)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+d.ingest.addr+"/webhooks/slack/interactions", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set(slack.HeaderTimestamp, ts)
+		req.Header.Set(slack.HeaderSignature, slack.SignatureHeader(e2eSlackSec, ts, body))
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (d *deployment) clickedAt(num int) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.clicked[num]
+}
+
+// consumers lists every durable consumer of the relay's streams.
+func (d *deployment) consumers(ctx context.Context) ([]*jetstream.ConsumerInfo, error) {
+	var out []*jetstream.ConsumerInfo
+	for _, stream := range []string{"RELAY_IN", "RELAY_WORK"} {
+		s, err := d.js.Stream(ctx, stream)
+		if err != nil {
+			return nil, err
+		}
+		l := s.ListConsumers(ctx)
+		for ci := range l.Info() {
+			out = append(out, ci)
+		}
+		if err := l.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// drained reports whether every consumer has nothing pending and nothing
+// unacknowledged.
+func (d *deployment) drained(ctx context.Context) bool {
+	cs, err := d.consumers(ctx)
+	if err != nil {
+		return false
+	}
+	for _, c := range cs {
+		if c.NumPending != 0 || c.NumAckPending != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *deployment) consumerReport(ctx context.Context) string {
+	cs, err := d.consumers(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	var b bytes.Buffer
+	for _, c := range cs {
+		fmt.Fprintf(&b, "  %s/%s: pending %d, ack pending %d, redelivered %d\n", c.Stream, c.Name, c.NumPending, c.NumAckPending, c.NumRedelivered)
+	}
+	return b.String()
+}
+
+func (d *deployment) deadLetters(ctx context.Context) int {
+	s, err := d.js.Stream(ctx, "RELAY_DLQ")
+	if err != nil {
+		return 0
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return -1
+	}
+	return int(info.State.Msgs)
+}
+
+// worker is one relay service process; kill and start replace the process
+// on the same HTTP address.
+type worker struct {
+	name, cmd, bin, addr string
+	env                  map[string]string
+	logs                 *syncBuffer
+	mu                   sync.Mutex
+	proc                 *exec.Cmd
+	done                 chan error
+	dataDir              string
+}
+
+func (w *worker) start(t *testing.T) error {
+	if w.dataDir == "" {
+		w.dataDir = t.TempDir()
+	}
+	cmd := exec.Command(w.bin, w.cmd)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + w.dataDir, "RELAY_HTTP_ADDR=" + w.addr, "RELAY_DATA_DIR=" + w.dataDir}
+	for k, v := range w.env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stderr = w.logs
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	w.mu.Lock()
+	w.proc, w.done = cmd, done
+	w.mu.Unlock()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + w.addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-done:
+			done <- err
+			return fmt.Errorf("%s exited at start: %v", w.name, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after 30s", w.name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill ends the process without any chance to clean up, as a crash would.
+func (w *worker) kill() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.proc == nil {
+		return
+	}
+	_ = w.proc.Process.Kill()
+	<-w.done
+	w.proc = nil
+}
+
+// stop ends the process gracefully (SIGTERM), killing it after 20 s.
+func (w *worker) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.proc == nil {
+		return
+	}
+	_ = w.proc.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.done:
+	case <-time.After(20 * time.Second):
+		_ = w.proc.Process.Kill()
+		<-w.done
+	}
+	w.proc = nil
+}
+
+// restartableNATS is a JetStream server on a fixed port and store directory,
+// so it can be stopped and started again as a restarted server would be.
+type restartableNATS struct {
+	opts *server.Options
+	url  string
+	mu   sync.Mutex
+	srv  *server.Server
+}
+
+func startNATS(t *testing.T) *restartableNATS {
+	port, err := strconv.Atoi(freeAddr(t)[len("127.0.0.1:"):])
+	must(t, err)
+	n := &restartableNATS{opts: &server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true}}
+	n.url = fmt.Sprintf("nats://127.0.0.1:%d", port)
+	n.start(t)
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *restartableNATS) start(t *testing.T) {
+	s, err := server.NewServer(n.opts)
+	must(t, err)
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready after 10s")
+	}
+	n.mu.Lock()
+	n.srv = s
+	n.mu.Unlock()
+}
+
+func (n *restartableNATS) stop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.srv == nil {
+		return
+	}
+	n.srv.Shutdown()
+	n.srv.WaitForShutdown()
+	n.srv = nil
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
