@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"testing"
@@ -143,6 +144,15 @@ func TestLease(t *testing.T) {
 	}
 	if s := h.next(t); s.Meta.TaskID != expired.ID {
 		t.Errorf("got an envelope of task %s, want %s", s.Meta.TaskID, expired.ID)
+	}
+
+	// A lease written by an older agent names no delivery: it is waited for.
+	legacy := newTestTask(githubComment("@relay-bot once more", "octocat"))
+	legacy.Lease = &Lease{Owner: "old-agent/3", Until: time.Now().Add(time.Minute)}
+	storeTask(t, svc, legacy)
+	var re *bus.RetryError
+	if err := svc.advance(t.Context(), legacy.ID, holder); !errors.As(err, &re) || re.Delay < 50*time.Second {
+		t.Errorf("advance of a task under an older agent's lease: %v, want a retry after the lease ends", err)
 	}
 }
 

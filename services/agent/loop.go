@@ -187,6 +187,9 @@ func (s *Service) advance(ctx context.Context, id string, m *bus.Message) error 
 			handedOver = true
 		case conflicted:
 			return nil // the writer that moved the task on continues it
+		case t.Lease != nil && t.Lease.Holder == "" && time.Now().Before(t.Lease.Until):
+			// A lease of an older agent, which names no delivery: wait for it.
+			return bus.RetryAfter(fmt.Errorf("task %s: leased by %s", id, t.Lease.Owner), time.Until(t.Lease.Until)+time.Second)
 		case t.Lease != nil && t.Lease.Holder != holder && time.Now().Before(t.Lease.Until):
 			// Another handler thinks for the task; its message carries it.
 			s.log.Debug("task leased by another handler; leaving it to that one", "task_id", id, "lease_owner", t.Lease.Owner)
