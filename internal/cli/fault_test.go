@@ -55,7 +55,9 @@ type faultParams struct {
 // once. Every issue must get exactly one comment and every consumer must end
 // with nothing pending or unacknowledged. The short form (20 issues per phase,
 // 8 s of faults) runs in CI; -fault.long runs 300 issues over 120 s of
-// faults: go test -run TestFaults -fault.long -timeout 30m ./cmd/relay.
+// faults: go test ./internal/cli -run TestFaults -timeout 30m -args -fault.long.
+// FAULT_RELAY_BIN runs the processes from another build of the relay, to
+// compare versions under the same faults.
 func TestFaults(t *testing.T) {
 	t.Parallel()
 	testenv.SkipShort(t, "fault injection with processes")
@@ -100,7 +102,11 @@ type deployment struct {
 }
 
 func newDeployment(t *testing.T, p faultParams) *deployment {
-	bin := relayBinary(t)
+	bin := os.Getenv("FAULT_RELAY_BIN")
+	if bin == "" {
+		bin = relayBinary(t)
+	}
+	t.Logf("relay binary %s", bin)
 	d := &deployment{t: t, nats: startNATS(t), slack: fakes.NewSlack(t), gh: fakes.NewGitHub(t), clicked: map[int]time.Time{}}
 	// The e2e model, answering after a model's latency, so kills meet tasks
 	// mid-step.
