@@ -172,23 +172,15 @@ func TurnText(e *envelope.Envelope) string {
 }
 
 // AppendTurn appends t to the thread's session (idempotent by t.ID) and, once
-// the session passes FoldAt bytes, folds its older turns into the summary.
+// the session passes FoldAt bytes, folds its older turns into the summary in
+// the same write (session.Store.AppendFold).
 func (m *Memory) AppendTurn(ctx context.Context, thread string, t session.Turn) (bool, error) {
-	added, err := m.cfg.Sessions.Append(ctx, thread, t)
-	if err != nil || !added {
-		return added, err
-	}
-	return true, m.maybeFold(ctx, thread)
+	return m.cfg.Sessions.AppendFold(ctx, thread, t, session.Folder{At: m.cfg.FoldAt, Fold: m.fold})
 }
 
-func (m *Memory) maybeFold(ctx context.Context, thread string) error {
-	s, err := m.cfg.Sessions.Load(ctx, thread)
-	if err != nil {
-		return err
-	}
-	if s.Size() <= m.cfg.FoldAt {
-		return nil
-	}
+// fold chooses the turns to fold, all but the newest KeepRecent bytes (at
+// least one turn stays), and summarises them.
+func (m *Memory) fold(ctx context.Context, s *session.Session) (int, string, error) {
 	keep, kept := 0, 0
 	for i := len(s.Turns) - 1; i >= 0; i-- {
 		if keep > 0 && kept+len(s.Turns[i].Content) > m.cfg.KeepRecent {
@@ -199,20 +191,14 @@ func (m *Memory) maybeFold(ctx context.Context, thread string) error {
 	}
 	n := len(s.Turns) - keep
 	if n <= 0 {
-		return nil
+		return 0, "", nil
 	}
 	sum, err := m.cfg.Summariser.Summarise(ctx, s.Summary, s.Turns[:n])
 	if err != nil {
-		return fmt.Errorf("summarise session %s: %w", thread, err)
+		return 0, "", fmt.Errorf("summarise session %s: %w", s.Thread, err)
 	}
-	ok, err := m.cfg.Sessions.Fold(ctx, thread, n, s.Turns[n-1].ID, sum)
-	if err != nil {
-		return err
-	}
-	if ok {
-		m.log.Debug("session folded", "thread", thread, "turns", n, "summary_bytes", len(sum))
-	}
-	return nil
+	m.log.Debug("session folded", "thread", s.Thread, "turns", n, "summary_bytes", len(sum))
+	return n, sum, nil
 }
 
 func checkUpdate(e *envelope.Envelope) error {

@@ -6,6 +6,10 @@
 // nats.go/micro service "relay-memory" (package memory/remote), stopped
 // when Run returns.
 //
+// The worker handles one thread's envelopes one at a time (in the order its
+// handlers took them), so its own handlers never conflict on a session; other
+// threads go on in parallel.
+//
 // Outcomes: a stored envelope is acked; a malformed memory_update is
 // dead-lettered with its reason; a store or embeddings endpoint that cannot be
 // reached naks the message with a delay, so nothing is lost and the worker
@@ -103,10 +107,11 @@ func (c *Config) Validate() error {
 
 // Service is the memory worker.
 type Service struct {
-	cfg Config
-	bus *bus.Bus
-	mem *memory.Memory
-	log *slog.Logger
+	cfg     Config
+	bus     *bus.Bus
+	mem     *memory.Memory
+	log     *slog.Logger
+	threads *threadLocks
 }
 
 // New returns the worker on b, recording into mem.
@@ -118,7 +123,7 @@ func New(cfg Config, b *bus.Bus, mem *memory.Memory) (*Service, error) {
 	if b == nil || mem == nil {
 		return nil, errors.New("memory worker: bus and memory are required")
 	}
-	return &Service{cfg: cfg, bus: b, mem: mem, log: cfg.Logger}, nil
+	return &Service{cfg: cfg, bus: b, mem: mem, log: cfg.Logger, threads: newThreadLocks()}, nil
 }
 
 // Handler is the bus handler of every consumer.
@@ -128,6 +133,13 @@ func (s *Service) Handler() bus.Handler {
 
 func (s *Service) handle(ctx context.Context, m *bus.Message) error {
 	e := m.Envelope
+	if th := e.Meta.Thread; th != "" {
+		unlock, err := s.threads.lock(ctx, th)
+		if err != nil {
+			return fmt.Errorf("envelope %s (thread %q): waiting for the thread: %w", e.ID, th, err)
+		}
+		defer unlock()
+	}
 	err := s.mem.Observe(ctx, e)
 	if err == nil {
 		return nil
