@@ -125,24 +125,45 @@ func Tokens(s string) int { return (len(s) + 3) / 4 }
 // idempotent by envelope id. A malformed memory_update is an *UpdateError;
 // other errors are transient (a store or endpoint unreachable).
 func (m *Memory) Observe(ctx context.Context, e *envelope.Envelope) error {
-	if e.MemoryUpdate != nil {
-		// Check the shape first, so a bad update is rejected before anything is stored.
-		if err := checkUpdate(e); err != nil {
-			return err
+	return m.ObserveAll(ctx, e.Meta.Thread, e)[0]
+}
+
+// ObserveAll is Observe for envelopes whose meta.thread is thread, in order:
+// their turns go to the session together (one write of the session with
+// the fold it needs, session.Store.AppendFold), and errs[i] is what Observe
+// would have returned for es[i]. The memory worker hands it the envelopes of
+// a hot thread that arrived while it was writing the previous ones.
+func (m *Memory) ObserveAll(ctx context.Context, thread string, es ...*envelope.Envelope) (errs []error) {
+	errs = make([]error, len(es))
+	var turns []session.Turn
+	var of []int // turns[j] is the turn of es[of[j]]
+	for i, e := range es {
+		if e.MemoryUpdate != nil {
+			// Check the shape first, so a bad update is rejected before anything is stored.
+			if errs[i] = checkUpdate(e); errs[i] != nil {
+				continue
+			}
 		}
-	}
-	if e.Meta.Thread != "" {
-		if text := clip.To(TurnText(e), maxTurnBytes); text != "" {
-			t := session.Turn{ID: e.ID, Role: string(e.Role), Content: text, Time: e.Timestamp}
-			if _, err := m.AppendTurn(ctx, e.Meta.Thread, t); err != nil {
-				return err
+		if thread != "" {
+			if text := clip.To(TurnText(e), maxTurnBytes); text != "" {
+				turns = append(turns, session.Turn{ID: e.ID, Role: string(e.Role), Content: text, Time: e.Timestamp})
+				of = append(of, i)
 			}
 		}
 	}
-	if e.MemoryUpdate != nil {
-		return m.apply(ctx, e)
+	if len(turns) > 0 {
+		if _, err := m.cfg.Sessions.AppendFold(ctx, thread, m.folder(), turns...); err != nil {
+			for _, i := range of {
+				errs[i] = err
+			}
+		}
 	}
-	return nil
+	for i, e := range es {
+		if errs[i] == nil && e.MemoryUpdate != nil {
+			errs[i] = m.apply(ctx, e)
+		}
+	}
+	return errs
 }
 
 // maxTurnBytes caps one turn's text, so a huge message cannot outgrow a
@@ -175,8 +196,11 @@ func TurnText(e *envelope.Envelope) string {
 // the session passes FoldAt bytes, folds its older turns into the summary in
 // the same write (session.Store.AppendFold).
 func (m *Memory) AppendTurn(ctx context.Context, thread string, t session.Turn) (bool, error) {
-	return m.cfg.Sessions.AppendFold(ctx, thread, t, session.Folder{At: m.cfg.FoldAt, Fold: m.fold})
+	added, err := m.cfg.Sessions.AppendFold(ctx, thread, m.folder(), t)
+	return err == nil && added[0], err
 }
+
+func (m *Memory) folder() session.Folder { return session.Folder{At: m.cfg.FoldAt, Fold: m.fold} }
 
 // fold chooses the turns to fold, all but the newest KeepRecent bytes (at
 // least one turn stays), and summarises them.

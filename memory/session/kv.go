@@ -330,29 +330,36 @@ func hasTurn(s *kvSession, id string) bool {
 
 // Append implements Store.
 func (k *KV) Append(ctx context.Context, thread string, t Turn) (bool, error) {
-	return k.AppendFold(ctx, thread, t, Folder{})
+	added, err := k.AppendFold(ctx, thread, Folder{}, t)
+	return err == nil && added[0], err
 }
 
-// AppendFold implements Store.
-func (k *KV) AppendFold(ctx context.Context, thread string, t Turn, f Folder) (bool, error) {
+// AppendFold implements Store: one write for all of ts and the fold.
+func (k *KV) AppendFold(ctx context.Context, thread string, f Folder, ts ...Turn) ([]bool, error) {
+	added := make([]bool, len(ts))
 	if thread == "" {
-		return false, ErrNoThread
+		return added, ErrNoThread
 	}
-	var added bool
+	if len(ts) == 0 {
+		return added, nil
+	}
 	err := k.modify(ctx, thread, func(cur *kvSession) (*kvSession, []string, error) {
-		added = false
-		if hasTurn(cur, t.ID) {
-			return nil, nil, nil
-		}
+		clear(added)
 		// Asked on every attempt: a turn removed by the writer that got in
 		// first has its key by then.
-		seen, err := k.marked(ctx, thread, t.ID)
-		if err != nil || seen {
+		if err := k.unseen(ctx, thread, cur, ts, added); err != nil {
 			return nil, nil, err
 		}
-		added = true
-		next := &kvSession{Summary: cur.Summary, Turns: make([]Turn, 0, len(cur.Turns)+1)}
-		next.Turns = append(append(next.Turns, cur.Turns...), t)
+		next := &kvSession{Summary: cur.Summary, Turns: make([]Turn, 0, len(cur.Turns)+len(ts))}
+		next.Turns = append(next.Turns, cur.Turns...)
+		for i, t := range ts {
+			if added[i] {
+				next.Turns = append(next.Turns, t)
+			}
+		}
+		if len(next.Turns) == len(cur.Turns) {
+			return nil, nil, nil
+		}
 		var removed []string
 		if n := len(next.Turns) - k.opt.MaxTurns; n > 0 {
 			removed = turnIDs(next.Turns[:n])
@@ -370,9 +377,27 @@ func (k *KV) AppendFold(ctx context.Context, thread string, t Turn, f Folder) (b
 		return next, removed, nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("append turn %s to session %s: %w", t.ID, thread, err)
+		return added, fmt.Errorf("append %d turns (first %s) to session %s: %w", len(ts), ts[0].ID, thread, err)
 	}
 	return added, nil
+}
+
+// unseen sets added[i] for each turn of ts whose id neither cur holds nor
+// has a key (nor an earlier turn of ts has); the keys are read concurrently.
+func (k *KV) unseen(ctx context.Context, thread string, cur *kvSession, ts []Turn, added []bool) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, t := range ts {
+		if hasTurn(cur, t.ID) || slices.ContainsFunc(ts[:i], func(o Turn) bool { return o.ID == t.ID }) {
+			continue
+		}
+		g.Go(func() error {
+			seen, err := k.marked(gctx, thread, t.ID)
+			added[i] = err == nil && !seen
+			return err
+		})
+	}
+	return g.Wait()
 }
 
 func turnIDs(ts []Turn) []string {

@@ -110,45 +110,77 @@ return {1, n}
 
 // Append implements Store.
 func (r *Redis) Append(ctx context.Context, thread string, t Turn) (bool, error) {
-	return r.AppendFold(ctx, thread, t, Folder{})
+	added, err := r.AppendFold(ctx, thread, Folder{}, t)
+	return err == nil && added[0], err
 }
 
-// AppendFold implements Store. The append and the fold are two scripts:
-// the summariser runs in between, outside Redis. The fold applies only if
-// the turns it summarised are still the oldest (another worker may have
-// folded them first); the append stands either way.
-func (r *Redis) AppendFold(ctx context.Context, thread string, t Turn, f Folder) (bool, error) {
+// AppendFold implements Store. Each turn is appended by the append script
+// (the turns of one call in one pipeline); the fold is a second script, with
+// the summariser run in between, outside Redis. The fold applies only if the
+// turns it summarised are still the oldest (another worker may have folded
+// them first); the appends stand either way.
+func (r *Redis) AppendFold(ctx context.Context, thread string, f Folder, ts ...Turn) ([]bool, error) {
+	added := make([]bool, len(ts))
 	if thread == "" {
-		return false, ErrNoThread
+		return added, ErrNoThread
 	}
-	b, err := json.Marshal(t)
-	if err != nil {
-		return false, err
+	if len(ts) == 0 {
+		return added, nil
 	}
 	list, ids, sum, size := r.keys(thread)
-	res, err := appendScript.Run(ctx, r.rdb, []string{list, ids, sum, size},
-		t.ID, b, r.opt.MaxTurns, r.opt.TTL.Milliseconds(), time.Now().UnixMilli(), r.opt.MaxSeen, len(t.Content)).Int64Slice()
+	cmds := make([]*redis.Cmd, len(ts))
+	run := func(c redis.Scripter) error {
+		for i, t := range ts {
+			b, err := json.Marshal(t)
+			if err != nil {
+				return err
+			}
+			keys := []string{list, ids, sum, size}
+			args := []any{t.ID, b, r.opt.MaxTurns, r.opt.TTL.Milliseconds(), time.Now().UnixMilli(), r.opt.MaxSeen, len(t.Content)}
+			if len(ts) == 1 {
+				cmds[i] = appendScript.Run(ctx, c, keys, args...)
+			} else {
+				// EVAL, not EVALSHA: a pipeline cannot load a missing script.
+				cmds[i] = appendScript.Eval(ctx, c, keys, args...)
+			}
+		}
+		return nil
+	}
+	var err error
+	if len(ts) == 1 {
+		err = run(r.rdb)
+	} else {
+		_, err = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { return run(p) })
+	}
 	if err != nil {
-		return false, fmt.Errorf("append turn %s to session %s: %w", t.ID, thread, err)
+		return added, fmt.Errorf("append %d turns (first %s) to session %s: %w", len(ts), ts[0].ID, thread, err)
 	}
-	if res[0] != 1 {
-		return false, nil
+	var last int64
+	for i, c := range cmds {
+		res, err := c.Int64Slice()
+		if err != nil {
+			return added, fmt.Errorf("append turn %s to session %s: %w", ts[i].ID, thread, err)
+		}
+		added[i] = res[0] == 1
+		if added[i] {
+			last = res[1]
+		}
 	}
-	if f.Fold == nil || f.At <= 0 || res[1] <= int64(f.At) {
-		return true, nil
+	if f.Fold == nil || f.At <= 0 || last <= int64(f.At) {
+		return added, nil
 	}
 	s, err := r.Load(ctx, thread)
 	if err != nil {
-		return true, err
+		return added, err
 	}
 	n, summary, err := f.fold(ctx, &s)
 	if err != nil || n == 0 {
-		return true, err
+		return added, err
 	}
 	if _, err := r.Fold(ctx, thread, n, s.Turns[n-1].ID, summary); err != nil {
-		return true, err
+		return added, err
 	}
-	return true, nil
+	return added, nil
 }
 
 // Load implements Store.

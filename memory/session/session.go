@@ -11,9 +11,10 @@
 // Options.TTL (default 24h) after its last turn. Appending is idempotent by the
 // turn's id (the envelope id), so a redelivered envelope is not kept twice.
 //
-// AppendFold appends a turn and, once the session outgrows Folder.At, folds
-// its oldest turns into the summary, in one atomic write: a turn costs one
-// read-modify-write of the session, whatever the session's age.
+// AppendFold appends turns and, once the session outgrows Folder.At, folds
+// its oldest turns into the summary, in one atomic write: a turn costs at
+// most one read-modify-write of the session, whatever the session's age, and
+// the turns of one thread that arrive together share one.
 package session
 
 import (
@@ -72,11 +73,13 @@ type Store interface {
 	// appended; it reports whether t was added. The oldest turns beyond
 	// MaxTurns are dropped and the session's expiry is reset.
 	Append(ctx context.Context, thread string, t Turn) (bool, error)
-	// AppendFold is Append and, when the session with t is larger than f.At
-	// (Session.Size), a fold of the oldest turns f.Fold chooses, written
-	// together: the session never holds t without the fold f asked for.
-	// With a zero Folder it is Append.
-	AppendFold(ctx context.Context, thread string, t Turn, f Folder) (bool, error)
+	// AppendFold appends the turns ts, in order, each unless a turn with its
+	// id was already appended (added[i] reports whether ts[i] was), and, when
+	// the session is then larger than f.At (Session.Size), folds the oldest
+	// turns f.Fold chooses, all in one write where the store allows: the
+	// session never holds the turns without the fold f asked for. With one
+	// turn and a zero Folder it is Append.
+	AppendFold(ctx context.Context, thread string, f Folder, ts ...Turn) (added []bool, err error)
 	// Load returns the thread's session; an unknown thread has an empty one.
 	Load(ctx context.Context, thread string) (Session, error)
 	// Fold replaces the n oldest turns with summary, if the n-th oldest turn

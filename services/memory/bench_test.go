@@ -61,7 +61,7 @@ func BenchmarkHotThread(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w, err := svc.New(svc.Config{DisableRPC: true}, bb, m)
+	w, err := svc.New(svc.Config{DisableRPC: true, Concurrency: benchConcurrency()}, bb, m)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -298,4 +298,9 @@ func (k countingKV) Put(ctx context.Context, key string, value []byte) (uint64, 
 		k.c.idWrites.Add(1)
 	}
 	return rev, err
+}
+
+func benchConcurrency() int {
+	n, _ := strconv.Atoi(os.Getenv("HOTTHREAD_CONCURRENCY"))
+	return n
 }

@@ -6,9 +6,11 @@
 // nats.go/micro service "relay-memory" (package memory/remote), stopped
 // when Run returns.
 //
-// The worker handles one thread's envelopes one at a time (in the order its
-// handlers took them), so its own handlers never conflict on a session; other
-// threads go on in parallel.
+// The worker handles one thread's envelopes in the order its handlers took
+// them, one batch at a time: the envelopes of a hot thread that arrive while
+// its session is being written go to the session together in the next write.
+// So its own handlers never conflict on a session, and other threads go on
+// in parallel.
 //
 // Outcomes: a stored envelope is acked; a malformed memory_update is
 // dead-lettered with its reason; a store or embeddings endpoint that cannot be
@@ -105,13 +107,16 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// maxBatch bounds the envelopes of one thread observed together.
+const maxBatch = 64
+
 // Service is the memory worker.
 type Service struct {
 	cfg     Config
 	bus     *bus.Bus
 	mem     *memory.Memory
 	log     *slog.Logger
-	threads *threadLocks
+	threads *threadQueues
 }
 
 // New returns the worker on b, recording into mem.
@@ -123,7 +128,7 @@ func New(cfg Config, b *bus.Bus, mem *memory.Memory) (*Service, error) {
 	if b == nil || mem == nil {
 		return nil, errors.New("memory worker: bus and memory are required")
 	}
-	return &Service{cfg: cfg, bus: b, mem: mem, log: cfg.Logger, threads: newThreadLocks()}, nil
+	return &Service{cfg: cfg, bus: b, mem: mem, log: cfg.Logger, threads: newThreadQueues(maxBatch)}, nil
 }
 
 // Handler is the bus handler of every consumer.
@@ -133,14 +138,12 @@ func (s *Service) Handler() bus.Handler {
 
 func (s *Service) handle(ctx context.Context, m *bus.Message) error {
 	e := m.Envelope
+	var err error
 	if th := e.Meta.Thread; th != "" {
-		unlock, err := s.threads.lock(ctx, th)
-		if err != nil {
-			return fmt.Errorf("envelope %s (thread %q): waiting for the thread: %w", e.ID, th, err)
-		}
-		defer unlock()
+		err = s.threads.do(ctx, th, e, s.mem.ObserveAll)
+	} else {
+		err = s.mem.Observe(ctx, e)
 	}
-	err := s.mem.Observe(ctx, e)
 	if err == nil {
 		return nil
 	}

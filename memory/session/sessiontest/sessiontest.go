@@ -5,6 +5,7 @@ package sessiontest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"Concurrent", testConcurrent},
 		{"ConcurrentInOrder", testConcurrentInOrder},
 		{"AppendFold", testAppendFold},
+		{"AppendFoldBatch", testAppendFoldBatch},
 		{"ConcurrentFolds", testConcurrentFolds},
 		{"RedeliveredNotTwice", testRedelivered},
 		{"Episodes", testEpisodes},
@@ -371,6 +373,15 @@ func testConcurrentInOrder(t *testing.T, newStore Factory) {
 	checkWriterOrder(t, turnTexts(got.Turns), writers, each)
 }
 
+// appendFold appends one turn with AppendFold.
+func appendFold(s session.Store, ctx context.Context, th string, tu session.Turn, f session.Folder) (bool, error) {
+	added, err := s.AppendFold(ctx, th, f, tu)
+	if err == nil && len(added) != 1 {
+		return false, fmt.Errorf("AppendFold of one turn reported %d results", len(added))
+	}
+	return err == nil && added[0], err
+}
+
 func turnTexts(ts []session.Turn) []string {
 	out := make([]string, len(ts))
 	for i, tu := range ts {
@@ -427,7 +438,7 @@ func testAppendFold(t *testing.T, newStore Factory) {
 	for i := range 3 { // 3 × 10 bytes: under At, no fold
 		tu := session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("turn %05d", i)}
 		ts = append(ts, tu)
-		if ok, err := s.AppendFold(ctx, th, tu, f); err != nil || !ok {
+		if ok, err := appendFold(s, ctx, th, tu, f); err != nil || !ok {
 			t.Fatalf("AppendFold = %v, %v; want true, nil", ok, err)
 		}
 	}
@@ -437,7 +448,7 @@ func testAppendFold(t *testing.T, newStore Factory) {
 	for i := 3; i < 5; i++ { // 50 bytes: past At, folded as part of the append
 		tu := session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("turn %05d", i)}
 		ts = append(ts, tu)
-		if ok, err := s.AppendFold(ctx, th, tu, f); err != nil || !ok {
+		if ok, err := appendFold(s, ctx, th, tu, f); err != nil || !ok {
 			t.Fatalf("AppendFold = %v, %v; want true, nil", ok, err)
 		}
 	}
@@ -449,14 +460,14 @@ func testAppendFold(t *testing.T, newStore Factory) {
 		t.Fatalf("got summary %q, want %q", got.Summary, want)
 	}
 	for _, tu := range ts {
-		if ok, err := s.AppendFold(ctx, th, tu, f); err != nil || ok {
+		if ok, err := appendFold(s, ctx, th, tu, f); err != nil || ok {
 			t.Fatalf("AppendFold of %s again = %v, %v; want false, nil", tu.Content, ok, err)
 		}
 	}
 	// A zero Folder never folds.
 	other := thread()
 	for i := range 10 {
-		if _, err := s.AppendFold(ctx, other, turn(i), session.Folder{}); err != nil {
+		if _, err := appendFold(s, ctx, other, turn(i), session.Folder{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -481,7 +492,7 @@ func testConcurrentFolds(t *testing.T, newStore Factory) {
 		wg.Go(func() {
 			for i := range each {
 				tu := session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("w%d %03d", w, i)}
-				if ok, err := s.AppendFold(context.WithoutCancel(t.Context()), th, tu, f); err != nil || !ok {
+				if ok, err := appendFold(s, context.WithoutCancel(t.Context()), th, tu, f); err != nil || !ok {
 					errs <- fmt.Errorf("AppendFold %s = %v, %v; want true, nil", tu.Content, ok, err)
 				}
 			}
@@ -517,14 +528,14 @@ func testRedelivered(t *testing.T, newStore Factory) {
 	for i := range 20 {
 		tu := session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("turn %03d", i)}
 		ts = append(ts, tu)
-		if ok, err := a.AppendFold(ctx, th, tu, f); err != nil || !ok {
+		if ok, err := appendFold(a, ctx, th, tu, f); err != nil || !ok {
 			t.Fatalf("AppendFold = %v, %v; want true, nil", ok, err)
 		}
 	}
 	before := mustLoad(t, a, th)
 	for _, s := range stores {
 		for _, tu := range ts {
-			if ok, err := s.AppendFold(ctx, th, tu, f); err != nil || ok {
+			if ok, err := appendFold(s, ctx, th, tu, f); err != nil || ok {
 				t.Fatalf("redelivered %s = %v, %v; want false, nil", tu.Content, ok, err)
 			}
 			if ok, err := s.Append(ctx, th, tu); err != nil || ok {
@@ -536,5 +547,42 @@ func testRedelivered(t *testing.T, newStore Factory) {
 	if after.Summary != before.Summary || len(after.Turns) != len(before.Turns) {
 		t.Fatalf("redeliveries changed the session: got %q and %d turns, want %q and %d",
 			after.Summary, len(after.Turns), before.Summary, len(before.Turns))
+	}
+}
+
+// testAppendFoldBatch: several turns in one call land in order, each once
+// (repeats inside the batch and turns appended before are reported as not
+// added), and the fold applies once to the whole batch.
+func testAppendFoldBatch(t *testing.T, newStore Factory) {
+	s := open(t, newStore, session.Options{})
+	ctx := t.Context()
+	th := thread()
+	var calls atomic.Int64
+	f := idFolder(45, &calls)
+	mk := func(i int) session.Turn {
+		return session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("turn %05d", i)}
+	}
+	first := mk(0)
+	if ok, err := appendFold(s, ctx, th, first, f); err != nil || !ok {
+		t.Fatalf("AppendFold = %v, %v; want true, nil", ok, err)
+	}
+	batch := []session.Turn{mk(1), mk(2), first, mk(3)}
+	batch = append(batch, batch[1], mk(4)) // turn 2 twice in one batch
+	added, err := s.AppendFold(ctx, th, f, batch...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, true, false, true, false, true}; !slices.Equal(added, want) {
+		t.Fatalf("got added %v, want %v", added, want)
+	}
+	got := mustLoad(t, s, th)
+	if want := "turn 00000|turn 00001|turn 00002|turn 00003"; got.Summary != want || len(got.Turns) != 1 || got.Turns[0].Content != "turn 00004" {
+		t.Fatalf("got summary %q and turns %v, want %q and turn 4", got.Summary, turnTexts(got.Turns), want)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("Fold asked %d times, want once for the batch", calls.Load())
+	}
+	if added, err := s.AppendFold(ctx, th, f); err != nil || len(added) != 0 {
+		t.Fatalf("AppendFold of no turns = %v, %v; want none, nil", added, err)
 	}
 }
