@@ -55,7 +55,9 @@ var DefaultConsumers = []Consumer{
 type Config struct {
 	// Consumers default to DefaultConsumers.
 	Consumers []Consumer
-	// Concurrency is how many messages each consumer handles at once. Default 4.
+	// Concurrency is how many messages each consumer handles at once.
+	// Default 16: the handlers of a hot thread wait for each other and share
+	// its session writes, so more of them in flight means fewer writes.
 	Concurrency int
 	// MaxDeliver is how often a message is tried before it is dead-lettered.
 	// Default 20: with NakDelays that rides out about ten minutes of a store outage.
@@ -76,7 +78,7 @@ func (c *Config) setDefaults() {
 		c.Consumers = DefaultConsumers
 	}
 	if c.Concurrency <= 0 {
-		c.Concurrency = 4
+		c.Concurrency = 16
 	}
 	if c.MaxDeliver <= 0 {
 		c.MaxDeliver = 20

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 
@@ -85,6 +86,21 @@ func (q *threadQueues) lead(ctx context.Context, thread string, tq *threadQueue,
 	tq.waiting = tq.waiting[n:]
 	q.mu.Unlock()
 
+	delivered := false
+	defer func() {
+		// Also when observe panics: the others are told, and the thread
+		// does not stay locked.
+		if !delivered {
+			for _, b := range batch {
+				if b != it {
+					b.done <- outcome{err: errObservePanicked}
+				}
+			}
+		}
+		q.mu.Lock()
+		q.passLead(thread, tq)
+		q.mu.Unlock()
+	}()
 	es := make([]*envelope.Envelope, len(batch))
 	for i, b := range batch {
 		es[i] = b.e
@@ -98,12 +114,13 @@ func (q *threadQueues) lead(ctx context.Context, thread string, tq *threadQueue,
 		}
 		b.done <- outcome{err: errs[i]}
 	}
-
-	q.mu.Lock()
-	q.passLead(thread, tq)
-	q.mu.Unlock()
+	delivered = true
 	return mine
 }
+
+// errObservePanicked is the outcome of the envelopes that shared a batch with
+// one whose handling panicked (that one's handler reports the panic).
+var errObservePanicked = errors.New("memory worker: another envelope of the batch panicked; retrying")
 
 // passLead tells the first waiting handler to lead, or drops the thread when
 // none waits. Called with q.mu held.

@@ -201,4 +201,32 @@ func TestThreadQueues(t *testing.T) {
 			t.Fatalf("got batches %v, want one each in order", r.batches)
 		}
 	})
+
+	t.Run("APanicDoesNotLockTheThread", func(t *testing.T) {
+		t.Parallel()
+		q, r := newThreadQueues(64), newRecorder(t)
+		hold := make(chan struct{})
+		panicked := make(chan any, 1)
+		go func() {
+			defer func() { panicked <- recover() }()
+			_ = q.do(t.Context(), "th", env("boom"), func(ctx context.Context, th string, es ...*envelope.Envelope) []error {
+				<-hold
+				panic("boom")
+			})
+		}()
+		waiting(t, q, "th", 0)
+		other := make(chan error, 1)
+		go func() { other <- q.do(t.Context(), "th", env("waits"), r.observe) }()
+		waiting(t, q, "th", 1)
+		close(hold)
+		if p := <-panicked; p != "boom" {
+			t.Fatalf("got panic %v, want boom", p)
+		}
+		if err := <-other; err != nil {
+			t.Fatalf("the waiter after a panic: got %v, want its own batch observed", err)
+		}
+		if err := q.do(t.Context(), "th", env("later"), r.observe); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
