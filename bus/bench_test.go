@@ -92,7 +92,7 @@ func BenchmarkPublish(b *testing.B) {
 		busChunk := func() {
 			t0 := time.Now()
 			for range chunk {
-				if _, err := bb.PublishAsync(subj, e, bus.WithMsgID(id())); err != nil {
+				if _, err := bb.PublishAsync(ctx, subj, e, bus.WithMsgID(id())); err != nil {
 					b.Fatal(err)
 				}
 			}

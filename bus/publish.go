@@ -65,20 +65,53 @@ func (b *Bus) Publish(ctx context.Context, subject string, e *envelope.Envelope,
 }
 
 // PublishAsync validates e and publishes it without waiting for the ack, for
-// producers that keep many publishes in flight. It blocks while
-// Config.MaxAsyncPending publishes are unacknowledged. The future reports the
-// ack or the error; PublishAsyncComplete tells when every publish was acked.
-func (b *Bus) PublishAsync(subject string, e *envelope.Envelope, opts ...PublishOption) (jetstream.PubAckFuture, error) {
+// producers that keep many publishes in flight. While Config.MaxAsyncPending
+// publishes are unacknowledged it waits for one of them to be acked: this
+// back-pressure is bounded by ctx (by the bus's publish timeout when ctx has
+// no deadline), and running out of it is an error wrapping ErrUnavailable and
+// the context's error, never the client's "stalled" error. The future
+// reports the ack or the error; PublishAsyncComplete tells when every publish
+// was acked.
+func (b *Bus) PublishAsync(ctx context.Context, subject string, e *envelope.Envelope, opts ...PublishOption) (jetstream.PubAckFuture, error) {
 	msg, err := b.buildMsg(subject, e, opts)
 	if err != nil {
 		return nil, err
 	}
-	f, err := b.js.PublishMsgAsync(msg)
+	f, err := b.publishAsync(ctx, msg)
 	if err != nil {
 		b.countPublish(b.StreamName(subject), "error")
 		return nil, fmt.Errorf("publish %s to %s: %w", e.ID, subject, err)
 	}
 	return f, nil
+}
+
+// asyncStallWait is how long one attempt of an async publish waits for a
+// free slot before PublishAsync checks its context and waits again.
+const asyncStallWait = 250 * time.Millisecond
+
+// publishAsync publishes msg, waiting while the client holds MaxAsyncPending
+// unacknowledged publishes. The client wakes a stalled publisher as soon as
+// an ack frees a slot, so the wait is not a poll; the stall wait only bounds
+// how long it goes without looking at ctx.
+func (b *Bus) publishAsync(ctx context.Context, msg *nats.Msg) (jetstream.PubAckFuture, error) {
+	ctx, cancel := b.withTimeout(ctx)
+	defer cancel()
+	for {
+		wait := asyncStallWait
+		if d, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(d))
+		}
+		if err := ctx.Err(); err != nil || wait <= 0 {
+			if err == nil {
+				err = context.DeadlineExceeded
+			}
+			return nil, fmt.Errorf("%w: %d async publishes unacknowledged: %w", ErrUnavailable, b.cfg.MaxAsyncPending, err)
+		}
+		f, err := b.js.PublishMsgAsync(msg, jetstream.WithStallWait(wait))
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			return f, err
+		}
+	}
 }
 
 // PublishAsyncComplete is closed when every PublishAsync so far was acknowledged.

@@ -125,24 +125,45 @@ func Tokens(s string) int { return (len(s) + 3) / 4 }
 // idempotent by envelope id. A malformed memory_update is an *UpdateError;
 // other errors are transient (a store or endpoint unreachable).
 func (m *Memory) Observe(ctx context.Context, e *envelope.Envelope) error {
-	if e.MemoryUpdate != nil {
-		// Check the shape first, so a bad update is rejected before anything is stored.
-		if err := checkUpdate(e); err != nil {
-			return err
+	return m.ObserveAll(ctx, e.Meta.Thread, e)[0]
+}
+
+// ObserveAll is Observe for envelopes whose meta.thread is thread, in order:
+// their turns go to the session together (one write of the session with
+// the fold it needs, session.Store.AppendFold), and errs[i] is what Observe
+// would have returned for es[i]. The memory worker hands it the envelopes of
+// a hot thread that arrived while it was writing the previous ones.
+func (m *Memory) ObserveAll(ctx context.Context, thread string, es ...*envelope.Envelope) (errs []error) {
+	errs = make([]error, len(es))
+	var turns []session.Turn
+	var of []int // turns[j] is the turn of es[of[j]]
+	for i, e := range es {
+		if e.MemoryUpdate != nil {
+			// Check the shape first, so a bad update is rejected before anything is stored.
+			if errs[i] = checkUpdate(e); errs[i] != nil {
+				continue
+			}
 		}
-	}
-	if e.Meta.Thread != "" {
-		if text := clip.To(TurnText(e), maxTurnBytes); text != "" {
-			t := session.Turn{ID: e.ID, Role: string(e.Role), Content: text, Time: e.Timestamp}
-			if _, err := m.AppendTurn(ctx, e.Meta.Thread, t); err != nil {
-				return err
+		if thread != "" {
+			if text := clip.To(TurnText(e), maxTurnBytes); text != "" {
+				turns = append(turns, session.Turn{ID: e.ID, Role: string(e.Role), Content: text, Time: e.Timestamp})
+				of = append(of, i)
 			}
 		}
 	}
-	if e.MemoryUpdate != nil {
-		return m.apply(ctx, e)
+	if len(turns) > 0 {
+		if _, err := m.cfg.Sessions.AppendFold(ctx, thread, m.folder(), turns...); err != nil {
+			for _, i := range of {
+				errs[i] = err
+			}
+		}
 	}
-	return nil
+	for i, e := range es {
+		if errs[i] == nil && e.MemoryUpdate != nil {
+			errs[i] = m.apply(ctx, e)
+		}
+	}
+	return errs
 }
 
 // maxTurnBytes caps one turn's text, so a huge message cannot outgrow a
@@ -172,23 +193,18 @@ func TurnText(e *envelope.Envelope) string {
 }
 
 // AppendTurn appends t to the thread's session (idempotent by t.ID) and, once
-// the session passes FoldAt bytes, folds its older turns into the summary.
+// the session passes FoldAt bytes, folds its older turns into the summary in
+// the same write (session.Store.AppendFold).
 func (m *Memory) AppendTurn(ctx context.Context, thread string, t session.Turn) (bool, error) {
-	added, err := m.cfg.Sessions.Append(ctx, thread, t)
-	if err != nil || !added {
-		return added, err
-	}
-	return true, m.maybeFold(ctx, thread)
+	added, err := m.cfg.Sessions.AppendFold(ctx, thread, m.folder(), t)
+	return err == nil && added[0], err
 }
 
-func (m *Memory) maybeFold(ctx context.Context, thread string) error {
-	s, err := m.cfg.Sessions.Load(ctx, thread)
-	if err != nil {
-		return err
-	}
-	if s.Size() <= m.cfg.FoldAt {
-		return nil
-	}
+func (m *Memory) folder() session.Folder { return session.Folder{At: m.cfg.FoldAt, Fold: m.fold} }
+
+// fold chooses the turns to fold, all but the newest KeepRecent bytes (at
+// least one turn stays), and summarises them.
+func (m *Memory) fold(ctx context.Context, s *session.Session) (int, string, error) {
 	keep, kept := 0, 0
 	for i := len(s.Turns) - 1; i >= 0; i-- {
 		if keep > 0 && kept+len(s.Turns[i].Content) > m.cfg.KeepRecent {
@@ -199,20 +215,14 @@ func (m *Memory) maybeFold(ctx context.Context, thread string) error {
 	}
 	n := len(s.Turns) - keep
 	if n <= 0 {
-		return nil
+		return 0, "", nil
 	}
 	sum, err := m.cfg.Summariser.Summarise(ctx, s.Summary, s.Turns[:n])
 	if err != nil {
-		return fmt.Errorf("summarise session %s: %w", thread, err)
+		return 0, "", fmt.Errorf("summarise session %s: %w", s.Thread, err)
 	}
-	ok, err := m.cfg.Sessions.Fold(ctx, thread, n, s.Turns[n-1].ID, sum)
-	if err != nil {
-		return err
-	}
-	if ok {
-		m.log.Debug("session folded", "thread", thread, "turns", n, "summary_bytes", len(sum))
-	}
-	return nil
+	m.log.Debug("session folded", "thread", s.Thread, "turns", n, "summary_bytes", len(sum))
+	return n, sum, nil
 }
 
 func checkUpdate(e *envelope.Envelope) error {

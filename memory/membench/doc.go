@@ -9,4 +9,8 @@
 // 384-dimension memories (clustered synthetic vectors), retrieval latency
 // (p50/p99) and recall@10 of the HNSW index against an exact scan of the same
 // table, for several hnsw.ef_search values. MEMBENCH_ROWS overrides 100000.
+//
+// The memory worker on one hot thread (turns/s beside a raw key-value put, with
+// session decodes, encodes and revision conflicts per turn) is measured by
+// BenchmarkHotThread in services/memory.
 package membench

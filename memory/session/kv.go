@@ -2,15 +2,20 @@ package session
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 )
 
 // KVConfig configures the JetStream key-value store.
@@ -27,16 +32,64 @@ type KVConfig struct {
 // KV keeps sessions in JetStream key-value buckets, one key per thread (the
 // thread key base64url-encoded, since KV keys allow few characters). Updates
 // use optimistic concurrency on the key's revision and retry on conflict.
+//
+// The session value holds only the summary and the kept turns, so a write
+// costs in proportion to the session's recent text, not its history. The ids
+// of turns that left the session (folded or beyond MaxTurns) are remembered
+// for idempotency by one small key each ("i." and a hash of thread and id),
+// written before the session write that removes the turn and expiring with
+// the bucket's TTL.
+//
+// A KV keeps the last session it read or wrote for each thread, with its
+// revision, and writes against that revision without reading again; a
+// conflict (another process wrote) reads the key and retries. Serialising the
+// writes of one thread in one process (the memory worker does) leaves one
+// write, no read and no decode per turn.
 type KV struct {
 	sessions jetstream.KeyValue
 	episodes jetstream.KeyValue
 	opt      Options
+
+	mu    sync.Mutex
+	cache map[string]cachedSession
+
+	stats struct {
+		reads, decodes, encodes, writes, conflicts, markerReads, markerWrites atomic.Uint64
+	}
 }
 
+// cachedSession is a session as last read or written; its value is never
+// changed in place (writers copy it).
+type cachedSession struct {
+	rev uint64
+	v   *kvSession
+}
+
+// maxCached bounds the sessions a KV keeps decoded.
+const maxCached = 4096
+
 type kvSession struct {
-	Summary string   `json:"summary,omitempty"`
-	Turns   []Turn   `json:"turns"`
-	Seen    []string `json:"seen"`
+	Summary string `json:"summary,omitempty"`
+	Turns   []Turn `json:"turns"`
+	// Seen is the id list of older versions, which kept every appended id in
+	// the value; it is turned into id keys on the next write and dropped.
+	Seen []string `json:"seen,omitempty"`
+}
+
+// KVStats counts a KV's work since it was made: session reads (Get), value
+// decodes and encodes, session writes, writes lost to a concurrent writer,
+// and the reads and writes of id keys.
+type KVStats struct {
+	Reads, Decodes, Encodes, Writes, Conflicts, MarkerReads, MarkerWrites uint64
+}
+
+// Stats returns the counters; safe for concurrent use.
+func (k *KV) Stats() KVStats {
+	return KVStats{
+		Reads: k.stats.reads.Load(), Decodes: k.stats.decodes.Load(), Encodes: k.stats.encodes.Load(),
+		Writes: k.stats.writes.Load(), Conflicts: k.stats.conflicts.Load(),
+		MarkerReads: k.stats.markerReads.Load(), MarkerWrites: k.stats.markerWrites.Load(),
+	}
 }
 
 // NewKV creates or updates the buckets on js.
@@ -62,13 +115,20 @@ func NewKV(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KV, erro
 	if err != nil {
 		return nil, fmt.Errorf("episode bucket %s: %w", cfg.EpisodeBucket, err)
 	}
-	return &KV{sessions: s, episodes: e, opt: cfg.Options}, nil
+	return &KV{sessions: s, episodes: e, opt: cfg.Options, cache: map[string]cachedSession{}}, nil
 }
 
 // Close is a no-op: the buckets live on the caller's connection.
 func (k *KV) Close() error { return nil }
 
 func kvKey(thread string) string { return "t." + base64.RawURLEncoding.EncodeToString([]byte(thread)) }
+
+// markerKey is the key that remembers that the turn id of thread was appended
+// and has left the session. It is a hash, so it names neither.
+func markerKey(thread, id string) string {
+	h := sha256.Sum256([]byte(thread + "\n" + id))
+	return "i." + hex.EncodeToString(h[:16])
+}
 
 const maxCASRetries = 50
 
@@ -88,6 +148,22 @@ func read(ctx context.Context, kv jetstream.KeyValue, key string, v any) (uint64
 	return entry.Revision(), nil
 }
 
+// write stores b at key if its revision is still rev (0: if it does not
+// exist). It reports false when another writer got in first.
+func write(ctx context.Context, kv jetstream.KeyValue, key string, b []byte, rev uint64) (uint64, bool, error) {
+	var err error
+	var next uint64
+	if rev == 0 {
+		next, err = kv.Create(ctx, key, b)
+	} else {
+		next, err = kv.Update(ctx, key, b, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return 0, false, nil
+	}
+	return next, err == nil, err
+}
+
 // update reads the key, applies fn and writes it back with the read revision,
 // retrying on conflicts. fn returns false to write nothing.
 func update[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn func(v *T) (bool, error)) error {
@@ -97,64 +173,258 @@ func update[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn fu
 		if err != nil {
 			return err
 		}
-		write, err := fn(&v)
-		if err != nil || !write {
+		ok, err := fn(&v)
+		if err != nil || !ok {
 			return err
 		}
 		b, err := json.Marshal(&v)
 		if err != nil {
 			return err
 		}
-		if rev == 0 {
-			_, err = kv.Create(ctx, key, b)
-		} else {
-			_, err = kv.Update(ctx, key, b, rev)
+		if _, ok, err := write(ctx, kv, key, b, rev); ok || err != nil {
+			return err
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue
-		}
-		return err
 	}
 	return fmt.Errorf("update %s: too many concurrent writers", key)
 }
 
+// session returns the thread's session and its revision: the cached one, or,
+// when there is none or fresh is set, the one in the bucket.
+func (k *KV) session(ctx context.Context, key string, fresh bool) (*kvSession, uint64, error) {
+	if !fresh {
+		k.mu.Lock()
+		c, ok := k.cache[key]
+		k.mu.Unlock()
+		if ok {
+			return c.v, c.rev, nil
+		}
+	}
+	k.stats.reads.Add(1)
+	entry, err := k.sessions.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		k.remember(key, &kvSession{}, 0)
+		return &kvSession{}, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	k.stats.decodes.Add(1)
+	var v kvSession
+	if err := json.Unmarshal(entry.Value(), &v); err != nil {
+		return nil, 0, fmt.Errorf("decode %s: %w", key, err)
+	}
+	k.remember(key, &v, entry.Revision())
+	return &v, entry.Revision(), nil
+}
+
+// remember caches v as the session at key with revision rev.
+func (k *KV) remember(key string, v *kvSession, rev uint64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.cache[key]; !ok && len(k.cache) >= maxCached {
+		for old := range k.cache { // any one: the map's order is random
+			delete(k.cache, old)
+			break
+		}
+	}
+	k.cache[key] = cachedSession{rev: rev, v: v}
+}
+
+func (k *KV) forgetCached(key string) {
+	k.mu.Lock()
+	delete(k.cache, key)
+	k.mu.Unlock()
+}
+
+// change computes the next session from the current one; it returns nil to
+// write nothing, and the ids of the turns the next session no longer holds.
+type change func(cur *kvSession) (next *kvSession, removed []string, err error)
+
+// modify applies fn to the thread's session and writes the result against
+// the revision it was computed from, retrying with a fresh read when another
+// writer got in first. Ids of removed turns get their keys before the write.
+func (k *KV) modify(ctx context.Context, thread string, fn change) error {
+	key := kvKey(thread)
+	fresh := false
+	for range maxCASRetries {
+		cur, rev, err := k.session(ctx, key, fresh)
+		if err != nil {
+			return err
+		}
+		next, removed, err := fn(cur)
+		if err != nil || next == nil {
+			return err
+		}
+		removed = append(removed, legacySeen(cur, next)...)
+		next.Seen = nil
+		if err := k.mark(ctx, thread, removed); err != nil {
+			return err
+		}
+		k.stats.encodes.Add(1)
+		b, err := json.Marshal(next)
+		if err != nil {
+			return err
+		}
+		k.stats.writes.Add(1)
+		nrev, ok, err := write(ctx, k.sessions, key, b, rev)
+		if err != nil {
+			k.forgetCached(key)
+			return err
+		}
+		if !ok {
+			k.stats.conflicts.Add(1)
+			fresh = true
+			continue
+		}
+		k.remember(key, next, nrev)
+		return nil
+	}
+	k.forgetCached(key)
+	return fmt.Errorf("update %s: too many concurrent writers", key)
+}
+
+// legacySeen returns the ids an old-format value remembered that next does
+// not hold as turns: they become id keys.
+func legacySeen(cur, next *kvSession) []string {
+	var out []string
+	for _, id := range cur.Seen {
+		if !slices.ContainsFunc(next.Turns, func(t Turn) bool { return t.ID == id }) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// mark writes the id keys of ids, concurrently.
+func (k *KV) mark(ctx context.Context, thread string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for _, id := range ids {
+		g.Go(func() error {
+			k.stats.markerWrites.Add(1)
+			if _, err := k.sessions.Put(gctx, markerKey(thread, id), []byte{'1'}); err != nil {
+				return fmt.Errorf("remember turn id %s: %w", id, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// marked reports whether id has a key: it was appended and has left the session.
+func (k *KV) marked(ctx context.Context, thread, id string) (bool, error) {
+	k.stats.markerReads.Add(1)
+	_, err := k.sessions.Get(ctx, markerKey(thread, id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func hasTurn(s *kvSession, id string) bool {
+	return slices.ContainsFunc(s.Turns, func(t Turn) bool { return t.ID == id }) || slices.Contains(s.Seen, id)
+}
+
 // Append implements Store.
 func (k *KV) Append(ctx context.Context, thread string, t Turn) (bool, error) {
+	added, err := k.AppendFold(ctx, thread, Folder{}, t)
+	return err == nil && added[0], err
+}
+
+// AppendFold implements Store: one write for all of ts and the fold.
+func (k *KV) AppendFold(ctx context.Context, thread string, f Folder, ts ...Turn) ([]bool, error) {
+	added := make([]bool, len(ts))
 	if thread == "" {
-		return false, ErrNoThread
+		return added, ErrNoThread
 	}
-	var added bool
-	err := update(ctx, k.sessions, kvKey(thread), func(s *kvSession) (bool, error) {
-		added = false
-		if slices.Contains(s.Seen, t.ID) {
-			return false, nil
+	if len(ts) == 0 {
+		return added, nil
+	}
+	err := k.modify(ctx, thread, func(cur *kvSession) (*kvSession, []string, error) {
+		clear(added)
+		// Asked on every attempt: a turn removed by the writer that got in
+		// first has its key by then.
+		if err := k.unseen(ctx, thread, cur, ts, added); err != nil {
+			return nil, nil, err
 		}
-		added = true
-		s.Turns = append(s.Turns, t)
-		if n := len(s.Turns) - k.opt.MaxTurns; n > 0 {
-			s.Turns = slices.Delete(s.Turns, 0, n)
+		next := &kvSession{Summary: cur.Summary, Turns: make([]Turn, 0, len(cur.Turns)+len(ts))}
+		next.Turns = append(next.Turns, cur.Turns...)
+		for i, t := range ts {
+			if added[i] {
+				next.Turns = append(next.Turns, t)
+			}
 		}
-		s.Seen = append(s.Seen, t.ID)
-		if n := len(s.Seen) - k.opt.MaxSeen; n > 0 {
-			s.Seen = slices.Delete(s.Seen, 0, n)
+		if len(next.Turns) == len(cur.Turns) {
+			return nil, nil, nil
 		}
-		return true, nil
+		var removed []string
+		if n := len(next.Turns) - k.opt.MaxTurns; n > 0 {
+			removed = turnIDs(next.Turns[:n])
+			next.Turns = next.Turns[n:]
+		}
+		s := Session{Thread: thread, Summary: next.Summary, Turns: next.Turns}
+		n, sum, err := f.fold(ctx, &s)
+		if err != nil {
+			return nil, nil, err
+		}
+		if n > 0 {
+			removed = append(removed, turnIDs(next.Turns[:n])...)
+			next.Turns, next.Summary = next.Turns[n:], sum
+		}
+		return next, removed, nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("append turn %s to session %s: %w", t.ID, thread, err)
+		return added, fmt.Errorf("append %d turns (first %s) to session %s: %w", len(ts), ts[0].ID, thread, err)
 	}
 	return added, nil
 }
 
-// Load implements Store.
+// unseen sets added[i] for each turn of ts whose id neither cur holds nor
+// has a key (nor an earlier turn of ts has); the keys are read concurrently.
+func (k *KV) unseen(ctx context.Context, thread string, cur *kvSession, ts []Turn, added []bool) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, t := range ts {
+		if hasTurn(cur, t.ID) || slices.ContainsFunc(ts[:i], func(o Turn) bool { return o.ID == t.ID }) {
+			continue
+		}
+		g.Go(func() error {
+			seen, err := k.marked(gctx, thread, t.ID)
+			added[i] = err == nil && !seen
+			return err
+		})
+	}
+	return g.Wait()
+}
+
+func turnIDs(ts []Turn) []string {
+	ids := make([]string, len(ts))
+	for i, t := range ts {
+		ids[i] = t.ID
+	}
+	return ids
+}
+
+// Load implements Store. It reads the bucket, so it sees other processes'
+// writes.
 func (k *KV) Load(ctx context.Context, thread string) (Session, error) {
 	s := Session{Thread: thread}
 	if thread == "" {
 		return s, ErrNoThread
 	}
+	// Not through the cache: a read racing a write must not put an older
+	// revision back into it.
 	var v kvSession
-	if _, err := read(ctx, k.sessions, kvKey(thread), &v); err != nil {
+	k.stats.reads.Add(1)
+	rev, err := read(ctx, k.sessions, kvKey(thread), &v)
+	if err != nil {
 		return s, fmt.Errorf("load session %s: %w", thread, err)
+	}
+	if rev != 0 {
+		k.stats.decodes.Add(1)
 	}
 	s.Summary, s.Turns = v.Summary, v.Turns
 	return s, nil
@@ -166,14 +436,13 @@ func (k *KV) Fold(ctx context.Context, thread string, n int, lastID, summary str
 		return false, ErrNoThread
 	}
 	var folded bool
-	err := update(ctx, k.sessions, kvKey(thread), func(s *kvSession) (bool, error) {
-		folded = n > 0 && n <= len(s.Turns) && s.Turns[n-1].ID == lastID
+	err := k.modify(ctx, thread, func(cur *kvSession) (*kvSession, []string, error) {
+		folded = n > 0 && n <= len(cur.Turns) && cur.Turns[n-1].ID == lastID
 		if !folded {
-			return false, nil
+			return nil, nil, nil
 		}
-		s.Turns = slices.Delete(s.Turns, 0, n)
-		s.Summary = summary
-		return true, nil
+		next := &kvSession{Summary: summary, Turns: slices.Clone(cur.Turns[n:]), Seen: cur.Seen}
+		return next, turnIDs(cur.Turns[:n]), nil
 	})
 	if err != nil {
 		return false, fmt.Errorf("fold %d turns of session %s: %w", n, thread, err)
@@ -232,6 +501,7 @@ func (k *KV) Forget(ctx context.Context, thread string) error {
 	if thread == "" {
 		return ErrNoThread
 	}
+	k.forgetCached(kvKey(thread))
 	for _, kv := range []jetstream.KeyValue{k.sessions, k.episodes} {
 		if err := kv.Purge(ctx, kvKey(thread)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return fmt.Errorf("forget session %s: %w", thread, err)

@@ -26,10 +26,13 @@ type RedisConfig struct {
 //	{prefix}session:{thread}          list of turns (JSON), oldest first
 //	{prefix}session:{thread}:ids      sorted set of appended ids (idempotency)
 //	{prefix}session:{thread}:summary  string, the folded summary
+//	{prefix}session:{thread}:size     integer, Session.Size (summary and turn text bytes)
 //	{prefix}episodes:{thread}         hash id -> episode (JSON)
 //	{prefix}episodes:{thread}:exp     sorted set id -> expiry (unix ms)
 //
 // Appends and folds are Lua scripts, so concurrent workers never lose a turn.
+// An append costs in proportion to the turn: the script keeps the session's
+// size beside it, so AppendFold reads the session only when it is to fold.
 type Redis struct {
 	rdb    *redis.Client
 	prefix string
@@ -64,39 +67,120 @@ func (r *Redis) Close() error { return r.rdb.Close() }
 // Ping checks the server, for readiness checks.
 func (r *Redis) Ping(ctx context.Context) error { return r.rdb.Ping(ctx).Err() }
 
-func (r *Redis) keys(thread string) (list, ids, summary string) {
+func (r *Redis) keys(thread string) (list, ids, summary, size string) {
 	k := r.prefix + "session:" + thread
-	return k, k + ":ids", k + ":summary"
+	return k, k + ":ids", k + ":summary", k + ":size"
 }
 
-var appendScript = redis.NewScript(`
-if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+// sizeLua defines size(list, summary, sizeKey): the session's size, from its
+// key, or counted once for a session written before the key existed.
+const sizeLua = `
+local function textsize(raws)
+  local n = 0
+  for _, raw in ipairs(raws) do
+    local c = cjson.decode(raw).content
+    if type(c) == 'string' then n = n + string.len(c) end
+  end
+  return n
+end
+local function size(list, summary, sizekey)
+  local n = redis.call('GET', sizekey)
+  if n then return tonumber(n) end
+  return string.len(redis.call('GET', summary) or '') + textsize(redis.call('LRANGE', list, 0, -1))
+end
+`
+
+var appendScript = redis.NewScript(sizeLua + `
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {0, 0} end
+local n = size(KEYS[1], KEYS[3], KEYS[4]) + tonumber(ARGV[7])
 redis.call('RPUSH', KEYS[1], ARGV[2])
-redis.call('LTRIM', KEYS[1], -tonumber(ARGV[3]), -1)
+local over = redis.call('LLEN', KEYS[1]) - tonumber(ARGV[3])
+if over > 0 then
+  n = n - textsize(redis.call('LRANGE', KEYS[1], 0, over - 1))
+  redis.call('LTRIM', KEYS[1], over, -1)
+end
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -tonumber(ARGV[6]) - 1)
+redis.call('SET', KEYS[4], n, 'PX', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
-return 1
+return {1, n}
 `)
 
 // Append implements Store.
 func (r *Redis) Append(ctx context.Context, thread string, t Turn) (bool, error) {
+	added, err := r.AppendFold(ctx, thread, Folder{}, t)
+	return err == nil && added[0], err
+}
+
+// AppendFold implements Store. Each turn is appended by the append script
+// (the turns of one call in one pipeline); the fold is a second script, with
+// the summariser run in between, outside Redis. The fold applies only if the
+// turns it summarised are still the oldest (another worker may have folded
+// them first); the appends stand either way.
+func (r *Redis) AppendFold(ctx context.Context, thread string, f Folder, ts ...Turn) ([]bool, error) {
+	added := make([]bool, len(ts))
 	if thread == "" {
-		return false, ErrNoThread
+		return added, ErrNoThread
 	}
-	b, err := json.Marshal(t)
+	if len(ts) == 0 {
+		return added, nil
+	}
+	list, ids, sum, size := r.keys(thread)
+	cmds := make([]*redis.Cmd, len(ts))
+	run := func(c redis.Scripter) error {
+		for i, t := range ts {
+			b, err := json.Marshal(t)
+			if err != nil {
+				return err
+			}
+			keys := []string{list, ids, sum, size}
+			args := []any{t.ID, b, r.opt.MaxTurns, r.opt.TTL.Milliseconds(), time.Now().UnixMilli(), r.opt.MaxSeen, len(t.Content)}
+			if len(ts) == 1 {
+				cmds[i] = appendScript.Run(ctx, c, keys, args...)
+			} else {
+				// EVAL, not EVALSHA: a pipeline cannot load a missing script.
+				cmds[i] = appendScript.Eval(ctx, c, keys, args...)
+			}
+		}
+		return nil
+	}
+	var err error
+	if len(ts) == 1 {
+		err = run(r.rdb)
+	} else {
+		_, err = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error { return run(p) })
+	}
 	if err != nil {
-		return false, err
+		return added, fmt.Errorf("append %d turns (first %s) to session %s: %w", len(ts), ts[0].ID, thread, err)
 	}
-	list, ids, sum := r.keys(thread)
-	n, err := appendScript.Run(ctx, r.rdb, []string{list, ids, sum},
-		t.ID, b, r.opt.MaxTurns, r.opt.TTL.Milliseconds(), time.Now().UnixMilli(), r.opt.MaxSeen).Int()
+	var last int64
+	for i, c := range cmds {
+		res, err := c.Int64Slice()
+		if err != nil {
+			return added, fmt.Errorf("append turn %s to session %s: %w", ts[i].ID, thread, err)
+		}
+		added[i] = res[0] == 1
+		if added[i] {
+			last = res[1]
+		}
+	}
+	if f.Fold == nil || f.At <= 0 || last <= int64(f.At) {
+		return added, nil
+	}
+	s, err := r.Load(ctx, thread)
 	if err != nil {
-		return false, fmt.Errorf("append turn %s to session %s: %w", t.ID, thread, err)
+		return added, err
 	}
-	return n == 1, nil
+	n, summary, err := f.fold(ctx, &s)
+	if err != nil || n == 0 {
+		return added, err
+	}
+	if _, err := r.Fold(ctx, thread, n, s.Turns[n-1].ID, summary); err != nil {
+		return added, err
+	}
+	return added, nil
 }
 
 // Load implements Store.
@@ -105,7 +189,7 @@ func (r *Redis) Load(ctx context.Context, thread string) (Session, error) {
 	if thread == "" {
 		return s, ErrNoThread
 	}
-	list, _, sum := r.keys(thread)
+	list, _, sum, _ := r.keys(thread)
 	var lr *redis.StringSliceCmd
 	var sr *redis.StringCmd
 	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -127,12 +211,16 @@ func (r *Redis) Load(ctx context.Context, thread string) (Session, error) {
 	return s, nil
 }
 
-var foldScript = redis.NewScript(`
+var foldScript = redis.NewScript(sizeLua + `
 local raw = redis.call('LINDEX', KEYS[1], tonumber(ARGV[1]) - 1)
 if not raw then return 0 end
 if cjson.decode(raw).id ~= ARGV[2] then return 0 end
+local n = size(KEYS[1], KEYS[2], KEYS[3])
+n = n - textsize(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1))
+n = n - string.len(redis.call('GET', KEYS[2]) or '') + string.len(ARGV[3])
 redis.call('LTRIM', KEYS[1], tonumber(ARGV[1]), -1)
 redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+redis.call('SET', KEYS[3], n, 'PX', ARGV[4])
 return 1
 `)
 
@@ -144,8 +232,8 @@ func (r *Redis) Fold(ctx context.Context, thread string, n int, lastID, summary 
 	if n <= 0 {
 		return false, nil
 	}
-	list, _, sum := r.keys(thread)
-	ok, err := foldScript.Run(ctx, r.rdb, []string{list, sum}, n, lastID, summary, r.opt.TTL.Milliseconds()).Int()
+	list, _, sum, size := r.keys(thread)
+	ok, err := foldScript.Run(ctx, r.rdb, []string{list, sum, size}, n, lastID, summary, r.opt.TTL.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("fold %d turns of session %s: %w", n, thread, err)
 	}
@@ -225,9 +313,9 @@ func (r *Redis) Forget(ctx context.Context, thread string) error {
 	if thread == "" {
 		return ErrNoThread
 	}
-	list, ids, sum := r.keys(thread)
+	list, ids, sum, size := r.keys(thread)
 	h, x := r.episodeKeys(thread)
-	if err := r.rdb.Del(ctx, list, ids, sum, h, x).Err(); err != nil {
+	if err := r.rdb.Del(ctx, list, ids, sum, size, h, x).Err(); err != nil {
 		return fmt.Errorf("forget session %s: %w", thread, err)
 	}
 	return nil

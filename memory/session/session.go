@@ -10,6 +10,11 @@
 // A session keeps at most Options.MaxTurns turns (default 100) and expires
 // Options.TTL (default 24h) after its last turn. Appending is idempotent by the
 // turn's id (the envelope id), so a redelivered envelope is not kept twice.
+//
+// AppendFold appends turns and, once the session outgrows Folder.At, folds
+// its oldest turns into the summary, in one atomic write: a turn costs at
+// most one read-modify-write of the session, whatever the session's age, and
+// the turns of one thread that arrive together share one.
 package session
 
 import (
@@ -68,6 +73,13 @@ type Store interface {
 	// appended; it reports whether t was added. The oldest turns beyond
 	// MaxTurns are dropped and the session's expiry is reset.
 	Append(ctx context.Context, thread string, t Turn) (bool, error)
+	// AppendFold appends the turns ts, in order, each unless a turn with its
+	// id was already appended (added[i] reports whether ts[i] was), and, when
+	// the session is then larger than f.At (Session.Size), folds the oldest
+	// turns f.Fold chooses, all in one write where the store allows: the
+	// session never holds the turns without the fold f asked for. With one
+	// turn and a zero Folder it is Append.
+	AppendFold(ctx context.Context, thread string, f Folder, ts ...Turn) (added []bool, err error)
 	// Load returns the thread's session; an unknown thread has an empty one.
 	Load(ctx context.Context, thread string) (Session, error)
 	// Fold replaces the n oldest turns with summary, if the n-th oldest turn
@@ -85,6 +97,31 @@ type Store interface {
 	Close() error
 }
 
+// Folder folds a session's oldest turns into its summary as part of an
+// append (Store.AppendFold).
+type Folder struct {
+	// At is the session size (Session.Size, bytes of text) past which Fold
+	// is asked; 0 never folds.
+	At int
+	// Fold returns how many of the oldest turns of s to fold and the summary
+	// that replaces them and s.Summary; n <= 0 folds nothing. It may be
+	// called more than once for one append (once per attempt when another
+	// writer got in first) and must not keep s.
+	Fold func(ctx context.Context, s *Session) (n int, summary string, err error)
+}
+
+// fold asks f about s; it returns n == 0 when nothing is to be folded.
+func (f Folder) fold(ctx context.Context, s *Session) (int, string, error) {
+	if f.Fold == nil || f.At <= 0 || s.Size() <= f.At {
+		return 0, "", nil
+	}
+	n, sum, err := f.Fold(ctx, s)
+	if err != nil || n <= 0 {
+		return 0, "", err
+	}
+	return min(n, len(s.Turns)), sum, nil
+}
+
 // Options are the limits every store applies.
 type Options struct {
 	// MaxTurns is the most turns kept per thread. Default 100.
@@ -93,8 +130,10 @@ type Options struct {
 	TTL time.Duration
 	// MaxEpisodeTTL caps an episode's lifetime. Default 30 days.
 	MaxEpisodeTTL time.Duration
-	// MaxSeen is how many appended ids per thread are remembered for
-	// idempotency (beyond the kept turns). Default 1000.
+	// MaxSeen is how many appended ids per thread the Redis store remembers
+	// for idempotency (beyond the kept turns). Default 1000. The key-value
+	// store remembers every id for TTL instead, one small key per id that
+	// left the session.
 	MaxSeen int
 }
 

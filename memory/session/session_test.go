@@ -15,11 +15,10 @@ import (
 
 func redisURL() string { return testenv.Getenv("REDIS_URL", "redis://127.0.0.1:6379") }
 
-// NewTestRedis returns a Redis store under a key prefix unique to the test,
+// newTestRedis returns a Redis store under prefix (unique to the test),
 // whose keys are deleted at the end.
-func newTestRedis(t *testing.T, o session.Options) session.Store {
+func newTestRedis(t *testing.T, prefix string, o session.Options) session.Store {
 	t.Helper()
-	prefix := "test:" + uuid.NewString()[:8] + ":"
 	s, err := session.NewRedis(t.Context(), session.RedisConfig{URL: redisURL(), KeyPrefix: prefix, Options: o})
 	if err != nil {
 		testenv.Missing(t, "redis at %s: %v (start redis-server or set REDIS_URL)", redisURL(), err)
@@ -36,18 +35,30 @@ func newTestRedis(t *testing.T, o session.Options) session.Store {
 
 func TestRedis(t *testing.T) {
 	t.Parallel()
-	sessiontest.Run(t, newTestRedis)
+	sessiontest.Run(t, func(t *testing.T, o session.Options, n int) []session.Store {
+		prefix := "test:" + uuid.NewString()[:8] + ":"
+		var out []session.Store
+		for range n {
+			out = append(out, newTestRedis(t, prefix, o))
+		}
+		return out
+	})
 }
 
 func TestKV(t *testing.T) {
 	t.Parallel()
 	b := bustest.Embedded(t)
-	sessiontest.Run(t, func(t *testing.T, o session.Options) session.Store {
-		s, err := session.NewKV(t.Context(), b.JetStream(), session.KVConfig{Bucket: "s" + uuid.NewString()[:8], Options: o})
-		if err != nil {
-			t.Fatalf("NewKV: %v", err)
+	sessiontest.Run(t, func(t *testing.T, o session.Options, n int) []session.Store {
+		bucket := "s" + uuid.NewString()[:8]
+		var out []session.Store
+		for range n {
+			s, err := session.NewKV(t.Context(), b.JetStream(), session.KVConfig{Bucket: bucket, Options: o})
+			if err != nil {
+				t.Fatalf("NewKV: %v", err)
+			}
+			out = append(out, s)
 		}
-		return s
+		return out
 	})
 }
 
@@ -62,7 +73,7 @@ func TestRedisKeyLayout(t *testing.T) {
 	defer s.Close()
 	th := "test:" + uuid.NewString()
 	key := "session:" + th
-	t.Cleanup(func() { s.Client().Del(context.Background(), key, key+":ids", key+":summary") })
+	t.Cleanup(func() { s.Client().Del(context.Background(), key, key+":ids", key+":summary", key+":size") })
 	if _, err := s.Append(t.Context(), th, session.Turn{ID: uuid.NewString(), Role: "user", Content: "hi"}); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,12 @@
 // nats.go/micro service "relay-memory" (package memory/remote), stopped
 // when Run returns.
 //
+// The worker handles one thread's envelopes in the order its handlers took
+// them, one batch at a time: the envelopes of a hot thread that arrive while
+// its session is being written go to the session together in the next write.
+// So its own handlers never conflict on a session, and other threads go on
+// in parallel.
+//
 // Outcomes: a stored envelope is acked; a malformed memory_update is
 // dead-lettered with its reason; a store or embeddings endpoint that cannot be
 // reached naks the message with a delay, so nothing is lost and the worker
@@ -49,7 +55,9 @@ var DefaultConsumers = []Consumer{
 type Config struct {
 	// Consumers default to DefaultConsumers.
 	Consumers []Consumer
-	// Concurrency is how many messages each consumer handles at once. Default 4.
+	// Concurrency is how many messages each consumer handles at once.
+	// Default 16: the handlers of a hot thread wait for each other and share
+	// its session writes, so more of them in flight means fewer writes.
 	Concurrency int
 	// MaxDeliver is how often a message is tried before it is dead-lettered.
 	// Default 20: with NakDelays that rides out about ten minutes of a store outage.
@@ -70,7 +78,7 @@ func (c *Config) setDefaults() {
 		c.Consumers = DefaultConsumers
 	}
 	if c.Concurrency <= 0 {
-		c.Concurrency = 4
+		c.Concurrency = 16
 	}
 	if c.MaxDeliver <= 0 {
 		c.MaxDeliver = 20
@@ -101,12 +109,16 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// maxBatch bounds the envelopes of one thread observed together.
+const maxBatch = 64
+
 // Service is the memory worker.
 type Service struct {
-	cfg Config
-	bus *bus.Bus
-	mem *memory.Memory
-	log *slog.Logger
+	cfg     Config
+	bus     *bus.Bus
+	mem     *memory.Memory
+	log     *slog.Logger
+	threads *threadQueues
 }
 
 // New returns the worker on b, recording into mem.
@@ -118,7 +130,7 @@ func New(cfg Config, b *bus.Bus, mem *memory.Memory) (*Service, error) {
 	if b == nil || mem == nil {
 		return nil, errors.New("memory worker: bus and memory are required")
 	}
-	return &Service{cfg: cfg, bus: b, mem: mem, log: cfg.Logger}, nil
+	return &Service{cfg: cfg, bus: b, mem: mem, log: cfg.Logger, threads: newThreadQueues(maxBatch)}, nil
 }
 
 // Handler is the bus handler of every consumer.
@@ -128,7 +140,12 @@ func (s *Service) Handler() bus.Handler {
 
 func (s *Service) handle(ctx context.Context, m *bus.Message) error {
 	e := m.Envelope
-	err := s.mem.Observe(ctx, e)
+	var err error
+	if th := e.Meta.Thread; th != "" {
+		err = s.threads.do(ctx, th, e, s.mem.ObserveAll)
+	} else {
+		err = s.mem.Observe(ctx, e)
+	}
 	if err == nil {
 		return nil
 	}

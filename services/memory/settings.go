@@ -42,7 +42,7 @@ func ReadSettings(env *config.Env) Settings {
 		EfSearch:     env.Int("RELAY_MEMORY_EF_SEARCH", 100, 10, 1000),
 		SessionTurns: env.Int("RELAY_MEMORY_SESSION_TURNS", 100, 1, 10000),
 		FoldAt:       env.Int("RELAY_MEMORY_FOLD_BYTES", 2048, 256, 1<<20),
-		Concurrency:  env.Int("RELAY_MEMORY_CONCURRENCY", 4, 1, 256),
+		Concurrency:  env.Int("RELAY_MEMORY_CONCURRENCY", 16, 1, 256),
 		SessionTTL:   env.Duration("RELAY_MEMORY_SESSION_TTL", 24*time.Hour, time.Minute, 365*24*time.Hour),
 		EpisodeTTL:   env.Duration("RELAY_MEMORY_EPISODE_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour),
 		HalfLife:     env.Duration("RELAY_MEMORY_HALF_LIFE", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),

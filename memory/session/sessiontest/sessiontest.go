@@ -5,7 +5,10 @@ package sessiontest
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,9 +18,10 @@ import (
 	"github.com/relaystation/relay/memory/session"
 )
 
-// Factory returns a fresh, empty store with the given options; the store is
-// closed by the suite.
-type Factory func(t *testing.T, o session.Options) session.Store
+// Factory returns n stores with the given options on one fresh, empty
+// backend, as n processes sharing one server would open it (n is 1 unless a
+// test is about several processes); the suite closes them.
+type Factory func(t *testing.T, o session.Options, n int) []session.Store
 
 // Run runs the conformance suite against stores made by newStore.
 func Run(t *testing.T, newStore Factory) {
@@ -31,6 +35,11 @@ func Run(t *testing.T, newStore Factory) {
 		{"MaxTurns", testMaxTurns},
 		{"Fold", testFold},
 		{"Concurrent", testConcurrent},
+		{"ConcurrentInOrder", testConcurrentInOrder},
+		{"AppendFold", testAppendFold},
+		{"AppendFoldBatch", testAppendFoldBatch},
+		{"ConcurrentFolds", testConcurrentFolds},
+		{"RedeliveredNotTwice", testRedelivered},
 		{"Episodes", testEpisodes},
 		{"Forget", testForget},
 		{"Expiry", testExpiry},
@@ -46,9 +55,20 @@ func Run(t *testing.T, newStore Factory) {
 
 func open(t *testing.T, newStore Factory, o session.Options) session.Store {
 	t.Helper()
-	s := newStore(t, o)
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	return openN(t, newStore, o, 1)[0]
+}
+
+// openN opens n stores sharing one backend.
+func openN(t *testing.T, newStore Factory, o session.Options, n int) []session.Store {
+	t.Helper()
+	ss := newStore(t, o, n)
+	if len(ss) != n {
+		t.Fatalf("factory returned %d stores, want %d", len(ss), n)
+	}
+	for _, s := range ss {
+		t.Cleanup(func() { _ = s.Close() })
+	}
+	return ss
 }
 
 func turn(i int) session.Turn {
@@ -309,5 +329,260 @@ func testEmptyThread(t *testing.T, newStore Factory) {
 	}
 	if err := s.Forget(ctx, ""); err == nil {
 		t.Error("Forget of an empty thread: got nil error")
+	}
+}
+
+// testConcurrentInOrder: writers in two processes append to one thread at
+// once, each its own sequence, each turn also redelivered right after the
+// next one went in. Every turn lands once, and each writer's turns keep
+// their order.
+func testConcurrentInOrder(t *testing.T, newStore Factory) {
+	stores := openN(t, newStore, session.Options{MaxTurns: 500}, 2)
+	th := thread()
+	const writers, each = 4, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each*2)
+	for w := range writers {
+		s := stores[w%len(stores)]
+		wg.Go(func() {
+			ctx := context.WithoutCancel(t.Context())
+			var prev session.Turn
+			for i := range each {
+				tu := session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("w%d %03d", w, i)}
+				if ok, err := s.Append(ctx, th, tu); err != nil || !ok {
+					errs <- fmt.Errorf("Append %s = %v, %v; want true, nil", tu.Content, ok, err)
+				}
+				if i > 0 {
+					if ok, err := s.Append(ctx, th, prev); err != nil || ok {
+						errs <- fmt.Errorf("redelivered Append %s = %v, %v; want false, nil", prev.Content, ok, err)
+					}
+				}
+				prev = tu
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	got := mustLoad(t, stores[0], th)
+	if len(got.Turns) != writers*each {
+		t.Fatalf("got %d turns, want %d", len(got.Turns), writers*each)
+	}
+	checkWriterOrder(t, turnTexts(got.Turns), writers, each)
+}
+
+// appendFold appends one turn with AppendFold.
+func appendFold(s session.Store, ctx context.Context, th string, tu session.Turn, f session.Folder) (bool, error) {
+	added, err := s.AppendFold(ctx, th, f, tu)
+	if err == nil && len(added) != 1 {
+		return false, fmt.Errorf("AppendFold of one turn reported %d results", len(added))
+	}
+	return err == nil && added[0], err
+}
+
+func turnTexts(ts []session.Turn) []string {
+	out := make([]string, len(ts))
+	for i, tu := range ts {
+		out[i] = tu.Content
+	}
+	return out
+}
+
+// checkWriterOrder checks that texts ("w{writer} {i}") hold every writer's
+// turns once each, in order.
+func checkWriterOrder(t *testing.T, texts []string, writers, each int) {
+	t.Helper()
+	next := make([]int, writers)
+	for _, text := range texts {
+		var w, i int
+		if _, err := fmt.Sscanf(text, "w%d %d", &w, &i); err != nil || w < 0 || w >= writers {
+			t.Fatalf("unexpected turn %q", text)
+		}
+		if i != next[w] {
+			t.Fatalf("writer %d: got turn %d, want %d (order %v)", w, i, next[w], texts)
+		}
+		next[w]++
+	}
+	for w, n := range next {
+		if n != each {
+			t.Errorf("writer %d: got %d turns, want %d", w, n, each)
+		}
+	}
+}
+
+// idFolder folds all but the newest turn once the session passes at bytes;
+// its summary is the previous one plus the folded turns' contents, so a test
+// can tell that every turn was folded once and in order.
+func idFolder(at int, calls *atomic.Int64) session.Folder {
+	return session.Folder{At: at, Fold: func(_ context.Context, s *session.Session) (int, string, error) {
+		calls.Add(1)
+		n := len(s.Turns) - 1
+		parts := []string{}
+		if s.Summary != "" {
+			parts = append(parts, s.Summary)
+		}
+		parts = append(parts, turnTexts(s.Turns[:n])...)
+		return n, strings.Join(parts, "|"), nil
+	}}
+}
+
+func testAppendFold(t *testing.T, newStore Factory) {
+	s := open(t, newStore, session.Options{})
+	ctx := t.Context()
+	th := thread()
+	var calls atomic.Int64
+	f := idFolder(40, &calls)
+	var ts []session.Turn
+	for i := range 3 { // 3 × 10 bytes: under At, no fold
+		tu := session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("turn %05d", i)}
+		ts = append(ts, tu)
+		if ok, err := appendFold(s, ctx, th, tu, f); err != nil || !ok {
+			t.Fatalf("AppendFold = %v, %v; want true, nil", ok, err)
+		}
+	}
+	if calls.Load() != 0 {
+		t.Fatalf("Fold asked %d times under At, want 0", calls.Load())
+	}
+	for i := 3; i < 5; i++ { // 50 bytes: past At, folded as part of the append
+		tu := session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("turn %05d", i)}
+		ts = append(ts, tu)
+		if ok, err := appendFold(s, ctx, th, tu, f); err != nil || !ok {
+			t.Fatalf("AppendFold = %v, %v; want true, nil", ok, err)
+		}
+	}
+	got := mustLoad(t, s, th)
+	if len(got.Turns) != 1 || got.Turns[0].ID != ts[4].ID {
+		t.Fatalf("got %d turns, want only the newest (turn 4)", len(got.Turns))
+	}
+	if want := "turn 00000|turn 00001|turn 00002|turn 00003"; got.Summary != want {
+		t.Fatalf("got summary %q, want %q", got.Summary, want)
+	}
+	for _, tu := range ts {
+		if ok, err := appendFold(s, ctx, th, tu, f); err != nil || ok {
+			t.Fatalf("AppendFold of %s again = %v, %v; want false, nil", tu.Content, ok, err)
+		}
+	}
+	// A zero Folder never folds.
+	other := thread()
+	for i := range 10 {
+		if _, err := appendFold(s, ctx, other, turn(i), session.Folder{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := mustLoad(t, s, other); len(got.Turns) != 10 || got.Summary != "" {
+		t.Fatalf("zero Folder: got %d turns and summary %q, want 10 and none", len(got.Turns), got.Summary)
+	}
+}
+
+// testConcurrentFolds: writers in two processes append with folding to one
+// thread at once. Every turn ends up exactly once in the summary or the kept
+// turns, each writer's in order: no fold lost or applied twice.
+func testConcurrentFolds(t *testing.T, newStore Factory) {
+	stores := openN(t, newStore, session.Options{}, 2)
+	th := thread()
+	const writers, each = 4, 25
+	var calls atomic.Int64
+	f := idFolder(60, &calls)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		s := stores[w%len(stores)]
+		wg.Go(func() {
+			for i := range each {
+				tu := session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("w%d %03d", w, i)}
+				if ok, err := appendFold(s, context.WithoutCancel(t.Context()), th, tu, f); err != nil || !ok {
+					errs <- fmt.Errorf("AppendFold %s = %v, %v; want true, nil", tu.Content, ok, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	got := mustLoad(t, stores[1], th)
+	var texts []string
+	if got.Summary != "" {
+		texts = strings.Split(got.Summary, "|")
+	}
+	texts = append(texts, turnTexts(got.Turns)...)
+	if calls.Load() == 0 {
+		t.Fatal("Fold was never asked")
+	}
+	checkWriterOrder(t, texts, writers, each)
+}
+
+// testRedelivered: turns that left the session, folded or beyond MaxTurns,
+// are still known, also to another process; none is appended twice.
+func testRedelivered(t *testing.T, newStore Factory) {
+	stores := openN(t, newStore, session.Options{MaxTurns: 3}, 2)
+	a, b := stores[0], stores[1]
+	ctx := t.Context()
+	th := thread()
+	var calls atomic.Int64
+	f := idFolder(25, &calls)
+	var ts []session.Turn
+	for i := range 20 {
+		tu := session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("turn %03d", i)}
+		ts = append(ts, tu)
+		if ok, err := appendFold(a, ctx, th, tu, f); err != nil || !ok {
+			t.Fatalf("AppendFold = %v, %v; want true, nil", ok, err)
+		}
+	}
+	before := mustLoad(t, a, th)
+	for _, s := range stores {
+		for _, tu := range ts {
+			if ok, err := appendFold(s, ctx, th, tu, f); err != nil || ok {
+				t.Fatalf("redelivered %s = %v, %v; want false, nil", tu.Content, ok, err)
+			}
+			if ok, err := s.Append(ctx, th, tu); err != nil || ok {
+				t.Fatalf("redelivered Append %s = %v, %v; want false, nil", tu.Content, ok, err)
+			}
+		}
+	}
+	after := mustLoad(t, b, th)
+	if after.Summary != before.Summary || len(after.Turns) != len(before.Turns) {
+		t.Fatalf("redeliveries changed the session: got %q and %d turns, want %q and %d",
+			after.Summary, len(after.Turns), before.Summary, len(before.Turns))
+	}
+}
+
+// testAppendFoldBatch: several turns in one call land in order, each once
+// (repeats inside the batch and turns appended before are reported as not
+// added), and the fold applies once to the whole batch.
+func testAppendFoldBatch(t *testing.T, newStore Factory) {
+	s := open(t, newStore, session.Options{})
+	ctx := t.Context()
+	th := thread()
+	var calls atomic.Int64
+	f := idFolder(45, &calls)
+	mk := func(i int) session.Turn {
+		return session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("turn %05d", i)}
+	}
+	first := mk(0)
+	if ok, err := appendFold(s, ctx, th, first, f); err != nil || !ok {
+		t.Fatalf("AppendFold = %v, %v; want true, nil", ok, err)
+	}
+	batch := []session.Turn{mk(1), mk(2), first, mk(3)}
+	batch = append(batch, batch[1], mk(4)) // turn 2 twice in one batch
+	added, err := s.AppendFold(ctx, th, f, batch...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, true, false, true, false, true}; !slices.Equal(added, want) {
+		t.Fatalf("got added %v, want %v", added, want)
+	}
+	got := mustLoad(t, s, th)
+	if want := "turn 00000|turn 00001|turn 00002|turn 00003"; got.Summary != want || len(got.Turns) != 1 || got.Turns[0].Content != "turn 00004" {
+		t.Fatalf("got summary %q and turns %v, want %q and turn 4", got.Summary, turnTexts(got.Turns), want)
+	}
+	if calls.Load() != 1 {
+		t.Fatalf("Fold asked %d times, want once for the batch", calls.Load())
+	}
+	if added, err := s.AppendFold(ctx, th, f); err != nil || len(added) != 0 {
+		t.Fatalf("AppendFold of no turns = %v, %v; want none, nil", added, err)
 	}
 }

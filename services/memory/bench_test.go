@@ -1,0 +1,335 @@
+package memory_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/memory"
+	"github.com/relaystation/relay/memory/embed"
+	"github.com/relaystation/relay/memory/longterm"
+	"github.com/relaystation/relay/memory/session"
+	svc "github.com/relaystation/relay/services/memory"
+)
+
+// BenchmarkHotThread measures the memory worker alone on one hot thread:
+// turns/s while it drains a backlog of envelopes of one thread, spread over
+// the inbound, tool and agent subjects (three of its consumers, four
+// handlers each, default fold at 2 KB with the extractive summariser, the
+// JetStream key-value session store on an in-process server). Beside it, in
+// the same run and on the same server, the ceiling: one writer putting a
+// value of the session's size to one key of the same bucket, as fast as
+// JetStream takes it. Each iteration runs both, alternating which goes first,
+// so load on the machine hits both alike; it reports the medians, ranges and
+// their ratio, and per turn the session reads (each a decode of the value),
+// writes (each an encode), revision conflicts and id-key reads and writes,
+// counted on the bucket.
+//
+//	go test ./services/memory -run '^$' -bench HotThread -benchtime 7x
+//
+// HOTTHREAD_TURNS sets the turns per iteration (default 2000).
+func BenchmarkHotThread(b *testing.B) {
+	turns := 2000
+	if v, err := strconv.Atoi(os.Getenv("HOTTHREAD_TURNS")); err == nil && v > 0 {
+		turns = v
+	}
+	bb := bustest.Embedded(b)
+	ctx := context.Background()
+	var c kvCounts
+	js := countingJS{JetStream: bb.JetStream(), c: &c}
+	kv, err := session.NewKV(ctx, js, session.KVConfig{Bucket: "bench_sessions"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lt, err := longterm.NewEmbedded(longterm.EmbeddedConfig{Dir: filepath.Join(b.TempDir(), "memory"), Dimensions: dims})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := memory.New(memory.Config{Sessions: kv, LongTerm: lt, Embedder: embed.NewLocal(dims)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := svc.New(svc.Config{DisableRPC: true, Concurrency: benchConcurrency()}, bb, m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	th := envelope.GitHubThread("octo-org", "hello-world", 1347)
+	hb := &hotBench{b: b, bus: bb, worker: w, thread: th}
+
+	hb.drain(ctx, turns) // warm-up: consumers, stream files, a folded session
+	raw, err := bb.JetStream().KeyValue(ctx, "bench_sessions")
+	if err != nil {
+		b.Fatal(err)
+	}
+	value := hb.sessionValue(ctx, raw)
+
+	var worker, ceiling []float64
+	var start kvCounts
+	start.copyFrom(&c)
+	i := 0
+	for b.Loop() {
+		runWorker := func() { worker = append(worker, hb.drain(ctx, turns)) }
+		runRaw := func() { ceiling = append(ceiling, rawPuts(b, ctx, raw, value, turns)) }
+		if i%2 == 0 {
+			runWorker()
+			runRaw()
+		} else {
+			runRaw()
+			runWorker()
+		}
+		i++
+	}
+	n := float64(turns * len(worker))
+	d := c.since(&start)
+	b.ReportMetric(median(worker), "turns/s")
+	b.ReportMetric(median(ceiling), "raw-puts/s")
+	b.ReportMetric(median(worker)/median(ceiling), "worker/raw")
+	b.ReportMetric(float64(d.reads)/n, "decodes/turn")
+	b.ReportMetric(float64(d.writes)/n, "encodes/turn")
+	b.ReportMetric(float64(d.conflicts)/n, "conflicts/turn")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("worker on one thread: %s turns/s (median, range %s); raw KV put of the %d-byte session value: %s puts/s (range %s); "+
+		"per turn: %.2f session reads (decodes), %.2f writes (encodes), %.3f conflicts, %.2f id-key reads, %.2f id-key writes",
+		fmtf(median(worker)), spread(worker), len(value), fmtf(median(ceiling)), spread(ceiling),
+		float64(d.reads)/n, float64(d.writes)/n, float64(d.conflicts)/n, float64(d.idReads)/n, float64(d.idWrites)/n)
+}
+
+type hotBench struct {
+	b      *testing.B
+	bus    *bus.Bus
+	worker *svc.Service
+	thread string
+	seq    int
+}
+
+var hotSubjects = []string{"in.github.issue_comment", envelope.SubjectToolCall, envelope.SubjectToolResult, "agent.answer"}
+
+// drain publishes n envelopes of the thread with the worker stopped, then
+// runs the worker until it has acked them all, and returns turns/s.
+func (h *hotBench) drain(ctx context.Context, n int) float64 {
+	h.b.Helper()
+	text := "octocat commented on issue #1347: the login page still crashes with a password that contains an emoji; " +
+		"the log shows a UTF-8 decoding error in the session middleware. Comment number "
+	for range n {
+		h.seq++
+		e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, text+strconv.Itoa(h.seq))
+		e.Meta.Thread = h.thread
+		if _, err := h.bus.PublishAsync(ctx, hotSubjects[h.seq%len(hotSubjects)], e); err != nil {
+			h.b.Fatal(err)
+		}
+	}
+	<-h.bus.PublishAsyncComplete()
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	t0 := time.Now()
+	go func() { done <- h.worker.Run(wctx) }()
+	for !h.drained(ctx) {
+		select {
+		case err := <-done:
+			h.b.Fatalf("worker stopped: %v", err)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	rate := float64(n) / time.Since(t0).Seconds()
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		h.b.Fatal(err)
+	}
+	// The stopped worker's last pull requests stay on the server until they
+	// expire; messages of the next round handed to them would wait for the
+	// ack wait. Start the next round once they are gone.
+	deadline := time.Now().Add(30 * time.Second)
+	for h.pulls(ctx) > 0 {
+		if time.Now().After(deadline) {
+			h.b.Fatal("pull requests of the stopped worker did not expire")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return rate
+}
+
+// pulls is the number of pull requests waiting on the worker's consumers.
+func (h *hotBench) pulls(ctx context.Context) int {
+	n := 0
+	for _, c := range hotConsumers {
+		cons, err := h.bus.JetStream().Consumer(ctx, h.bus.StreamName(c.subject), c.name)
+		if err != nil {
+			h.b.Fatal(err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			h.b.Fatal(err)
+		}
+		n += info.NumWaiting
+	}
+	return n
+}
+
+var hotConsumers = []struct{ subject, name string }{{"in.x", "memory-in"}, {"tool.x", "memory-tool"}, {"agent.x", "memory-agent"}}
+
+// drained reports whether the worker's consumers have nothing pending or unacked.
+func (h *hotBench) drained(ctx context.Context) bool {
+	for _, c := range hotConsumers {
+		cons, err := h.bus.JetStream().Consumer(ctx, h.bus.StreamName(c.subject), c.name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return false
+		}
+		if err != nil {
+			h.b.Fatal(err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			h.b.Fatal(err)
+		}
+		if info.NumPending != 0 || info.NumAckPending != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// sessionValue is the stored value of the hot thread's session.
+func (h *hotBench) sessionValue(ctx context.Context, kv jetstream.KeyValue) []byte {
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		h.b.Fatal(err)
+	}
+	for k := range keys.Keys() {
+		if strings.HasPrefix(k, "t.") {
+			e, err := kv.Get(ctx, k)
+			if err != nil {
+				h.b.Fatal(err)
+			}
+			return e.Value()
+		}
+	}
+	h.b.Fatal("no session stored")
+	return nil
+}
+
+// rawPuts puts value to one key n times, one after the other, and returns puts/s.
+func rawPuts(b *testing.B, ctx context.Context, kv jetstream.KeyValue, value []byte, n int) float64 {
+	t0 := time.Now()
+	for range n {
+		if _, err := kv.Put(ctx, "raw.ceiling", value); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return float64(n) / time.Since(t0).Seconds()
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func spread(xs []float64) string {
+	return fmtf(slices.Min(xs)) + "-" + fmtf(slices.Max(xs))
+}
+
+func fmtf(x float64) string { return strconv.FormatFloat(x, 'f', 0, 64) }
+
+// kvCounts counts what the session store asks of its bucket: reads of a
+// session key (each decoded), writes of one (each encoded), writes lost to a
+// concurrent writer, and reads and writes of id keys.
+type kvCounts struct {
+	reads, writes, conflicts, idReads, idWrites atomic.Int64
+}
+
+type kvCountsSnapshot struct{ reads, writes, conflicts, idReads, idWrites int64 }
+
+func (c *kvCounts) copyFrom(o *kvCounts) {
+	c.reads.Store(o.reads.Load())
+	c.writes.Store(o.writes.Load())
+	c.conflicts.Store(o.conflicts.Load())
+	c.idReads.Store(o.idReads.Load())
+	c.idWrites.Store(o.idWrites.Load())
+}
+
+func (c *kvCounts) since(start *kvCounts) kvCountsSnapshot {
+	return kvCountsSnapshot{
+		reads: c.reads.Load() - start.reads.Load(), writes: c.writes.Load() - start.writes.Load(),
+		conflicts: c.conflicts.Load() - start.conflicts.Load(),
+		idReads:   c.idReads.Load() - start.idReads.Load(), idWrites: c.idWrites.Load() - start.idWrites.Load(),
+	}
+}
+
+// countingJS hands out key-value buckets that count their use.
+type countingJS struct {
+	jetstream.JetStream
+	c *kvCounts
+}
+
+func (j countingJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := j.JetStream.CreateOrUpdateKeyValue(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return countingKV{KeyValue: kv, c: j.c}, nil
+}
+
+type countingKV struct {
+	jetstream.KeyValue
+	c *kvCounts
+}
+
+func isSession(key string) bool { return strings.HasPrefix(key, "t.") }
+
+func (k countingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	e, err := k.KeyValue.Get(ctx, key)
+	switch {
+	case !isSession(key):
+		k.c.idReads.Add(1)
+	case err == nil:
+		k.c.reads.Add(1)
+	}
+	return e, err
+}
+
+func (k countingKV) count(key string, err error) {
+	if !isSession(key) {
+		return
+	}
+	k.c.writes.Add(1)
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		k.c.conflicts.Add(1)
+	}
+}
+
+func (k countingKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	rev, err := k.KeyValue.Create(ctx, key, value, opts...)
+	k.count(key, err)
+	return rev, err
+}
+
+func (k countingKV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
+	rev, err := k.KeyValue.Update(ctx, key, value, revision)
+	k.count(key, err)
+	return rev, err
+}
+
+func (k countingKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	rev, err := k.KeyValue.Put(ctx, key, value)
+	if !isSession(key) {
+		k.c.idWrites.Add(1)
+	}
+	return rev, err
+}
+
+func benchConcurrency() int {
+	n, _ := strconv.Atoi(os.Getenv("HOTTHREAD_CONCURRENCY"))
+	return n
+}

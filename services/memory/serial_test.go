@@ -1,0 +1,232 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/envelope"
+)
+
+func env(content string) *envelope.Envelope {
+	return envelope.New(envelope.ChannelGitHub, envelope.RoleUser, content)
+}
+
+var errBad = errors.New("bad envelope")
+
+// recorder observes by recording batches; an envelope with content "bad"
+// fails. gate, when set, holds each call until it is closed or sent to.
+type recorder struct {
+	mu      sync.Mutex
+	inside  map[string]int
+	batches [][]string
+	gate    chan struct{}
+	t       *testing.T
+}
+
+func newRecorder(t *testing.T) *recorder { return &recorder{inside: map[string]int{}, t: t} }
+
+func (r *recorder) observe(_ context.Context, thread string, es ...*envelope.Envelope) []error {
+	r.mu.Lock()
+	r.inside[thread]++
+	if r.inside[thread] != 1 {
+		r.t.Errorf("thread %s: %d batches at once, want 1", thread, r.inside[thread])
+	}
+	var contents []string
+	for _, e := range es {
+		contents = append(contents, e.Content)
+	}
+	r.batches = append(r.batches, contents)
+	gate := r.gate
+	r.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	errs := make([]error, len(es))
+	for i, e := range es {
+		if e.Content == "bad" {
+			errs[i] = errBad
+		}
+	}
+	r.mu.Lock()
+	r.inside[thread]--
+	r.mu.Unlock()
+	return errs
+}
+
+// waiting waits until n handlers are queued on thread behind the leader.
+func waiting(t *testing.T, q *threadQueues, thread string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		q.mu.Lock()
+		got := -1
+		if tq := q.m[thread]; tq != nil {
+			got = len(tq.waiting)
+		}
+		q.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d handlers waiting on %s, want %d", got, thread, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestThreadQueues(t *testing.T) {
+	t.Parallel()
+
+	t.Run("OneBatchAtATimeEveryOutcome", func(t *testing.T) {
+		t.Parallel()
+		q, r := newThreadQueues(8), newRecorder(t)
+		const handlers, each = 8, 100
+		var wg sync.WaitGroup
+		for h := range handlers {
+			wg.Go(func() {
+				for i := range each {
+					content := fmt.Sprintf("h%d-%d", h, i)
+					if i%10 == 0 {
+						content = "bad"
+					}
+					err := q.do(t.Context(), "hot", env(content), r.observe)
+					if (content == "bad") != errors.Is(err, errBad) {
+						t.Errorf("envelope %s: got %v", content, err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		total := 0
+		for _, b := range r.batches {
+			if len(b) > 8 {
+				t.Errorf("got a batch of %d, want at most 8", len(b))
+			}
+			total += len(b)
+		}
+		if total != handlers*each {
+			t.Fatalf("observed %d envelopes, want %d", total, handlers*each)
+		}
+		if n := q.len(); n != 0 {
+			t.Fatalf("got %d threads left, want 0", n)
+		}
+	})
+
+	t.Run("WaitersShareTheNextBatchInOrder", func(t *testing.T) {
+		t.Parallel()
+		q, r := newThreadQueues(64), newRecorder(t)
+		r.gate = make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = q.do(t.Context(), "th", env("first"), r.observe) })
+		waiting(t, q, "th", 0) // the leader took its batch and is observing
+		for i := range 5 {
+			wg.Go(func() { _ = q.do(t.Context(), "th", env(fmt.Sprint(i)), r.observe) })
+			waiting(t, q, "th", i+1)
+		}
+		close(r.gate)
+		wg.Wait()
+		if len(r.batches) != 2 || fmt.Sprint(r.batches[1]) != "[0 1 2 3 4]" {
+			t.Fatalf("got batches %v, want [first] then [0 1 2 3 4]", r.batches)
+		}
+	})
+
+	t.Run("OtherThreadsGoOn", func(t *testing.T) {
+		t.Parallel()
+		q, r := newThreadQueues(64), newRecorder(t)
+		hold := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- q.do(t.Context(), "a", env("a"), func(ctx context.Context, th string, es ...*envelope.Envelope) []error {
+				<-hold
+				return r.observe(ctx, th, es...)
+			})
+		}()
+		waiting(t, q, "a", 0)
+		if err := q.do(t.Context(), "b", env("b"), r.observe); err != nil {
+			t.Fatal(err)
+		}
+		close(hold)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("AWaiterThatGivesUpLeavesTheQueue", func(t *testing.T) {
+		t.Parallel()
+		q, r := newThreadQueues(64), newRecorder(t)
+		r.gate = make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = q.do(t.Context(), "th", env("first"), r.observe) })
+		waiting(t, q, "th", 0)
+		ctx, cancel := context.WithCancel(t.Context())
+		gaveUp := make(chan error, 1)
+		go func() { gaveUp <- q.do(ctx, "th", env("gives up"), r.observe) }()
+		waiting(t, q, "th", 1)
+		wg.Go(func() { _ = q.do(t.Context(), "th", env("stays"), r.observe) })
+		waiting(t, q, "th", 2)
+		cancel()
+		if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v, want context.Canceled", err)
+		}
+		waiting(t, q, "th", 1)
+		close(r.gate)
+		wg.Wait()
+		if fmt.Sprint(r.batches) != "[[first] [stays]]" {
+			t.Fatalf("got batches %v, want [first] then [stays]", r.batches)
+		}
+		if n := q.len(); n != 0 {
+			t.Fatalf("got %d threads left, want 0", n)
+		}
+	})
+
+	t.Run("TheNextLeaderGivesUp", func(t *testing.T) {
+		t.Parallel()
+		q, r := newThreadQueues(1), newRecorder(t)
+		r.gate = make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = q.do(t.Context(), "th", env("first"), r.observe) })
+		waiting(t, q, "th", 0)
+		for _, c := range []string{"second", "third"} {
+			wg.Go(func() { _ = q.do(t.Context(), "th", env(c), r.observe) })
+			waiting(t, q, "th", map[string]int{"second": 1, "third": 2}[c])
+		}
+		// With batches of one, the lead passes at every step.
+		close(r.gate)
+		wg.Wait()
+		if fmt.Sprint(r.batches) != "[[first] [second] [third]]" {
+			t.Fatalf("got batches %v, want one each in order", r.batches)
+		}
+	})
+
+	t.Run("APanicDoesNotLockTheThread", func(t *testing.T) {
+		t.Parallel()
+		q, r := newThreadQueues(64), newRecorder(t)
+		hold := make(chan struct{})
+		panicked := make(chan any, 1)
+		go func() {
+			defer func() { panicked <- recover() }()
+			_ = q.do(t.Context(), "th", env("boom"), func(ctx context.Context, th string, es ...*envelope.Envelope) []error {
+				<-hold
+				panic("boom")
+			})
+		}()
+		waiting(t, q, "th", 0)
+		other := make(chan error, 1)
+		go func() { other <- q.do(t.Context(), "th", env("waits"), r.observe) }()
+		waiting(t, q, "th", 1)
+		close(hold)
+		if p := <-panicked; p != "boom" {
+			t.Fatalf("got panic %v, want boom", p)
+		}
+		if err := <-other; err != nil {
+			t.Fatalf("the waiter after a panic: got %v, want its own batch observed", err)
+		}
+		if err := q.do(t.Context(), "th", env("later"), r.observe); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
