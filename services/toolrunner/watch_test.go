@@ -2,6 +2,7 @@ package toolrunner
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/bundle"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 type reloadEvent struct {
@@ -132,5 +136,53 @@ func TestConfigWatcherHotReload(t *testing.T) {
 	case ev := <-events:
 		t.Errorf("unexpected reload %+v", ev)
 	default:
+	}
+}
+
+// A bundle installed into the mcp.json of a running tool runner is called
+// over the bus without a restart, under a capability naming it.
+func TestInstallIntoRunningService(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "mcp.json")
+	if err := os.WriteFile(cfg, []byte("{\"servers\": {}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := bustest.Embedded(t)
+	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['ref__everything.echo']\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(t.Context(), Config{Logger: testLogger(t), WatchConfig: true, Tools: tools.Config{
+		ConfigPath: cfg, Policy: pol, BaseEnv: tools.BaseEnvFrom(os.Environ()), HealthInterval: time.Second,
+	}}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Go(t, "Run", svc.Run)
+	results := bustest.Observe(t, b, "obs-bundle-result", envelope.SubjectToolResult)
+
+	in := &bundle.Installer{Config: cfg, DataDir: filepath.Join(dir, "data")}
+	if _, err := in.Install(t.Context(), everythingRelayBundle(t), bundle.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Poll(t, 30*time.Second, func() (bool, string) {
+		st, err := tools.StatusRemote(t.Context(), b.Conn(), b.Prefix())
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, s := range st.Servers {
+			if s.Name == "ref__everything" && s.State == tools.StateReady {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("servers %+v", st.Servers)
+	})
+	call := toolCall("ref__everything.echo", "agent", map[string]any{"message": "installed live"})
+	if _, err := b.Publish(t.Context(), envelope.SubjectToolCall, call); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(t, results); got.Content != "Echo: installed live" {
+		t.Fatalf("result %q, want Echo: installed live", got.Content)
 	}
 }
