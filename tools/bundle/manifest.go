@@ -92,16 +92,21 @@ func LoadRelay(file string) (*Bundle, error) {
 	}
 	b := &Bundle{Dir: abs, Source: file, Kind: "relay"}
 	var m relayManifest
+	var std []byte
 	if strings.HasSuffix(file, ".json") {
-		b.Servers, err = jsonServers(data, &m)
+		b.Servers, std, err = jsonServers(data, &m)
 	} else {
-		b.Servers, err = yamlServers(data, &m)
+		b.Servers, std, err = yamlServers(data, &m)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	b.ID, b.Version, b.Description = m.ID, m.Version, m.Description
 	if err := b.check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	// The schema is a backstop for what the Go checks do not cover.
+	if err := validateManifest(std); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	return b, nil
@@ -127,18 +132,19 @@ func (b *Bundle) check() error {
 
 // jsonServers reads a JSON(C) manifest: its fields into m and its
 // mcpServers (or servers) in file order.
-func jsonServers(data []byte, m *relayManifest) ([]Entry, error) {
+func jsonServers(data []byte, m *relayManifest) ([]Entry, []byte, error) {
 	v, err := hujson.Parse(data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	v.Standardize()
-	if err := json.Unmarshal(v.Pack(), m); err != nil {
-		return nil, fmt.Errorf("not a bundle manifest: %w", err)
+	std := v.Pack()
+	if err := json.Unmarshal(std, m); err != nil {
+		return nil, nil, fmt.Errorf("not a bundle manifest: %w", err)
 	}
 	root, ok := v.Value.(*hujson.Object)
 	if !ok {
-		return nil, errors.New("not a JSON object")
+		return nil, nil, errors.New("not a JSON object")
 	}
 	for _, key := range []string{"mcpServers", "servers"} {
 		mem := member(root, key)
@@ -147,34 +153,42 @@ func jsonServers(data []byte, m *relayManifest) ([]Entry, error) {
 		}
 		obj, ok := mem.Value.Value.(*hujson.Object)
 		if !ok {
-			return nil, fmt.Errorf("%s must be an object of servers", key)
+			return nil, nil, fmt.Errorf("%s must be an object of servers", key)
 		}
 		var out []Entry
 		for _, s := range obj.Members {
 			name, _ := unquote(s.Name)
 			raw := bytes.TrimSpace(s.Value.Clone().Pack())
 			if _, ok := s.Value.Value.(*hujson.Object); !ok {
-				return nil, fmt.Errorf("%s.%s must be an object", key, name)
+				return nil, nil, fmt.Errorf("%s.%s must be an object", key, name)
 			}
 			out = append(out, Entry{Name: name, JSON: compact(raw)})
 		}
-		return out, nil
+		return out, std, nil
 	}
-	return nil, errors.New("no mcpServers")
+	return nil, nil, errors.New("no mcpServers")
 }
 
 // yamlServers reads a YAML manifest.
-func yamlServers(data []byte, m *relayManifest) ([]Entry, error) {
+func yamlServers(data []byte, m *relayManifest) ([]Entry, []byte, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return nil, errors.New("not a YAML mapping")
+		return nil, nil, errors.New("not a YAML mapping")
 	}
 	root := doc.Content[0]
 	if err := root.Decode(m); err != nil {
-		return nil, fmt.Errorf("not a bundle manifest: %w", err)
+		return nil, nil, fmt.Errorf("not a bundle manifest: %w", err)
+	}
+	var whole any
+	if err := root.Decode(&whole); err != nil {
+		return nil, nil, err
+	}
+	std, err := json.Marshal(whole)
+	if err != nil {
+		return nil, nil, fmt.Errorf("not representable as JSON: %w", err)
 	}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		key := root.Content[i].Value
@@ -183,27 +197,27 @@ func yamlServers(data []byte, m *relayManifest) ([]Entry, error) {
 		}
 		list := root.Content[i+1]
 		if list.Kind != yaml.MappingNode {
-			return nil, fmt.Errorf("%s must be a mapping of servers", key)
+			return nil, nil, fmt.Errorf("%s must be a mapping of servers", key)
 		}
 		var out []Entry
 		for j := 0; j+1 < len(list.Content); j += 2 {
 			name := list.Content[j].Value
 			var v any
 			if err := list.Content[j+1].Decode(&v); err != nil {
-				return nil, fmt.Errorf("%s.%s: %w", key, name, err)
+				return nil, nil, fmt.Errorf("%s.%s: %w", key, name, err)
 			}
 			if _, ok := v.(map[string]any); !ok {
-				return nil, fmt.Errorf("%s.%s must be a mapping", key, name)
+				return nil, nil, fmt.Errorf("%s.%s must be a mapping", key, name)
 			}
 			raw, err := json.Marshal(v)
 			if err != nil {
-				return nil, fmt.Errorf("%s.%s: %w", key, name, err)
+				return nil, nil, fmt.Errorf("%s.%s: %w", key, name, err)
 			}
 			out = append(out, Entry{Name: name, JSON: raw})
 		}
-		return out, nil
+		return out, std, nil
 	}
-	return nil, errors.New("no mcpServers")
+	return nil, nil, errors.New("no mcpServers")
 }
 
 // compact standardizes and compacts a JSONC value.
