@@ -45,6 +45,7 @@ const greetManifest = `{
   "name": "Greeter Tools",
   "version": "1.0.0",
   "description": "Says hello",
+  "author": {"name": "Relay tests"},
   "server": {
     "type": "node",
     "entry_point": "server/index.js",
@@ -56,12 +57,38 @@ const greetManifest = `{
     }
   },
   "user_config": {
-    "greeting": {"type": "string", "title": "Greeting", "required": true},
-    "api_key": {"type": "string", "title": "API key", "sensitive": true, "required": true}
+    "greeting": {"type": "string", "title": "Greeting", "description": "How to greet", "required": true},
+    "api_key": {"type": "string", "title": "API key", "description": "The service's key", "sensitive": true, "required": true}
   }
 }`
 
-// packMCPB writes a .mcpb (zip) of the greet server.
+// greetDir writes the greet bundle unpacked.
+func greetDir(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "greeter")
+	writeFile(t, filepath.Join(dir, "manifest.json"), greetManifest)
+	writeFile(t, filepath.Join(dir, "server", "index.js"), greetServer)
+	return dir
+}
+
+// packOfficial packs the greet bundle with the official packer
+// (@anthropic-ai/mcpb from testdata/npm, or MCPB_BIN).
+func packOfficial(t testing.TB) string {
+	t.Helper()
+	def := filepath.Join(repoRoot(), "testdata", "npm", "node_modules", ".bin", "mcpb")
+	bin := testenv.Getenv("MCPB_BIN", def)
+	if _, err := os.Stat(bin); err != nil {
+		testenv.Missing(t, "the mcpb packer is not installed; run scripts/setup.sh (npm ci in testdata/npm)")
+	}
+	out := filepath.Join(t.TempDir(), "greeter.mcpb")
+	cmd := exec.Command(bin, "pack", greetDir(t), out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mcpb pack: %v\n%s", err, b)
+	}
+	return out
+}
+
+// packMCPB writes a .mcpb (zip) of the greet server with archive/zip.
 func packMCPB(t testing.TB) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "greeter.mcpb")
@@ -93,10 +120,25 @@ func TestInstallMCPB(t *testing.T) {
 	if _, err := exec.LookPath("node"); err != nil {
 		testenv.Missing(t, "node is not installed")
 	}
+	for _, tc := range []struct {
+		name string
+		pack func(testing.TB) string
+	}{
+		{"mcpb pack", packOfficial},
+		{"zip", packMCPB},
+		{"directory", greetDir},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testInstallMCPB(t, tc.pack(t))
+		})
+	}
+}
+
+func testInstallMCPB(t *testing.T, archive string) {
 	in := newInstaller(t, commented)
 	env := map[string]string{}
 	in.Lookup = func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	archive := packMCPB(t)
 
 	// Missing values are named, and nothing is written or unpacked.
 	_, err := in.Install(t.Context(), archive, Options{})
