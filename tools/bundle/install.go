@@ -104,10 +104,14 @@ func (in *Installer) InstallBundle(ctx context.Context, b *Bundle, opts Options)
 		return nil, err
 	}
 	res := &Result{ID: b.ID, Version: b.Version}
-	return res, in.change(ctx, opts, res, func(d *document, t *Tracking) error {
+	var oldDir string
+	err := in.change(ctx, opts, res, func(d *document, t *Tracking) error {
 		if _, old := t.find(b.ID); old != nil {
 			if err := d.removeBundle(old, opts.Force, res); err != nil {
 				return err
+			}
+			if old.Kind == "mcpb" && old.Path != b.Dir {
+				oldDir = old.Path
 			}
 			t.remove(b.ID)
 		}
@@ -136,6 +140,10 @@ func (in *Installer) InstallBundle(ctx context.Context, b *Bundle, opts Options)
 		t.Bundles = append(t.Bundles, rec)
 		return nil
 	})
+	if err == nil && !opts.DryRun && oldDir != "" {
+		in.removeUnpacked(oldDir) // the version this one replaced
+	}
+	return res, err
 }
 
 // Uninstall removes the servers bundle id installed.
@@ -157,13 +165,23 @@ func (in *Installer) Uninstall(ctx context.Context, id string, opts Options) (*R
 		t.remove(id)
 		return nil
 	})
-	if err == nil && !opts.DryRun && dir != "" && in.DataDir != "" {
-		// An unpacked MCP Bundle lives under the data directory only.
-		if rel, rerr := filepath.Rel(filepath.Join(in.DataDir, "bundles"), dir); rerr == nil && !strings.HasPrefix(rel, "..") {
-			_ = os.RemoveAll(dir)
-		}
+	if err == nil && !opts.DryRun && dir != "" {
+		in.removeUnpacked(dir)
 	}
 	return res, err
+}
+
+// removeUnpacked removes an unpacked MCP Bundle's directory, only ever
+// under DataDir/bundles.
+func (in *Installer) removeUnpacked(dir string) {
+	if in.DataDir == "" {
+		return
+	}
+	rel, err := filepath.Rel(filepath.Join(in.DataDir, "bundles"), dir)
+	if err != nil || rel == "." || !filepath.IsLocal(rel) {
+		return
+	}
+	_ = os.RemoveAll(dir)
 }
 
 // List returns the installed bundles.

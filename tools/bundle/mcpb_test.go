@@ -207,3 +207,33 @@ func testInstallMCPB(t *testing.T, archive string) {
 		t.Errorf("uninstall did not restore mcp.json")
 	}
 }
+
+func TestMCPBUpgradeRemovesOldVersion(t *testing.T) {
+	t.Parallel()
+	in := newInstaller(t, "")
+	in.Lookup = func(k string) (string, bool) { return "key-value", k == "MCPB_USER_CONFIG_API_KEY" }
+	set := Options{Set: map[string]string{"greeting": "Hi"}}
+	v1 := greetDir(t)
+	if _, err := in.Install(t.Context(), v1, set); err != nil {
+		t.Fatal(err)
+	}
+	v2 := greetDir(t)
+	writeFile(t, filepath.Join(v2, "manifest.json"), strings.Replace(greetManifest, `"version": "1.0.0"`, `"version": "1.1.0"`, 1))
+	res, err := in.Install(t.Context(), v2, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Version != "1.1.0" {
+		t.Errorf("version %s, want 1.1.0", res.Version)
+	}
+	base := filepath.Join(in.DataDir, "bundles", "Greeter-Tools")
+	if _, err := os.Stat(filepath.Join(base, "1.0.0")); !os.IsNotExist(err) {
+		t.Errorf("1.0.0 still unpacked: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "1.1.0", "manifest.json")); err != nil {
+		t.Errorf("1.1.0 not unpacked: %v", err)
+	}
+	if !strings.Contains(readFile(t, in.Config), filepath.Join(base, "1.1.0", "server", "index.js")) {
+		t.Errorf("mcp.json does not point at 1.1.0:\n%s", readFile(t, in.Config))
+	}
+}
