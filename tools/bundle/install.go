@@ -117,7 +117,10 @@ func (in *Installer) InstallBundle(ctx context.Context, b *Bundle, opts Options)
 		}
 		rec := Installed{ID: b.ID, Version: b.Version, Description: b.Description, Kind: b.Kind,
 			Source: b.Source, Path: b.Dir, InstalledAt: in.now()}
-		target, parent := d.target()
+		target, parent, err := d.target()
+		if err != nil {
+			return err
+		}
 		for _, e := range b.Servers {
 			name, _ := ServerName(b.ID, e.Name)
 			if _, m := d.find(name); m != nil {
@@ -333,7 +336,7 @@ type document struct {
 }
 
 // emptyConfig is the file an install into a missing mcp.json starts from.
-const emptyConfig = "{\n  \"mcpServers\": {}\n}\n"
+const emptyConfig = "{\n  \"mcpServers\": {\n  }\n}\n"
 
 func parseDocument(data []byte) (*document, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
@@ -372,12 +375,26 @@ func (d *document) rootIndent() string {
 // target is the server object new servers go into ("servers" when the file
 // has it, as VS Code writes it, else "mcpServers", added when missing) and
 // the indentation of its line.
-func (d *document) target() (*hujson.Object, string) {
-	if l := d.lists(); len(l) > 0 {
-		return l[0], d.rootIndent()
+func (d *document) target() (*hujson.Object, string, error) {
+	for _, key := range []string{"servers", "mcpServers"} {
+		if m := member(d.root, key); m != nil {
+			if obj, ok := m.Value.Value.(*hujson.Object); ok {
+				return obj, d.rootIndent(), nil
+			}
+			if m.Value.Value.Kind() != 'n' { // null: as if absent
+				return nil, "", fmt.Errorf("%q is not an object of servers", key)
+			}
+		}
 	}
-	_ = addMember(d.root, "", "mcpServers", []byte("{}"))
-	return d.lists()[0], d.rootIndent()
+	if m := member(d.root, "mcpServers"); m != nil {
+		removeMember(d.root, "mcpServers")
+	}
+	if err := addMember(d.root, "", "mcpServers", []byte("{}")); err != nil {
+		return nil, "", err
+	}
+	obj := d.lists()[0]
+	obj.AfterExtra = hujson.Extra("\n" + d.rootIndent())
+	return obj, d.rootIndent(), nil
 }
 
 // find returns a server's object and member.

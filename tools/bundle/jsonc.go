@@ -75,7 +75,7 @@ func hasTrailingComma(obj *hujson.Object) bool {
 // addMember appends name: value (standard JSON) to obj, formatted as
 // obj's other members are; parent is the indentation of obj's own line.
 func addMember(obj *hujson.Object, parent, name string, value []byte) error {
-	memberIndent, closing, multiline := indents(obj, parent)
+	memberIndent, closing, _ := indents(obj, parent)
 	unit := strings.TrimPrefix(memberIndent, closing)
 	if unit == "" || unit == memberIndent {
 		unit = "  "
@@ -105,10 +105,9 @@ func addMember(obj *hujson.Object, parent, name string, value []byte) error {
 	if trailing {
 		m.Value.AfterExtra = hujson.Extra("")
 	}
+	// What precedes the closing brace stays as it was, so removing the
+	// member again gives back the same bytes.
 	obj.Members = append(obj.Members, m)
-	if !multiline {
-		obj.AfterExtra = hujson.Extra("\n" + closing)
-	}
 	return nil
 }
 
