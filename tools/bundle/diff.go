@@ -15,6 +15,18 @@ func unifiedDiff(name string, a, b []byte) string {
 	}
 	x, y := splitLines(a), splitLines(b)
 	n, m := len(x), len(y)
+	if n*m > maxDiffCells {
+		// Too big for the table: one hunk replacing everything.
+		var out strings.Builder
+		fmt.Fprintf(&out, "--- %s\n+++ %s\n@@ -1,%d +1,%d @@\n", name, name, n, m)
+		for _, l := range x {
+			out.WriteString("-" + l + "\n")
+		}
+		for _, l := range y {
+			out.WriteString("+" + l + "\n")
+		}
+		return out.String()
+	}
 	lcs := make([][]int, n+1)
 	for i := range lcs {
 		lcs[i] = make([]int, m+1)
@@ -42,12 +54,12 @@ func unifiedDiff(name string, a, b []byte) string {
 			ops = append(ops, op{' ', x[i], i, j})
 			i++
 			j++
-		case j < m && (i == n || lcs[i][j+1] >= lcs[i+1][j]):
-			ops = append(ops, op{'+', y[j], i, j})
-			j++
-		default:
+		case i < n && (j == m || lcs[i+1][j] >= lcs[i][j+1]):
 			ops = append(ops, op{'-', x[i], i, j})
 			i++
+		default:
+			ops = append(ops, op{'+', y[j], i, j})
+			j++
 		}
 	}
 	const ctx = 3
@@ -101,6 +113,9 @@ func unifiedDiff(name string, a, b []byte) string {
 	}
 	return out.String()
 }
+
+// maxDiffCells bounds the LCS table (about 32 MB).
+const maxDiffCells = 4 << 20
 
 func splitLines(b []byte) []string {
 	if len(b) == 0 {
