@@ -10,10 +10,19 @@ import (
 	"time"
 )
 
+// DefaultLockTimeout bounds the wait for another install's lock when the
+// caller's context has no deadline.
+const DefaultLockTimeout = time.Minute
+
 // lockFile takes an exclusive advisory lock (flock) on path, polling until
 // ctx is done; unlock releases it. The lock file is left in place: removing
 // it would let two processes lock two different files.
 func lockFile(ctx context.Context, path string) (unlock func(), err error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultLockTimeout)
+		defer cancel()
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open lock: %w", err)

@@ -62,5 +62,11 @@ func hadServerObject(data []byte) bool {
 	if err != nil {
 		return false
 	}
-	return len(d.lists()) > 0
+	lists := d.lists()
+	for _, l := range lists {
+		if len(l.Members) == 0 && len(l.AfterExtra) > 0 && len(bytes.TrimSpace(l.AfterExtra)) == 0 {
+			return false // an empty "{\n  }" comes back as "{}"
+		}
+	}
+	return len(lists) > 0
 }

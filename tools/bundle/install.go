@@ -336,7 +336,7 @@ type document struct {
 }
 
 // emptyConfig is the file an install into a missing mcp.json starts from.
-const emptyConfig = "{\n  \"mcpServers\": {\n  }\n}\n"
+const emptyConfig = "{\n  \"mcpServers\": {}\n}\n"
 
 func parseDocument(data []byte) (*document, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
@@ -392,9 +392,7 @@ func (d *document) target() (*hujson.Object, string, error) {
 	if err := addMember(d.root, "", "mcpServers", []byte("{}")); err != nil {
 		return nil, "", err
 	}
-	obj := d.lists()[0]
-	obj.AfterExtra = hujson.Extra("\n" + d.rootIndent())
-	return obj, d.rootIndent(), nil
+	return d.lists()[0], d.rootIndent(), nil
 }
 
 // find returns a server's object and member.

@@ -67,7 +67,7 @@ mcpServers:
 			t.Errorf("comment or member %q lost:\n%s", c, got)
 		}
 	}
-	if !strings.Contains(got, "\n    \"acme__search\": {\n      \"args\": [") {
+	if !strings.Contains(got, "\n    \"acme__search\": {\n      \"command\": \"node\",\n      \"args\": [") {
 		t.Errorf("new server not indented like its siblings:\n%s", got)
 	}
 	if !strings.Contains(got, "${env:ACME_TOKEN}") {

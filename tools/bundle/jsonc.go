@@ -75,7 +75,7 @@ func hasTrailingComma(obj *hujson.Object) bool {
 // addMember appends name: value (standard JSON) to obj, formatted as
 // obj's other members are; parent is the indentation of obj's own line.
 func addMember(obj *hujson.Object, parent, name string, value []byte) error {
-	memberIndent, closing, _ := indents(obj, parent)
+	memberIndent, closing, multiline := indents(obj, parent)
 	unit := strings.TrimPrefix(memberIndent, closing)
 	if unit == "" || unit == memberIndent {
 		unit = "  "
@@ -106,7 +106,11 @@ func addMember(obj *hujson.Object, parent, name string, value []byte) error {
 		m.Value.AfterExtra = hujson.Extra("")
 	}
 	// What precedes the closing brace stays as it was, so removing the
-	// member again gives back the same bytes.
+	// member again gives back the same bytes; only an empty "{}" opens up
+	// (and closes again when its last member goes).
+	if len(obj.Members) == 0 && !multiline && len(bytes.TrimSpace(obj.AfterExtra)) == 0 {
+		obj.AfterExtra = hujson.Extra("\n" + closing)
+	}
 	obj.Members = append(obj.Members, m)
 	return nil
 }
@@ -132,10 +136,8 @@ func removeMember(obj *hujson.Object, name string) bool {
 				nl.AfterExtra = nil
 			}
 		}
-		if len(obj.Members) == 0 {
-			if ind, ok := afterNewline(obj.AfterExtra); ok {
-				obj.AfterExtra = hujson.Extra("\n" + ind)
-			}
+		if len(obj.Members) == 0 && len(bytes.TrimSpace(obj.AfterExtra)) == 0 {
+			obj.AfterExtra = nil // "{}"
 		}
 		return true
 	}

@@ -182,13 +182,9 @@ func yamlServers(data []byte, m *relayManifest) ([]Entry, []byte, error) {
 	if err := root.Decode(m); err != nil {
 		return nil, nil, fmt.Errorf("not a bundle manifest: %w", err)
 	}
-	var whole any
-	if err := root.Decode(&whole); err != nil {
-		return nil, nil, err
-	}
-	std, err := json.Marshal(whole)
+	std, err := nodeJSON(root, 0)
 	if err != nil {
-		return nil, nil, fmt.Errorf("not representable as JSON: %w", err)
+		return nil, nil, err
 	}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		key := root.Content[i].Value
@@ -202,14 +198,14 @@ func yamlServers(data []byte, m *relayManifest) ([]Entry, []byte, error) {
 		var out []Entry
 		for j := 0; j+1 < len(list.Content); j += 2 {
 			name := list.Content[j].Value
-			var v any
-			if err := list.Content[j+1].Decode(&v); err != nil {
-				return nil, nil, fmt.Errorf("%s.%s: %w", key, name, err)
+			v := list.Content[j+1]
+			for v.Kind == yaml.AliasNode && v.Alias != nil {
+				v = v.Alias
 			}
-			if _, ok := v.(map[string]any); !ok {
+			if v.Kind != yaml.MappingNode {
 				return nil, nil, fmt.Errorf("%s.%s must be a mapping", key, name)
 			}
-			raw, err := json.Marshal(v)
+			raw, err := nodeJSON(v, 0)
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s.%s: %w", key, name, err)
 			}
@@ -231,4 +227,70 @@ func compact(raw []byte) json.RawMessage {
 		return std
 	}
 	return buf.Bytes()
+}
+
+// maxDepth bounds YAML nesting (and alias chains) in a manifest.
+const maxDepth = 64
+
+// nodeJSON converts a YAML node to JSON, keeping the order of mappings (so
+// an installed entry reads as its author wrote it).
+func nodeJSON(n *yaml.Node, depth int) ([]byte, error) {
+	if depth > maxDepth {
+		return nil, errors.New("nested too deeply")
+	}
+	switch n.Kind {
+	case yaml.DocumentNode:
+		if len(n.Content) == 0 {
+			return []byte("null"), nil
+		}
+		return nodeJSON(n.Content[0], depth+1)
+	case yaml.AliasNode:
+		if n.Alias == nil {
+			return nil, errors.New("unresolved alias")
+		}
+		return nodeJSON(n.Alias, depth+1)
+	case yaml.MappingNode:
+		var b bytes.Buffer
+		b.WriteByte('{')
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			k, _ := json.Marshal(n.Content[i].Value)
+			b.Write(k)
+			b.WriteByte(':')
+			v, err := nodeJSON(n.Content[i+1], depth+1)
+			if err != nil {
+				return nil, err
+			}
+			b.Write(v)
+		}
+		b.WriteByte('}')
+		return b.Bytes(), nil
+	case yaml.SequenceNode:
+		var b bytes.Buffer
+		b.WriteByte('[')
+		for i, c := range n.Content {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			v, err := nodeJSON(c, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			b.Write(v)
+		}
+		b.WriteByte(']')
+		return b.Bytes(), nil
+	default:
+		var v any
+		if err := n.Decode(&v); err != nil {
+			return nil, err
+		}
+		out, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n.Line, err)
+		}
+		return out, nil
+	}
 }
