@@ -185,6 +185,7 @@ func (in *Installer) removeUnpacked(dir string) {
 		return
 	}
 	_ = os.RemoveAll(dir)
+	_ = os.Remove(filepath.Dir(dir)) // the bundle's directory, when no version is left
 }
 
 // List returns the installed bundles.

@@ -139,16 +139,12 @@ func (in *Installer) loadMCPB(source string, opts Options) (*Bundle, func(bool),
 	if err != nil {
 		return fail(err)
 	}
-	entry := map[string]any{"command": cfg.Command}
-	if len(cfg.Args) > 0 {
-		entry["args"] = cfg.Args
-	}
-	if len(cfg.Env) > 0 {
-		entry["env"] = cfg.Env
-	}
-	if m.Description != "" {
-		entry["description"] = m.Description
-	}
+	entry := struct {
+		Command     string            `json:"command"`
+		Args        []string          `json:"args,omitempty"`
+		Env         map[string]string `json:"env,omitempty"`
+		Description string            `json:"description,omitempty"`
+	}{cfg.Command, cfg.Args, cfg.Env, m.Description}
 	raw, err := json.Marshal(entry)
 	if err != nil {
 		return fail(err)

@@ -200,8 +200,8 @@ func testInstallMCPB(t *testing.T, archive string) {
 	if _, err := in.Uninstall(t.Context(), "Greeter-Tools", Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("uninstall left %s: %v", dir, err)
+	if _, err := os.Stat(filepath.Dir(dir)); !os.IsNotExist(err) {
+		t.Errorf("uninstall left %s: %v", filepath.Dir(dir), err)
 	}
 	if readFile(t, in.Config) != commented {
 		t.Errorf("uninstall did not restore mcp.json")
