@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -151,6 +152,22 @@ func (in *Installer) loadMCPB(source string, opts Options) (*Bundle, func(bool),
 	}
 	b := &Bundle{ID: id, Version: m.Version, Description: m.Description, Dir: final, Source: source, Kind: "mcpb",
 		Servers: []Entry{{Name: MCPBServer, JSON: raw}}, vars: vars}
+	// A new version goes into place before mcp.json names it, so a runner
+	// reloading the file finds the files there.
+	if _, err := os.Stat(final); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+			return fail(err)
+		}
+		if err := os.Rename(stage, final); err != nil {
+			return fail(err)
+		}
+		return b, func(keep bool) {
+			if !keep {
+				_ = os.RemoveAll(final)
+				_ = os.Remove(filepath.Dir(final))
+			}
+		}, nil
+	}
 	cleanup := func(keep bool) {
 		if !keep {
 			_ = os.RemoveAll(stage)
