@@ -35,6 +35,17 @@ type Installer struct {
 	Lookup func(string) (string, bool)
 	// Now stamps installs; nil means time.Now.
 	Now func() time.Time
+
+	// writeFile replaces a file atomically; nil means writeAtomic (tests
+	// make it fail).
+	writeFile func(path string, data []byte, perm os.FileMode) error
+}
+
+func (in *Installer) write(path string, data []byte, perm os.FileMode) error {
+	if in.writeFile != nil {
+		return in.writeFile(path, data, perm)
+	}
+	return writeAtomic(path, data, perm)
 }
 
 // Options change one install or uninstall.
@@ -263,16 +274,16 @@ func (in *Installer) change(ctx context.Context, opts Options, res *Result, muta
 	}
 	track = append(track, '\n')
 	if existed {
-		if err := writeAtomic(in.Config+".bak", old, perm); err != nil {
+		if err := in.write(in.Config+".bak", old, perm); err != nil {
 			return fmt.Errorf("back up %s: %w", in.Config, err)
 		}
 	}
 	if !bytes.Equal(old, out) || !existed {
-		if err := writeAtomic(in.Config, out, perm); err != nil {
+		if err := in.write(in.Config, out, perm); err != nil {
 			return fmt.Errorf("write %s: %w", in.Config, err)
 		}
 	}
-	if err := writeAtomic(trackPath, track, 0o644); err != nil {
+	if err := in.write(trackPath, track, 0o644); err != nil {
 		// Put mcp.json back so the two files agree.
 		if existed {
 			_ = writeAtomic(in.Config, old, perm)

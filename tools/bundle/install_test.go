@@ -364,3 +364,29 @@ func TestUpgradeReplacesServers(t *testing.T) {
 		t.Errorf("tracking %+v", list)
 	}
 }
+
+func TestWriteFailureLeavesFileUnchanged(t *testing.T) {
+	t.Parallel()
+	for _, failing := range []string{"mcp.json", "mcp.json.bak", "mcp.json.bundles.json"} {
+		t.Run(failing, func(t *testing.T) {
+			t.Parallel()
+			in := newInstaller(t, commented)
+			in.writeFile = func(path string, data []byte, perm os.FileMode) error {
+				if filepath.Base(path) == failing {
+					return errors.New("disk full")
+				}
+				return writeAtomic(path, data, perm)
+			}
+			dir := relayBundle(t, "wf", "id: wf\nversion: '1'\nmcpServers:\n  a:\n    command: node\n")
+			if _, err := in.Install(t.Context(), dir, Options{}); err == nil || !strings.Contains(err.Error(), "disk full") {
+				t.Fatalf("got %v, want the write error", err)
+			}
+			if got := readFile(t, in.Config); got != commented {
+				t.Errorf("mcp.json changed:\n%s", got)
+			}
+			if _, err := os.Stat(in.Config + TrackingSuffix); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("tracking file written: %v", err)
+			}
+		})
+	}
+}
