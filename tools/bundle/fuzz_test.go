@@ -2,8 +2,11 @@ package bundle
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -69,4 +72,55 @@ func hadServerObject(data []byte) bool {
 		}
 	}
 	return len(lists) > 0
+}
+
+// FuzzLoadRelay: any manifest loads or fails with an error, never a panic
+// or a blow-up.
+func FuzzLoadRelay(f *testing.F) {
+	f.Add([]byte("id: a\nversion: '1'\nmcpServers:\n  s:\n    command: node\n    args: [x]\n"), false)
+	f.Add([]byte(`{"id": "a", "version": "1", "mcpServers": {"s": {"command": "node",},}, // c
+}`), true)
+	f.Add([]byte("a: &a [x, x, x]\nb: &b [*a, *a, *a]\nc: &c [*b, *b, *b]\nid: a\nversion: '1'\nmcpServers:\n  s: {command: node, args: *c}\n"), false)
+	f.Fuzz(func(t *testing.T, data []byte, asJSON bool) {
+		name := "bundle.yaml"
+		if asJSON {
+			name = "bundle.json"
+		}
+		p := filepath.Join(t.TempDir(), name)
+		writeFile(t, p, string(data))
+		b, err := LoadRelay(p)
+		if err != nil {
+			return
+		}
+		if CheckID(b.ID) != nil || len(b.Servers) == 0 {
+			t.Fatalf("loaded an invalid bundle: %+v", b)
+		}
+		for _, e := range b.Servers {
+			if _, err := ServerName(b.ID, e.Name); err != nil || !json.Valid(e.JSON) {
+				t.Fatalf("entry %s: %v, %s", e.Name, err, e.JSON)
+			}
+		}
+	})
+}
+
+func TestAliasBombRefused(t *testing.T) {
+	t.Parallel()
+	var y strings.Builder
+	y.WriteString("l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i < 9; i++ {
+		fmt.Fprintf(&y, "l%d: &l%d [", i, i)
+		for j := range 10 {
+			if j > 0 {
+				y.WriteString(", ")
+			}
+			fmt.Fprintf(&y, "*l%d", i-1)
+		}
+		y.WriteString("]\n")
+	}
+	y.WriteString("id: bomb\nversion: '1'\nmcpServers:\n  s: {command: node, args: *l8}\n")
+	p := filepath.Join(t.TempDir(), "bundle.yaml")
+	writeFile(t, p, y.String())
+	if _, err := LoadRelay(p); err == nil {
+		t.Fatal("an alias bomb loaded")
+	}
 }

@@ -182,7 +182,8 @@ func yamlServers(data []byte, m *relayManifest) ([]Entry, []byte, error) {
 	if err := root.Decode(m); err != nil {
 		return nil, nil, fmt.Errorf("not a bundle manifest: %w", err)
 	}
-	std, err := nodeJSON(root, 0)
+	budget := maxNodes
+	std, err := nodeJSON(root, 0, &budget)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -205,7 +206,8 @@ func yamlServers(data []byte, m *relayManifest) ([]Entry, []byte, error) {
 			if v.Kind != yaml.MappingNode {
 				return nil, nil, fmt.Errorf("%s.%s must be a mapping", key, name)
 			}
-			raw, err := nodeJSON(v, 0)
+			budget := maxNodes
+			raw, err := nodeJSON(v, 0, &budget)
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s.%s: %w", key, name, err)
 			}
@@ -229,26 +231,33 @@ func compact(raw []byte) json.RawMessage {
 	return buf.Bytes()
 }
 
-// maxDepth bounds YAML nesting (and alias chains) in a manifest.
-const maxDepth = 64
+// maxDepth bounds YAML nesting (and alias chains) in a manifest, maxNodes
+// the nodes one conversion visits (aliases expanded: no alias bombs).
+const (
+	maxDepth = 64
+	maxNodes = 100_000
+)
 
 // nodeJSON converts a YAML node to JSON, keeping the order of mappings (so
 // an installed entry reads as its author wrote it).
-func nodeJSON(n *yaml.Node, depth int) ([]byte, error) {
+func nodeJSON(n *yaml.Node, depth int, budget *int) ([]byte, error) {
 	if depth > maxDepth {
 		return nil, errors.New("nested too deeply")
+	}
+	if *budget--; *budget < 0 {
+		return nil, errors.New("too large (or too many aliases)")
 	}
 	switch n.Kind {
 	case yaml.DocumentNode:
 		if len(n.Content) == 0 {
 			return []byte("null"), nil
 		}
-		return nodeJSON(n.Content[0], depth+1)
+		return nodeJSON(n.Content[0], depth+1, budget)
 	case yaml.AliasNode:
 		if n.Alias == nil {
 			return nil, errors.New("unresolved alias")
 		}
-		return nodeJSON(n.Alias, depth+1)
+		return nodeJSON(n.Alias, depth+1, budget)
 	case yaml.MappingNode:
 		var b bytes.Buffer
 		b.WriteByte('{')
@@ -259,7 +268,7 @@ func nodeJSON(n *yaml.Node, depth int) ([]byte, error) {
 			k, _ := json.Marshal(n.Content[i].Value)
 			b.Write(k)
 			b.WriteByte(':')
-			v, err := nodeJSON(n.Content[i+1], depth+1)
+			v, err := nodeJSON(n.Content[i+1], depth+1, budget)
 			if err != nil {
 				return nil, err
 			}
@@ -274,7 +283,7 @@ func nodeJSON(n *yaml.Node, depth int) ([]byte, error) {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			v, err := nodeJSON(c, depth+1)
+			v, err := nodeJSON(c, depth+1, budget)
 			if err != nil {
 				return nil, err
 			}
