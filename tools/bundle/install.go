@@ -492,6 +492,12 @@ func (d *document) dedupe(t *Tracking) (disabled, enabled []string) {
 			memberIndent, _, _ := indents(l, indent)
 			if orig, seen := first[id]; seen {
 				want := dupPrefix + orig
+				if !ours && e.Description != "" && t.owner(name) == nil {
+					if t.Descriptions == nil {
+						t.Descriptions = map[string]string{}
+					}
+					t.Descriptions[name] = e.Description
+				}
 				if !ours || e.Description != want {
 					_ = setMember(obj, memberIndent, "disabled", []byte("true"))
 					q, _ := json.Marshal(want)
@@ -503,8 +509,13 @@ func (d *document) dedupe(t *Tracking) (disabled, enabled []string) {
 			first[id] = name
 			if ours {
 				removeMember(obj, "disabled")
-				if tr := t.owner(name); tr != nil && tr.Description != "" {
-					q, _ := json.Marshal(tr.Description)
+				own := t.Descriptions[name]
+				if tr := t.owner(name); tr != nil {
+					own = tr.Description
+				}
+				delete(t.Descriptions, name)
+				if own != "" {
+					q, _ := json.Marshal(own)
 					_ = setMember(obj, memberIndent, "description", q)
 				} else {
 					removeMember(obj, "description")

@@ -390,3 +390,34 @@ func TestWriteFailureLeavesFileUnchanged(t *testing.T) {
 		})
 	}
 }
+
+// A user's own server disabled as a duplicate gets its description back
+// when it is enabled again.
+func TestUserServerDescriptionRestored(t *testing.T) {
+	t.Parallel()
+	// "servers" is read first, so the bundle's server (added there) comes
+	// before the user's in "mcpServers": the user's is the duplicate.
+	orig := "{\n  \"servers\": {},\n  \"mcpServers\": {\n    \"mine\": {\"command\": \"node\", \"args\": [\"s.js\"], \"description\": \"My server\"}\n  }\n}\n"
+	in := newInstaller(t, orig)
+	b := relayBundle(t, "dup", "id: dup\nversion: '1'\nmcpServers:\n  s:\n    command: node\n    args: [s.js]\n")
+	res, err := in.Install(t.Context(), b, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(res.Disabled) != "[mine]" || !strings.Contains(readFile(t, in.Config), `"description": "Duplicate of dup__s"`) {
+		t.Fatalf("disabled %v:\n%s", res.Disabled, readFile(t, in.Config))
+	}
+	res, err = in.Uninstall(t.Context(), "dup", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(res.Enabled) != "[mine]" {
+		t.Errorf("enabled %v, want [mine]", res.Enabled)
+	}
+	if got := readFile(t, in.Config); got != orig {
+		t.Errorf("user's server after uninstall:\n%s\nwant:\n%s", got, orig)
+	}
+	if tr, _ := in.List(); len(tr) != 0 {
+		t.Errorf("still tracked: %+v", tr)
+	}
+}

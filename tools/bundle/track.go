@@ -19,6 +19,9 @@ const TrackingSuffix = ".bundles.json"
 type Tracking struct {
 	Version int         `json:"version"`
 	Bundles []Installed `json:"bundles"`
+	// Descriptions keeps the description of a server no bundle installed
+	// while the duplicate rule has it disabled, to give it back.
+	Descriptions map[string]string `json:"descriptions,omitempty"`
 }
 
 // Installed is one installed bundle.
