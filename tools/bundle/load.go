@@ -14,6 +14,9 @@ func (in *Installer) load(source string, opts Options) (b *Bundle, cleanup func(
 	if _, err := os.Stat(source); err != nil {
 		return nil, nil, fmt.Errorf("bundle %s: %w", source, err)
 	}
+	if abs, err := filepath.Abs(source); err == nil {
+		source = abs // recorded in the tracking file
+	}
 	if strings.EqualFold(filepath.Ext(source), ".mcpb") || isMCPBDir(source) {
 		return in.loadMCPB(source, opts)
 	}
