@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/compose-spec/compose-go/v2 v2.16.2
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/goccy/go-json v0.12.0
 	github.com/google/go-github/v60 v60.0.0
 	github.com/google/uuid v1.6.0

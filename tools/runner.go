@@ -257,6 +257,9 @@ type Runner struct {
 
 	conns map[string]*conn
 	order []string
+	// connsMu guards conns, order and the fields Reload (reload.go) uses.
+	connsMu sync.RWMutex
+	live    liveConns
 
 	stopPolicy bool
 	stopState  atomic.Bool
@@ -303,6 +306,7 @@ func New(cfg Config) (*Runner, error) {
 // (Close stops it too).
 func (r *Runner) Start(ctx context.Context) error {
 	ctx, r.cancel = context.WithCancel(ctx)
+	r.setLife(ctx)
 	if r.cfg.State != nil {
 		st, err := r.cfg.State.Load(ctx)
 		if err != nil {
@@ -318,13 +322,8 @@ func (r *Runner) Start(ctx context.Context) error {
 			}
 		}()
 	}
-	for _, name := range r.order {
-		c := r.conns[name]
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			c.run(ctx)
-		}()
+	for _, c := range r.list() {
+		r.startConn(c)
 	}
 	return nil
 }
@@ -334,7 +333,7 @@ func (r *Runner) Start(ctx context.Context) error {
 func (r *Runner) applyState(st State) {
 	r.stopState.Store(st.Stop)
 	for name, s := range st.Servers {
-		c := r.conns[name]
+		c := r.conn(name)
 		if c == nil {
 			continue
 		}
@@ -357,9 +356,9 @@ func (r *Runner) notify(ctx context.Context, n Notice) {
 // finished yet (readiness: until it is empty, a tool list may be partial).
 func (r *Runner) Pending() []string {
 	var out []string
-	for _, name := range r.order {
-		if !r.conns[name].firstAttemptDone() {
-			out = append(out, name)
+	for _, c := range r.list() {
+		if !c.firstAttemptDone() {
+			out = append(out, c.cfg.Name)
 		}
 	}
 	return out
@@ -398,7 +397,7 @@ func (r *Runner) Close() error {
 		r.cancel()
 	}
 	var wg sync.WaitGroup
-	for _, c := range r.conns {
+	for _, c := range r.list() {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.close() }()
 	}
@@ -459,16 +458,17 @@ func (r *Runner) Status() StatusResponse {
 
 // Servers reports every server, in mcp.json order.
 func (r *Runner) Servers() []ServerStatus {
-	out := make([]ServerStatus, 0, len(r.order))
-	for _, n := range r.order {
-		out = append(out, r.conns[n].status())
+	conns := r.list()
+	out := make([]ServerStatus, 0, len(conns))
+	for _, c := range conns {
+		out = append(out, c.status())
 	}
 	return out
 }
 
 // Enable re-enables a server (resetting its failure count) and persists it.
 func (r *Runner) Enable(ctx context.Context, name string) error {
-	c := r.conns[name]
+	c := r.conn(name)
 	if c == nil {
 		return fmt.Errorf("enable %s: %w", name, ErrUnknownServer)
 	}
@@ -484,7 +484,7 @@ func (r *Runner) Enable(ctx context.Context, name string) error {
 
 // Disable stops a server and persists it.
 func (r *Runner) Disable(ctx context.Context, name, reason string) error {
-	c := r.conns[name]
+	c := r.conn(name)
 	if c == nil {
 		return fmt.Errorf("disable %s: %w", name, ErrUnknownServer)
 	}
@@ -522,8 +522,8 @@ func (r *Runner) autoDisable(ctx context.Context, c *conn, failures int, err err
 // then tool order. Servers that cannot list are left out.
 func (r *Runner) Tools(ctx context.Context, role string) []ToolInfo {
 	var out []ToolInfo
-	for _, name := range r.order {
-		c := r.conns[name]
+	for _, c := range r.list() {
+		name := c.cfg.Name
 		if c.isDisabled() {
 			continue
 		}
@@ -542,7 +542,7 @@ func (r *Runner) Tools(ctx context.Context, role string) []ToolInfo {
 
 // AllTools lists every tool of every ready server, unfiltered (operators).
 func (r *Runner) AllTools(ctx context.Context, server string) ([]ToolInfo, error) {
-	c := r.conns[server]
+	c := r.conn(server)
 	if c == nil {
 		return nil, fmt.Errorf("tools of %s: %w", server, ErrUnknownServer)
 	}
@@ -656,7 +656,7 @@ func (r *Runner) Call(ctx context.Context, req Request) *Result {
 	if res.Err != nil {
 		res.Err = &CallError{Server: server, Tool: tool, Status: res.Status, Err: res.Err}
 	}
-	if c, known := r.conns[server]; known {
+	if c := r.conn(server); c != nil {
 		if res.Attempts > 0 {
 			c.recordCall(start, res.Duration, res.Err == nil)
 		}
@@ -705,7 +705,7 @@ func (r *Runner) record(ctx context.Context, req *Request, server, tool string, 
 	}
 	if res.Err != nil {
 		red := r.redactor
-		if c := r.conns[server]; c != nil {
+		if c := r.conn(server); c != nil {
 			red = c.redactor
 		}
 		rec.Error, _ = red.String(res.Err.Error())
@@ -727,11 +727,12 @@ func (r *Runner) call(ctx context.Context, req *Request, server, tool string) (r
 		res.Err = fmt.Errorf("%w: %q is not <server>.<tool>", ErrUnknownTool, req.Tool)
 		return res
 	}
-	c := r.conns[server]
+	c := r.acquire(server)
 	if c == nil {
 		res.Err = fmt.Errorf("%w: %s", ErrUnknownServer, server)
 		return res
 	}
+	defer r.release(c)
 	if !req.Operator && !r.cfg.Policy.Allowed(req.Caller.Role, server, tool) {
 		role := req.Caller.Role
 		if role == "" {
@@ -1132,7 +1133,7 @@ var printer = message.NewPrinter(language.English)
 // unreachable servers are not safe.
 func (r *Runner) Safe(ctx context.Context, name string) bool {
 	server, tool, ok := mcpconfig.SplitTool(name)
-	c := r.conns[server]
+	c := r.conn(server)
 	if !ok || c == nil {
 		return false
 	}

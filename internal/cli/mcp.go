@@ -25,8 +25,8 @@ import (
 func init() {
 	registerCommand(&command{
 		name:    "mcp",
-		usage:   "list|test|call|enable|disable|stop|resume",
-		summary: "MCP servers of mcp.json: `list [-json]`, `test <server>`, `call <server> <tool> --args '{...}'`, `enable|disable <server>`, `stop|resume` (stop switch)",
+		usage:   "list|test|call|enable|disable|stop|resume|install|uninstall|bundles",
+		summary: "MCP servers of mcp.json: `list [-json]`, `test <server>`, `call <server> <tool> --args '{...}'`, `enable|disable <server>`, `stop|resume` (stop switch), `install|uninstall|bundles` (bundles)",
 		run:     runMCP,
 	})
 }
@@ -37,9 +37,13 @@ const mcpUsage = `usage:
   relay mcp call <server> <tool> [--args '{...}'] [--role R] [--save DIR] [-v] [-json]
   relay mcp enable <server>                           re-enable (resets the health failure count)
   relay mcp disable <server> [--reason TEXT]
-  relay mcp stop | resume                             the stop switch: block / allow every new execution`
+  relay mcp stop | resume                             the stop switch: block / allow every new execution
+` + bundlesUsageLines
 
 func runMCP(ctx context.Context, a *app, args []string) error {
+	if len(args) > 0 && bundleCommands[args[0]] != nil {
+		return bundleCommands[args[0]](ctx, a, args[1:])
+	}
 	ts := readToolSettings(a.env)
 	if err := a.checkEnv(); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/internal/httpserver"
 	"github.com/relaystation/relay/services/toolrunner"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 func init() {
@@ -28,7 +29,8 @@ func configureToolRunner(env *config.Env) buildFunc {
 			rc.Logger.Warn("RELAY_POLICY is not set: no role may call any tool until a policy grants capabilities")
 		}
 		rc.Logger.Info("mcp servers configured", "file", ts.ConfigPath, "servers", len(ts.Servers))
-		svc, err := toolrunner.New(ctx, toolrunner.Config{Tools: rc, Logger: rc.Logger, NoticeChannel: ts.NoticeChannel}, d.Bus)
+		svc, err := toolrunner.New(ctx, toolrunner.Config{Tools: rc, Logger: rc.Logger, NoticeChannel: ts.NoticeChannel,
+			WatchConfig: true, ConfigOptions: mcpconfig.Options{DataDir: ts.DataDir}}, d.Bus)
 		if err != nil {
 			return nil, err
 		}

@@ -33,6 +33,8 @@ type Settings struct {
 	PolicySet bool
 	// Runner is the runner's configuration, without Logger and Registerer.
 	Runner tools.Config
+	// DataDir is RELAY_DATA_DIR (${dataDir} in mcp.json).
+	DataDir string
 	// NoticeChannel is the Slack channel of auto-disable / re-enable notices
 	// (RELAY_OPS_CHANNEL, else SLACK_APPROVAL_CHANNEL).
 	NoticeChannel string
@@ -57,7 +59,7 @@ func ReadSettings(env *config.Env) *Settings {
 	if !explicit {
 		path = "./mcp.json"
 	}
-	ts := &Settings{ConfigPath: path}
+	ts := &Settings{ConfigPath: path, DataDir: dataDir}
 	servers, err := mcpconfig.Load(path, mcpconfig.Options{Lookup: os.LookupEnv, DataDir: dataDir})
 	switch {
 	case err == nil:

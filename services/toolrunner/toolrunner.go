@@ -36,6 +36,7 @@ import (
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 // Subjects this service publishes, relative to the bus prefix (see also
@@ -71,6 +72,10 @@ type Config struct {
 	// notices are posted in; empty posts them nowhere (they still go on
 	// system.toolrunner).
 	NoticeChannel string
+	// WatchConfig reloads the runner when the mcp.json at Tools.ConfigPath
+	// changes (ConfigWatcher), substituting with ConfigOptions.
+	WatchConfig   bool
+	ConfigOptions mcpconfig.Options
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -175,6 +180,16 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}()
 	var wg sync.WaitGroup
+	if s.cfg.WatchConfig && s.cfg.Tools.ConfigPath != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := &ConfigWatcher{Path: s.cfg.Tools.ConfigPath, Options: s.cfg.ConfigOptions, Logger: s.log}
+			if err := w.Run(ctx, s.runner); err != nil {
+				s.log.Error("mcp.json is not watched: changes need a restart", "err", err)
+			}
+		}()
+	}
 	auditCtx, auditStop := context.WithCancel(context.WithoutCancel(ctx))
 	wg.Add(1)
 	go func() { defer wg.Done(); s.publishAudits(auditCtx) }()

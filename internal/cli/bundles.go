@@ -1,0 +1,178 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/relaystation/relay/tools/bundle"
+)
+
+const bundlesUsage = "usage:\n" + bundlesUsageLines
+
+const bundlesUsageLines = `  relay mcp install <path> [--config FILE] [--set KEY=VALUE]... [--dry-run] [--force]
+                         a bundle.json / bundle.yaml (or its directory), an MCP Bundle directory or a .mcpb file
+  relay mcp uninstall <bundle-id> [--config FILE] [--dry-run] [--force]
+  relay mcp bundles [--config FILE] [-json]           installed bundles: id, version, servers, installed at`
+
+// bundleCommands are the `relay mcp` subcommands that edit mcp.json. They
+// run before the runner's settings are read: they must work on a missing
+// mcp.json, and their own validation names what is wrong with the result.
+var bundleCommands = map[string]func(context.Context, *app, []string) error{
+	"install":   mcpInstall,
+	"uninstall": mcpUninstall,
+	"bundles":   mcpBundles,
+}
+
+// kvFlags collects repeated --set KEY=VALUE flags.
+type kvFlags map[string]string
+
+func (k kvFlags) String() string { return fmt.Sprint(map[string]string(k)) }
+
+func (k kvFlags) Set(s string) error {
+	key, v, ok := strings.Cut(s, "=")
+	if !ok || key == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", s)
+	}
+	k[key] = v
+	return nil
+}
+
+// parseArgs parses flags before and after the positional arguments
+// (`install ./b --dry-run` as well as `install --dry-run ./b`).
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// installer is the bundle installer for --config (else RELAY_MCP_CONFIG,
+// else ./mcp.json) and RELAY_DATA_DIR.
+func (a *app) installer(config string) *bundle.Installer {
+	if config == "" {
+		config = a.env.String("RELAY_MCP_CONFIG", "./mcp.json")
+	}
+	dataDir := a.base.DataDir
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	return &bundle.Installer{
+		Config:  config,
+		DataDir: dataDir,
+		Lookup: func(name string) (string, bool) {
+			v := a.env.String(name, "")
+			return v, v != ""
+		},
+	}
+}
+
+func mcpInstall(ctx context.Context, a *app, args []string) error {
+	fs := flag.NewFlagSet("mcp install", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	config := fs.String("config", "", "mcp.json to edit (default RELAY_MCP_CONFIG, else ./mcp.json)")
+	set := kvFlags{}
+	fs.Var(set, "set", "a non-sensitive user_config value of an MCP Bundle, KEY=VALUE (repeatable)")
+	dry := fs.Bool("dry-run", false, "print the change to mcp.json as a diff and write nothing")
+	force := fs.Bool("force", false, "replace an installed version's servers even if edited by hand")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return &exitError{code: 2, msg: bundlesUsage}
+	}
+	in := a.installer(*config)
+	res, err := in.Install(ctx, pos[0], bundle.Options{Set: set, DryRun: *dry, Force: *force})
+	if err != nil {
+		return err
+	}
+	a.printResult(in, res, "installed")
+	return nil
+}
+
+func mcpUninstall(ctx context.Context, a *app, args []string) error {
+	fs := flag.NewFlagSet("mcp uninstall", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	config := fs.String("config", "", "mcp.json to edit (default RELAY_MCP_CONFIG, else ./mcp.json)")
+	dry := fs.Bool("dry-run", false, "print the change to mcp.json as a diff and write nothing")
+	force := fs.Bool("force", false, "remove servers even if edited by hand since the install")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return &exitError{code: 2, msg: bundlesUsage}
+	}
+	in := a.installer(*config)
+	res, err := in.Uninstall(ctx, pos[0], bundle.Options{DryRun: *dry, Force: *force})
+	if err != nil {
+		return err
+	}
+	a.printResult(in, res, "uninstalled")
+	return nil
+}
+
+// printResult prints the diff of a dry run, else a summary.
+func (a *app) printResult(in *bundle.Installer, res *bundle.Result, verb string) {
+	if !res.Written {
+		if res.Diff == "" {
+			fmt.Fprintf(a.stdout, "dry run: %s would not change\n", in.Config)
+		}
+		fmt.Fprint(a.stdout, res.Diff)
+		return
+	}
+	fmt.Fprintf(a.stdout, "%s %s %s in %s\n", verb, res.ID, res.Version, in.Config)
+	for _, l := range []struct {
+		what  string
+		names []string
+	}{{"added", res.Added}, {"removed", res.Removed}, {"disabled as duplicate", res.Disabled}, {"enabled again", res.Enabled}} {
+		if len(l.names) > 0 {
+			fmt.Fprintf(a.stdout, "  %s: %s\n", l.what, strings.Join(l.names, ", "))
+		}
+	}
+}
+
+func mcpBundles(_ context.Context, a *app, args []string) error {
+	fs := flag.NewFlagSet("mcp bundles", flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	config := fs.String("config", "", "mcp.json (default RELAY_MCP_CONFIG, else ./mcp.json)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := parseArgs(fs, args); err != nil {
+		return err
+	}
+	in := a.installer(*config)
+	list, err := in.List()
+	if err != nil {
+		return err
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
+	if *asJSON {
+		if list == nil {
+			list = []bundle.Installed{}
+		}
+		return json.NewEncoder(a.stdout).Encode(map[string]any{"config": in.Config, "bundles": list})
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BUNDLE\tVERSION\tKIND\tSERVERS\tINSTALLED AT")
+	for _, b := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.ID, b.Version, b.Kind, strings.Join(b.Names(), ","), b.InstalledAt.Format(time.RFC3339))
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(a.stdout, "%d bundle(s) in %s\n", len(list), in.Config)
+	return nil
+}

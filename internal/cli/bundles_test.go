@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/testenv"
+)
+
+func TestMCPInstallUninstallBundles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "mcp.json")
+	orig := "{\n  // mine\n  \"servers\": {\n    \"mine\": {\"command\": \"node\"}\n  }\n}\n"
+	if err := os.WriteFile(cfg, []byte(orig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := filepath.Join(dir, "weather")
+	if err := os.MkdirAll(b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	manifest := "id: weather\nversion: 0.3.0\nmcpServers:\n  forecast:\n    command: node\n    args: ['${bundlePath}/forecast.js']\n    env:\n      WEATHER_KEY: '${env:WEATHER_KEY}'\n"
+	if err := os.WriteFile(filepath.Join(b, "bundle.yaml"), []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"RELAY_DATA_DIR": filepath.Join(dir, "data"), "RELAY_MCP_CONFIG": cfg}
+	cli := func(args ...string) (int, string, string) {
+		var out, errb syncBuffer
+		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+
+	code, out, errs := cli("mcp", "install", b, "--dry-run")
+	if code != 0 || !strings.Contains(out, "+    \"weather__forecast\": {") || !strings.Contains(out, "+        \""+b+"/forecast.js\"") {
+		t.Fatalf("dry run: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if got, _ := os.ReadFile(cfg); string(got) != orig {
+		t.Fatalf("dry run wrote %s", got)
+	}
+	code, out, errs = cli("mcp", "install", "--config", cfg, b)
+	if code != 0 || !strings.Contains(out, "installed weather 0.3.0") || !strings.Contains(out, "added: weather__forecast") {
+		t.Fatalf("install: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, out, errs = cli("mcp", "bundles", "-json")
+	var list struct {
+		Bundles []struct {
+			ID      string `json:"id"`
+			Version string `json:"version"`
+			Servers []struct {
+				Name string `json:"name"`
+			} `json:"servers"`
+		} `json:"bundles"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Bundles) != 1 || list.Bundles[0].ID != "weather" ||
+		list.Bundles[0].Version != "0.3.0" || list.Bundles[0].Servers[0].Name != "weather__forecast" {
+		t.Fatalf("bundles -json: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if code, out, _ = cli("mcp", "bundles"); code != 0 || !strings.Contains(out, "weather  0.3.0") {
+		t.Errorf("bundles: exit %d, got %q", code, out)
+	}
+	code, out, errs = cli("mcp", "uninstall", "weather")
+	if code != 0 || !strings.Contains(out, "removed: weather__forecast") {
+		t.Fatalf("uninstall: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if got, _ := os.ReadFile(cfg); string(got) != orig {
+		t.Errorf("after uninstall:\n%s\nwant:\n%s", got, orig)
+	}
+	if code, _, errs = cli("mcp", "uninstall", "weather"); code == 0 || !strings.Contains(errs, "not installed") {
+		t.Errorf("second uninstall: exit %d, stderr %q", code, errs)
+	}
+}
+
+// A bundle installed into the mcp.json of a running `relay serve` shows
+// ready in `relay mcp list` without a restart, and leaves on uninstall.
+func TestMCPInstallIntoRunningRelay(t *testing.T) {
+	t.Parallel()
+	_, file, _, _ := runtime.Caller(0)
+	mods, _ := filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules"))
+	if _, err := os.Stat(filepath.Join(mods, "@modelcontextprotocol", "server-everything", "dist", "index.js")); err != nil {
+		testenv.Missing(t, "server-everything not installed; run scripts/setup.sh")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		testenv.Missing(t, "node is not installed")
+	}
+	dir := t.TempDir()
+	b := filepath.Join(dir, "ref")
+	manifest := "id: ref\nversion: '1'\nmcpServers:\n  everything:\n    command: node\n" +
+		"    args: ['${bundlePath}/node_modules/@modelcontextprotocol/server-everything/dist/index.js', stdio]\n"
+	if err := os.MkdirAll(b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b, "bundle.yaml"), []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(mods, filepath.Join(b, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "mcp.json")
+	if err := os.WriteFile(cfg, []byte("{\n  // bundles go here\n  \"mcpServers\": {}\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := embeddedEnv(t)
+	env["RELAY_MCP_CONFIG"] = cfg
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &syncBuffer{}) }()
+	defer func() { cancel(); <-done }()
+	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, 30*time.Second)
+	cli := func(args ...string) (int, string, string) {
+		var out, errb syncBuffer
+		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	list := func() (map[string]string, string) {
+		code, out, errs := cli("mcp", "list", "-json")
+		var got struct {
+			Source  string `json:"source"`
+			Servers []struct {
+				Name  string `json:"name"`
+				State string `json:"state"`
+				Tools int    `json:"tools"`
+			} `json:"servers"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.Source != "running relay" {
+			return nil, fmt.Sprintf("exit %d: %s %s", code, out, errs)
+		}
+		states := map[string]string{}
+		for _, s := range got.Servers {
+			states[s.Name] = fmt.Sprintf("%s/%d", s.State, s.Tools)
+		}
+		return states, out
+	}
+
+	if code, out, errs := cli("mcp", "install", b); code != 0 {
+		t.Fatalf("install: exit %d: %s %s", code, out, errs)
+	}
+	testenv.Poll(t, 30*time.Second, func() (bool, string) {
+		states, why := list()
+		st := states["ref__everything"]
+		return strings.HasPrefix(st, "ready/") && st != "ready/0", why
+	})
+	if code, out, errs := cli("mcp", "uninstall", "ref"); code != 0 {
+		t.Fatalf("uninstall: exit %d: %s %s", code, out, errs)
+	}
+	testenv.Poll(t, 30*time.Second, func() (bool, string) {
+		states, why := list()
+		_, still := states["ref__everything"]
+		return states != nil && !still, why
+	})
+}

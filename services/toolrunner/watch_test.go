@@ -1,0 +1,188 @@
+package toolrunner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/bundle"
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+type reloadEvent struct {
+	res tools.ReloadResult
+	err error
+}
+
+// everythingRelayBundle is a relay bundle running server-everything
+// through ${bundlePath}.
+func everythingRelayBundle(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	mods := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules")
+	mods, _ = filepath.Abs(mods)
+	if _, err := os.Stat(filepath.Join(mods, "@modelcontextprotocol", "server-everything", "dist", "index.js")); err != nil {
+		testenv.Missing(t, "server-everything not installed; run scripts/setup.sh")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		testenv.Missing(t, "node is not installed")
+	}
+	dir := filepath.Join(t.TempDir(), "ref")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	manifest := "id: ref\nversion: '1'\nmcpServers:\n  everything:\n    command: node\n" +
+		"    args: ['${bundlePath}/node_modules/@modelcontextprotocol/server-everything/dist/index.js', stdio]\n"
+	if err := os.WriteFile(filepath.Join(dir, "bundle.yaml"), []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(mods, filepath.Join(dir, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestConfigWatcherHotReload(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "mcp.json")
+	if err := os.WriteFile(cfg, []byte("{\n  // nothing yet\n  \"mcpServers\": {}\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := tools.New(tools.Config{ConfigPath: cfg, BaseEnv: tools.BaseEnvFrom(os.Environ()), HealthInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan reloadEvent, 16)
+	w := &ConfigWatcher{Path: cfg, OnReload: func(res tools.ReloadResult, err error) { events <- reloadEvent{res, err} }}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, r) }()
+	t.Cleanup(func() { cancel(); <-done })
+	next := func(what string) reloadEvent {
+		t.Helper()
+		select {
+		case ev := <-events:
+			return ev
+		case <-time.After(15 * time.Second):
+			t.Fatalf("no reload: %s", what)
+		}
+		return reloadEvent{}
+	}
+
+	in := &bundle.Installer{Config: cfg, DataDir: filepath.Join(dir, "data")}
+	if _, err := in.Install(t.Context(), everythingRelayBundle(t), bundle.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next("after install"); ev.err != nil || strings.Join(ev.res.Added, ",") != "ref__everything" {
+		t.Fatalf("got %+v, want ref__everything added", ev)
+	}
+	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer wcancel()
+	if pending := r.WaitReady(wctx); len(pending) > 0 {
+		t.Fatalf("not ready: %v", pending)
+	}
+	call := func() *tools.Result {
+		return r.Call(t.Context(), tools.Request{Tool: "ref__everything.echo", Args: map[string]any{"message": "hot"}, Operator: true})
+	}
+	if res := call(); res.Err != nil || !strings.Contains(res.Text, "Echo: hot") {
+		t.Fatalf("call after hot reload: %v %q", res.Err, res.Text)
+	}
+
+	// An invalid file keeps the running servers and is reported once.
+	good, _ := os.ReadFile(cfg)
+	bad := strings.Replace(string(good), `"command"`, `"comand"`, 1)
+	for range 2 {
+		if err := os.WriteFile(cfg, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ev := next("invalid file"); ev.err == nil || !strings.Contains(ev.err.Error(), "comand") {
+		t.Fatalf("got %+v, want the problem named", ev)
+	}
+	if res := call(); res.Err != nil {
+		t.Fatalf("server lost to an invalid file: %v", res.Err)
+	}
+
+	// Uninstall (after the user fixes the file) stops the server.
+	if err := os.WriteFile(cfg, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Uninstall(t.Context(), "ref", bundle.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ev := next("after uninstall")
+	for ev.err == nil && len(ev.res.Removed) == 0 {
+		ev = next("after uninstall")
+	}
+	if ev.err != nil || strings.Join(ev.res.Removed, ",") != "ref__everything" {
+		t.Fatalf("got %+v, want ref__everything removed", ev)
+	}
+	select {
+	case ev := <-events:
+		t.Errorf("unexpected reload %+v", ev)
+	default:
+	}
+}
+
+// A bundle installed into the mcp.json of a running tool runner is called
+// over the bus without a restart, under a capability naming it.
+func TestInstallIntoRunningService(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "mcp.json")
+	if err := os.WriteFile(cfg, []byte("{\"servers\": {}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := bustest.Embedded(t)
+	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['ref__everything.echo']\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(t.Context(), Config{Logger: testLogger(t), WatchConfig: true, Tools: tools.Config{
+		ConfigPath: cfg, Policy: pol, BaseEnv: tools.BaseEnvFrom(os.Environ()), HealthInterval: time.Second,
+	}}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Go(t, "Run", svc.Run)
+	results := bustest.Observe(t, b, "obs-bundle-result", envelope.SubjectToolResult)
+
+	in := &bundle.Installer{Config: cfg, DataDir: filepath.Join(dir, "data")}
+	if _, err := in.Install(t.Context(), everythingRelayBundle(t), bundle.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Poll(t, 30*time.Second, func() (bool, string) {
+		st, err := tools.StatusRemote(t.Context(), b.Conn(), b.Prefix())
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, s := range st.Servers {
+			if s.Name == "ref__everything" && s.State == tools.StateReady {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("servers %+v", st.Servers)
+	})
+	call := toolCall("ref__everything.echo", "agent", map[string]any{"message": "installed live"})
+	if _, err := b.Publish(t.Context(), envelope.SubjectToolCall, call); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(t, results); got.Content != "Echo: installed live" {
+		t.Fatalf("result %q, want Echo: installed live", got.Content)
+	}
+}

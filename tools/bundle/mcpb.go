@@ -1,0 +1,295 @@
+package bundle
+
+import (
+	"archive/zip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+)
+
+// MCPBServer is the name of an MCP Bundle's one server: it is installed as
+// "<id>__main", the id being the manifest's name with every run of
+// characters other than letters and digits turned into '-'.
+const MCPBServer = "main"
+
+// mcpbManifest is the part of an MCP Bundle's manifest.json the installer
+// reads (modelcontextprotocol/mcpb MANIFEST.md).
+type mcpbManifest struct {
+	Name        string `json:"name"`
+	Version     string `json:"version"`
+	Description string `json:"description"`
+	Server      struct {
+		Type       string     `json:"type"`
+		EntryPoint string     `json:"entry_point"`
+		MCPConfig  mcpbConfig `json:"mcp_config"`
+	} `json:"server"`
+	UserConfig map[string]mcpbUserConfig `json:"user_config"`
+}
+
+type mcpbConfig struct {
+	Command           string                `json:"command"`
+	Args              []string              `json:"args"`
+	Env               map[string]string     `json:"env"`
+	PlatformOverrides map[string]mcpbConfig `json:"platform_overrides"`
+}
+
+type mcpbUserConfig struct {
+	Type      string `json:"type"`
+	Title     string `json:"title"`
+	Sensitive bool   `json:"sensitive"`
+	Required  bool   `json:"required"`
+	Default   any    `json:"default"`
+}
+
+// UserConfigEnv is the environment variable a sensitive user_config value
+// comes from, and that mcp.json references as ${env:…}:
+// MCPB_USER_CONFIG_<KEY>, upper-cased.
+func UserConfigEnv(key string) string {
+	b := []byte(strings.ToUpper(key))
+	for i, c := range b {
+		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			b[i] = '_'
+		}
+	}
+	return "MCPB_USER_CONFIG_" + string(b)
+}
+
+// platformKey is the manifest's name for this platform.
+func platformKey() string {
+	if runtime.GOOS == "windows" {
+		return "win32"
+	}
+	return runtime.GOOS
+}
+
+// loadMCPB reads an MCP Bundle (a .mcpb archive or a directory with a
+// manifest.json), unpacks or copies it to DataDir/bundles/<id>/<version>
+// and turns its server into an mcp.json entry. cleanup removes the copy
+// unless the install was kept.
+func (in *Installer) loadMCPB(source string, opts Options) (*Bundle, func(bool), error) {
+	if in.DataDir == "" {
+		return nil, nil, errors.New("an MCP Bundle needs a data directory to unpack into (RELAY_DATA_DIR)")
+	}
+	src := source
+	if filepath.Base(src) == "manifest.json" {
+		src = filepath.Dir(src)
+	}
+	stage, err := os.MkdirTemp(in.DataDir, ".bundle-*")
+	if err != nil {
+		if err := os.MkdirAll(in.DataDir, 0o755); err != nil {
+			return nil, nil, err
+		}
+		if stage, err = os.MkdirTemp(in.DataDir, ".bundle-*"); err != nil {
+			return nil, nil, err
+		}
+	}
+	fail := func(err error) (*Bundle, func(bool), error) {
+		_ = os.RemoveAll(stage)
+		return nil, nil, fmt.Errorf("MCP Bundle %s: %w", source, err)
+	}
+	if st, err := os.Stat(src); err == nil && st.IsDir() {
+		err = os.CopyFS(stage, os.DirFS(src))
+		if err != nil {
+			return fail(err)
+		}
+	} else if err := unzip(src, stage); err != nil {
+		return fail(err)
+	}
+	data, err := os.ReadFile(filepath.Join(stage, "manifest.json"))
+	if err != nil {
+		return fail(err)
+	}
+	var m mcpbManifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return fail(fmt.Errorf("manifest.json: %w", err))
+	}
+	id := sanitizeID(m.Name)
+	if err := CheckID(id); err != nil {
+		return fail(fmt.Errorf("manifest.json name %q: %w", m.Name, err))
+	}
+	if m.Version == "" || strings.ContainsAny(m.Version, `/\`) || m.Version == "." || m.Version == ".." {
+		return fail(fmt.Errorf("manifest.json: version %q is missing or not usable as a directory name", m.Version))
+	}
+	final := filepath.Join(in.DataDir, "bundles", id, m.Version)
+	cfg := m.Server.MCPConfig
+	if o, ok := cfg.PlatformOverrides[platformKey()]; ok {
+		if o.Command != "" {
+			cfg.Command = o.Command
+		}
+		if o.Args != nil {
+			cfg.Args = o.Args
+		}
+		for k, v := range o.Env {
+			if cfg.Env == nil {
+				cfg.Env = map[string]string{}
+			}
+			cfg.Env[k] = v
+		}
+	}
+	if cfg.Command == "" {
+		return fail(errors.New("manifest.json: server.mcp_config.command is required"))
+	}
+	vars, err := in.userConfig(m, final, opts.Set)
+	if err != nil {
+		return fail(err)
+	}
+	entry := struct {
+		Command     string            `json:"command"`
+		Args        []string          `json:"args,omitempty"`
+		Env         map[string]string `json:"env,omitempty"`
+		Description string            `json:"description,omitempty"`
+	}{cfg.Command, cfg.Args, cfg.Env, m.Description}
+	raw, err := json.Marshal(entry)
+	if err != nil {
+		return fail(err)
+	}
+	b := &Bundle{ID: id, Version: m.Version, Description: m.Description, Dir: final, Source: source, Kind: "mcpb",
+		Servers: []Entry{{Name: MCPBServer, JSON: raw}}, vars: vars}
+	// A new version goes into place before mcp.json names it, so a runner
+	// reloading the file finds the files there.
+	if _, err := os.Stat(final); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+			return fail(err)
+		}
+		if err := os.Rename(stage, final); err != nil {
+			return fail(err)
+		}
+		return b, func(keep bool) {
+			if !keep {
+				_ = os.RemoveAll(final)
+				_ = os.Remove(filepath.Dir(final))
+			}
+		}, nil
+	}
+	cleanup := func(keep bool) {
+		if !keep {
+			_ = os.RemoveAll(stage)
+			return
+		}
+		_ = os.MkdirAll(filepath.Dir(final), 0o755)
+		_ = os.RemoveAll(final) // the same version installed again
+		if err := os.Rename(stage, final); err != nil {
+			_ = os.RemoveAll(stage)
+		}
+	}
+	return b, cleanup, nil
+}
+
+// userConfig resolves ${__dirname}, ${HOME}, ${pathSeparator}, ${/} and
+// every ${user_config.KEY}: a sensitive value becomes a reference to its
+// environment variable (checked to be set when required), others come from
+// set, else the default.
+func (in *Installer) userConfig(m mcpbManifest, dir string, set map[string]string) (map[string]string, error) {
+	lookup := in.Lookup
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	home, _ := os.UserHomeDir()
+	vars := map[string]string{"__dirname": dir, "HOME": home, "pathSeparator": string(filepath.Separator), "/": string(filepath.Separator)}
+	keys := make([]string, 0, len(m.UserConfig))
+	for k := range m.UserConfig {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var errs []string
+	for _, k := range keys {
+		uc := m.UserConfig[k]
+		v, given := set[k]
+		switch {
+		case uc.Sensitive && given:
+			errs = append(errs, fmt.Sprintf("user_config.%s is sensitive: set it in the environment as %s, not with --set", k, UserConfigEnv(k)))
+		case uc.Sensitive:
+			env := UserConfigEnv(k)
+			if _, ok := lookup(env); !ok && uc.Required && uc.Default == nil {
+				errs = append(errs, fmt.Sprintf("user_config.%s is required: set %s", k, env))
+			}
+			vars["user_config."+k] = "${env:" + env + "}"
+		case given:
+			vars["user_config."+k] = v
+		case uc.Default != nil:
+			d := fmt.Sprint(uc.Default)
+			for name, val := range vars {
+				if !strings.HasPrefix(name, "user_config.") {
+					d = strings.ReplaceAll(d, "${"+name+"}", val)
+				}
+			}
+			vars["user_config."+k] = d
+		case uc.Required:
+			errs = append(errs, fmt.Sprintf("user_config.%s is required: pass --set %s=VALUE", k, k))
+		default:
+			vars["user_config."+k] = ""
+		}
+	}
+	for k := range set {
+		if _, ok := m.UserConfig[k]; !ok {
+			errs = append(errs, fmt.Sprintf("--set %s: the bundle has no user_config %q", k, k))
+		}
+	}
+	if len(errs) > 0 {
+		sort.Strings(errs)
+		return nil, errors.New(strings.Join(errs, "; "))
+	}
+	return vars, nil
+}
+
+// maxUnpacked bounds what one archive may unpack to.
+const maxUnpacked = 1 << 30
+
+// unzip extracts a .mcpb (zip) archive into dir, refusing entries that
+// would land outside it and symbolic links.
+func unzip(archive, dir string) error {
+	zr, err := zip.OpenReader(archive)
+	if err != nil {
+		return err
+	}
+	defer zr.Close()
+	var total int64
+	for _, f := range zr.File {
+		name := filepath.FromSlash(f.Name)
+		if !filepath.IsLocal(name) {
+			return fmt.Errorf("archive entry %q leaves the bundle directory", f.Name)
+		}
+		dst := filepath.Join(dir, name)
+		mode := f.Mode()
+		switch {
+		case mode.IsDir():
+			if err := os.MkdirAll(dst, 0o755); err != nil {
+				return err
+			}
+			continue
+		case !mode.IsRegular():
+			return fmt.Errorf("archive entry %q is not a regular file", f.Name)
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		rc, err := f.Open()
+		if err != nil {
+			return err
+		}
+		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode.Perm()|0o600)
+		if err != nil {
+			rc.Close()
+			return err
+		}
+		n, err := io.Copy(out, io.LimitReader(rc, maxUnpacked-total+1))
+		rc.Close()
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		if total += n; total > maxUnpacked {
+			return fmt.Errorf("archive unpacks to more than %d bytes", maxUnpacked)
+		}
+	}
+	return nil
+}

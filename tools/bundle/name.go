@@ -1,0 +1,81 @@
+package bundle
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+// Sep joins a bundle's id and its server's own name into the server's name
+// in mcp.json: "<id>__<server>". Server names may only hold letters, digits,
+// '-' and '_' (capabilities are "<server>.<tool>", LLM function names
+// "<server>__<tool>"), so the separator is a double underscore, which a
+// bundle id may not contain: the name splits at its first "__".
+const Sep = "__"
+
+// MaxIDLen bounds a bundle id.
+const MaxIDLen = 40
+
+var idRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?$`)
+
+var serverNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// CheckID reports why id is not a valid bundle id: letters, digits, '-' and
+// '_' (no "__"), starting and ending with a letter or digit, at most
+// MaxIDLen characters.
+func CheckID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("bundle id is empty")
+	case len(id) > MaxIDLen:
+		return fmt.Errorf("bundle id %q is %d characters long, at most %d allowed", id, len(id), MaxIDLen)
+	case !idRE.MatchString(id) || strings.Contains(id, Sep):
+		return fmt.Errorf("bundle id %q: want letters, digits, '-' and '_' (no %q), starting and ending with a letter or digit", id, Sep)
+	}
+	return nil
+}
+
+// ServerName is the name a bundle's server gets in mcp.json.
+func ServerName(id, server string) (string, error) {
+	if !serverNameRE.MatchString(server) {
+		return "", fmt.Errorf("bundle %s: server name %q: want letters, digits, '-' or '_'", id, server)
+	}
+	name := id + Sep + server
+	if len(name) > mcpconfig.MaxNameLen {
+		return "", fmt.Errorf("bundle %s: server name %q is %d characters long, at most %d allowed", id, name, len(name), mcpconfig.MaxNameLen)
+	}
+	return name, nil
+}
+
+// SplitName splits a server name made by ServerName into the bundle id and
+// the server's own name; ok is false for other names.
+func SplitName(name string) (id, server string, ok bool) {
+	id, server, ok = strings.Cut(name, Sep)
+	return id, server, ok && CheckID(id) == nil && server != ""
+}
+
+// sanitizeID turns a free-form name (an MCP Bundle's "name") into a bundle
+// id: runs of other characters become '-'.
+func sanitizeID(name string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range name {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+		if ok {
+			b.WriteRune(r)
+			dash = false
+			continue
+		}
+		if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	id := strings.TrimRight(b.String(), "-")
+	if len(id) > MaxIDLen {
+		id = strings.TrimRight(id[:MaxIDLen], "-")
+	}
+	return id
+}

@@ -1,0 +1,202 @@
+package tools
+
+import (
+	"context"
+	"reflect"
+	"time"
+
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+// liveConns is what Reload needs beside conns and order, guarded by
+// Runner.connsMu.
+type liveConns struct {
+	// life is the runner's lifetime (set by Start): servers added later run
+	// under it. Nil before Start.
+	life context.Context
+	// stops end one server's health loop.
+	stops map[*conn]context.CancelFunc
+	// busy counts each server's calls in flight, so a removed server is
+	// stopped after they finish.
+	busy map[*conn]int
+}
+
+// ReloadResult says what Reload changed, by server name.
+type ReloadResult struct {
+	Added, Removed, Restarted []string
+}
+
+// Changed reports whether Reload changed anything.
+func (r ReloadResult) Changed() bool {
+	return len(r.Added)+len(r.Removed)+len(r.Restarted) > 0
+}
+
+// conn returns the named server's connection, or nil.
+func (r *Runner) conn(name string) *conn {
+	r.connsMu.RLock()
+	defer r.connsMu.RUnlock()
+	return r.conns[name]
+}
+
+// list returns the connections in configuration order.
+func (r *Runner) list() []*conn {
+	r.connsMu.RLock()
+	defer r.connsMu.RUnlock()
+	out := make([]*conn, len(r.order))
+	for i, n := range r.order {
+		out[i] = r.conns[n]
+	}
+	return out
+}
+
+// acquire returns the named server's connection counted as busy until
+// release; nil when there is none.
+func (r *Runner) acquire(name string) *conn {
+	r.connsMu.Lock()
+	defer r.connsMu.Unlock()
+	c := r.conns[name]
+	if c != nil {
+		if r.live.busy == nil {
+			r.live.busy = map[*conn]int{}
+		}
+		r.live.busy[c]++
+	}
+	return c
+}
+
+func (r *Runner) release(c *conn) {
+	r.connsMu.Lock()
+	defer r.connsMu.Unlock()
+	if r.live.busy[c]--; r.live.busy[c] <= 0 {
+		delete(r.live.busy, c)
+	}
+}
+
+func (r *Runner) setLife(ctx context.Context) {
+	r.connsMu.Lock()
+	defer r.connsMu.Unlock()
+	r.live.life = ctx
+}
+
+// startConn runs a server's health loop (its first check connects) under
+// the runner's lifetime; the caller has checked that Start ran.
+func (r *Runner) startConn(c *conn) {
+	r.connsMu.Lock()
+	life := r.live.life
+	ctx, cancel := context.WithCancel(life)
+	if r.live.stops == nil {
+		r.live.stops = map[*conn]context.CancelFunc{}
+	}
+	r.live.stops[c] = cancel
+	r.wg.Add(1)
+	r.connsMu.Unlock()
+	go func() {
+		defer r.wg.Done()
+		c.run(ctx)
+	}()
+}
+
+// sameServer reports whether two entries would run the same server (the
+// line an entry starts on does not count).
+func sameServer(a, b mcpconfig.Server) bool {
+	a.Line, b.Line = 0, 0
+	return reflect.DeepEqual(a, b)
+}
+
+// drainPoll is how often a removed server is checked for calls in flight.
+const drainPoll = 50 * time.Millisecond
+
+// Reload makes servers the runner's configuration (a new mcp.json): it
+// starts added servers, stops removed ones once their calls in flight have
+// finished (at most mcpconfig.MaxTimeout), and restarts changed ones (a new
+// session and an empty tool cache). Unchanged servers keep their session,
+// health and tool cache. Calls that begin after Reload see the new set.
+// Safe to call concurrently with calls; before Start it only replaces the
+// configuration.
+func (r *Runner) Reload(servers []mcpconfig.Server) ReloadResult {
+	var res ReloadResult
+	if r.closing.Load() {
+		return res
+	}
+	r.connsMu.Lock()
+	if r.live.life != nil && r.live.life.Err() != nil {
+		r.connsMu.Unlock()
+		return res // closing
+	}
+	started := r.live.life != nil
+	next := make(map[string]*conn, len(servers))
+	order := make([]string, 0, len(servers))
+	var start, stop []*conn
+	for _, s := range servers {
+		old := r.conns[s.Name]
+		switch {
+		case old != nil && sameServer(old.cfg, s):
+			next[s.Name] = old
+		case old != nil:
+			c := newConn(r, s)
+			next[s.Name], start, stop = c, append(start, c), append(stop, old)
+			res.Restarted = append(res.Restarted, s.Name)
+		default:
+			c := newConn(r, s)
+			next[s.Name], start = c, append(start, c)
+			res.Added = append(res.Added, s.Name)
+		}
+		order = append(order, s.Name)
+	}
+	for _, name := range r.order {
+		if _, kept := next[name]; !kept {
+			stop = append(stop, r.conns[name])
+			res.Removed = append(res.Removed, name)
+		}
+	}
+	r.conns, r.order = next, order
+	if started {
+		r.wg.Add(len(stop))
+	}
+	r.connsMu.Unlock()
+	if !started {
+		return res
+	}
+	for _, c := range start {
+		r.startConn(c)
+	}
+	for _, c := range stop {
+		go func() {
+			defer r.wg.Done()
+			r.drain(c)
+		}()
+	}
+	if res.Changed() {
+		r.log.Info("mcp servers reloaded", "added", res.Added, "removed", res.Removed, "restarted", res.Restarted)
+	}
+	return res
+}
+
+// drain waits until a removed server has no call in flight (or the runner
+// stops, or mcpconfig.MaxTimeout passes), then stops it.
+func (r *Runner) drain(c *conn) {
+	deadline := time.Now().Add(mcpconfig.MaxTimeout)
+	r.connsMu.RLock()
+	life := r.live.life
+	r.connsMu.RUnlock()
+	for time.Now().Before(deadline) && life.Err() == nil {
+		r.connsMu.RLock()
+		busy := r.live.busy[c]
+		r.connsMu.RUnlock()
+		if busy == 0 {
+			break
+		}
+		select {
+		case <-life.Done():
+		case <-time.After(drainPoll):
+		}
+	}
+	r.connsMu.Lock()
+	cancel := r.live.stops[c]
+	delete(r.live.stops, c)
+	r.connsMu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	c.close()
+}

@@ -1,0 +1,77 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+func TestReloadAddsRemovesRestarts(t *testing.T) {
+	t.Parallel()
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a, b := helperServer(t, "a", dirA), helperServer(t, "b", dirB)
+	r := startRunner(t, fastConfig(t, a))
+	call := func(tool string, args map[string]any) *Result {
+		return r.Call(t.Context(), Request{Tool: tool, Args: args, Operator: true})
+	}
+	pidA := r.conn("a").pid()
+
+	// A call in flight on a when a is removed finishes on a.
+	slow := make(chan *Result, 1)
+	go func() { slow <- call("a.slow", map[string]any{"ms": 700}) }()
+	testenv.WaitFor(t, 10*time.Second, "slow call started", func() bool { return fileExists(dirA, "slow-started") })
+
+	res := r.Reload([]mcpconfig.Server{b})
+	if fmt.Sprint(res.Added, res.Removed, res.Restarted) != "[b] [a] []" {
+		t.Fatalf("Reload = %+v, want b added and a removed", res)
+	}
+	if got := call("a.echo", map[string]any{"message": "x"}); !errors.Is(got.Err, ErrUnknownServer) {
+		t.Errorf("a.echo after removal: %v, want ErrUnknownServer", got.Err)
+	}
+	if got := <-slow; got.Err != nil || fileExists(dirA, "slow-cancelled") {
+		t.Errorf("call in flight on the removed server: %v, want it finished", got.Err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "removed server's process to exit", func() bool {
+		return syscall.Kill(pidA, 0) != nil
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if pending := r.WaitReady(ctx); len(pending) > 0 {
+		t.Fatalf("not ready after reload: %v", pending)
+	}
+	if got := call("b.echo", map[string]any{"message": "new"}); got.Err != nil {
+		t.Fatalf("b.echo: %v", got.Err)
+	}
+	pidB := r.conn("b").pid()
+
+	// The same configuration again changes nothing: b keeps its process.
+	if res := r.Reload([]mcpconfig.Server{b}); res.Changed() || r.conn("b").pid() != pidB {
+		t.Errorf("unchanged reload: %+v, pid %d, want %d", res, r.conn("b").pid(), pidB)
+	}
+
+	// A changed entry restarts the server with an empty tool cache.
+	b2 := b
+	b2.Env = map[string]string{helperEnv: "1", "RELAY_TEST_DIR": dirB, "EXTRA": "1"}
+	if res := r.Reload([]mcpconfig.Server{b2}); fmt.Sprint(res.Restarted) != "[b]" {
+		t.Fatalf("Reload = %+v, want b restarted", res)
+	}
+	if pending := r.WaitReady(ctx); len(pending) > 0 {
+		t.Fatalf("not ready after restart: %v", pending)
+	}
+	if got := call("b.echo", map[string]any{"message": "again"}); got.Err != nil {
+		t.Fatalf("b.echo after restart: %v", got.Err)
+	}
+	if p := r.conn("b").pid(); p == pidB || p == 0 {
+		t.Errorf("b's pid %d after restart, want a new process (was %d)", p, pidB)
+	}
+	testenv.WaitFor(t, 10*time.Second, "old b process to exit", func() bool { return syscall.Kill(pidB, 0) != nil })
+	if st := r.Servers(); len(st) != 1 || st[0].Name != "b" {
+		t.Errorf("status lists %v, want only b", st)
+	}
+}
