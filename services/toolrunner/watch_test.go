@@ -3,6 +3,7 @@ package toolrunner
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -153,7 +154,7 @@ func TestInstallIntoRunningService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(t.Context(), Config{Logger: testLogger(t), WatchConfig: true, Tools: tools.Config{
+	svc, err := New(t.Context(), Config{Logger: testenv.Logger(t, slog.LevelWarn), WatchConfig: true, Tools: tools.Config{
 		ConfigPath: cfg, Policy: pol, BaseEnv: tools.BaseEnvFrom(os.Environ()), HealthInterval: time.Second,
 	}}, b)
 	if err != nil {
