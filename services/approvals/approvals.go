@@ -291,16 +291,20 @@ func (s *Service) post(ctx context.Context, rec *Record, opts []slack.MsgOption)
 		}
 		return nil
 	}
+	// opts show rendered, the record as show saw it; what the message in
+	// Slack shows is known only when this handler posts it.
+	rendered := rec
 	rec = claimed
 	ts := ""
 	if resumed {
 		// The previous claimer may have posted without recording it.
-		found, err := s.findPosted(ctx, rec)
+		foundTS, err := s.findPosted(ctx, rec)
 		if err != nil {
 			s.log.Warn("cannot look for an approval message posted before a crash; posting it", "task_id", rec.TaskID, "round", rec.Round, "err", err)
 		}
-		ts = found
+		ts = foundTS
 	}
+	found := ts != ""
 	if ts == "" {
 		if rec.ThreadTS != "" {
 			opts = append(opts, slack.MsgOptionTS(rec.ThreadTS))
@@ -324,7 +328,9 @@ func (s *Service) post(ctx context.Context, rec *Record, opts []slack.MsgOption)
 		if r.ThreadTS == "" {
 			r.ThreadTS = ts
 		}
-		r.Shown = r.Text == rec.Text && r.Status == rec.Status
+		// A message found after a crash shows what the crashed poster
+		// rendered: update it. One this handler posted shows rendered.
+		r.Shown = !found && r.Text == rendered.Text && r.Status == rendered.Status
 		return r, nil
 	})
 	if err != nil {

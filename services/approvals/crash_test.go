@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,4 +104,35 @@ func record(t *testing.T, h *harness, task string) (*approvals.Record, error) {
 	}
 	var r approvals.Record
 	return &r, json.Unmarshal(e.Value(), &r)
+}
+
+// TestApproveDuringCrashedClaim: an approval clicked while the message of a
+// crashed poster is still unrecorded is decided at once; once the claim
+// expires, the message found in Slack (which shows what the crashed worker
+// rendered: pending) is updated to show the decision.
+func TestApproveDuringCrashedClaim(t *testing.T) {
+	t.Parallel()
+	api := &crashingAPI{}
+	h := newHarnessAPI(t, func(url string) approvals.SlackAPI {
+		api.Client = slack.New("xoxb-test", slack.OptionAPIURL(url))
+		return api
+	})
+	task, _ := h.suggestion(github7, "Draft.")
+	ts := h.messageTS(1)
+	h.interact(click(approver, approvals.ActionApprove, task, ts))
+	testenv.WaitFor(t, 10*time.Second, "out.github", func() bool { return len(h.streamMsgs("out.github")) == 1 })
+	testenv.WaitFor(t, 40*time.Second, "the crashed post updated to show the approval", func() bool {
+		for _, c := range h.slack.Calls("chat.update") {
+			if c.Params["ts"] == ts && strings.Contains(c.Params["text"]+c.Params["blocks"], approver) {
+				return true
+			}
+		}
+		return false
+	})
+	if !api.crashed.Load() {
+		t.Fatal("the worker never crashed; the test tests nothing")
+	}
+	if n := len(h.slack.Calls("chat.postMessage")); n != 1 {
+		t.Errorf("posted %d approval messages, want 1", n)
+	}
 }
