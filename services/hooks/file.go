@@ -16,6 +16,8 @@ import (
 	"text/template"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 	"gopkg.in/yaml.v3"
 
 	"github.com/relaystation/relay/envelope"
@@ -219,21 +221,27 @@ func schemaProblems(raw []byte) []Problem {
 	names := hookNames(inst)
 	var out []Problem
 	seen := map[string]bool{}
-	for _, u := range ve.BasicOutput().Errors {
-		if u.Error == nil {
-			continue
+	var walk func(*jsonschema.ValidationError)
+	walk = func(v *jsonschema.ValidationError) {
+		if len(v.Causes) > 0 {
+			for _, c := range v.Causes {
+				walk(c)
+			}
+			return
 		}
-		p := locate(u.InstanceLocation, names)
-		p.Message = u.Error.String()
-		if strings.HasPrefix(p.Message, "validation failed") || seen[p.String()] {
-			continue
+		p := locate("/"+strings.Join(v.InstanceLocation, "/"), names)
+		p.Message = v.ErrorKind.LocalizedString(printer)
+		if !seen[p.String()] {
+			seen[p.String()] = true
+			out = append(out, p)
 		}
-		seen[p.String()] = true
-		out = append(out, p)
 	}
+	walk(ve)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out
 }
+
+var printer = message.NewPrinter(language.English)
 
 // hookNames are the names of the hooks in a decoded document, by index.
 func hookNames(inst any) map[int]string {
