@@ -120,6 +120,9 @@ type Problem struct {
 	Warning bool `json:"warning,omitempty"`
 }
 
+// where identifies the problem's place: hook, action and field.
+func (p Problem) where() string { return fmt.Sprintf("%s\x00%d\x00%s", p.Hook, p.Action, p.Field) }
+
 func (p Problem) String() string {
 	var b strings.Builder
 	if p.Hook != "" {
@@ -181,6 +184,19 @@ func Parse(data []byte, name string) (*File, error) {
 		return nil, &ValidationError{Path: name, Problems: []Problem{{Message: "not representable as JSON: " + err.Error()}}}
 	}
 	if probs := schemaProblems(raw); len(probs) > 0 {
+		// Report what the schema cannot say as well, once per field.
+		var lenient File
+		if json.Unmarshal(raw, &lenient) == nil {
+			seen := map[string]bool{}
+			for _, p := range probs {
+				seen[p.where()] = true
+			}
+			for _, p := range lenient.compile() {
+				if !seen[p.where()] {
+					probs = append(probs, p)
+				}
+			}
+		}
 		return nil, &ValidationError{Path: name, Problems: probs}
 	}
 	var f File
@@ -275,7 +291,18 @@ func locate(ptr string, names map[int]string) Problem {
 			parts = parts[2:]
 		}
 	}
-	p.Field = strings.Join(parts, ".")
+	var field strings.Builder
+	for _, part := range parts {
+		if _, err := strconv.Atoi(part); err == nil && field.Len() > 0 {
+			field.WriteString("[" + part + "]")
+			continue
+		}
+		if field.Len() > 0 {
+			field.WriteByte('.')
+		}
+		field.WriteString(part)
+	}
+	p.Field = field.String()
 	if p.Field == "" && p.Hook == "" {
 		p.Field = "(top level)"
 	}

@@ -31,7 +31,7 @@ func TestInvalidFilesRefused(t *testing.T) {
 		{"unknown hook field", head + "    colour: red\n" + act, []string{`hook "h1": `, "colour"}},
 		{"duplicate toolParam", head + act + "          parameterMappings:\n            - {toolParam: m, source: literal, value: a}\n            - {toolParam: m, source: literal, value: b}\n",
 			[]string{`hook "h1": action 1: parameters.parameterMappings[1].toolParam: "m" is mapped twice`}},
-		{"bad source", head + act + "          parameterMappings:\n            - {toolParam: m, source: env, value: a}\n", []string{`hook "h1": action 1: parameters.parameterMappings.0.source:`}},
+		{"bad source", head + act + "          parameterMappings:\n            - {toolParam: m, source: env, value: a}\n", []string{`hook "h1": action 1: parameters.parameterMappings[0].source:`}},
 		{"unknown context variable", head + act + "          parameterMappings:\n            - {toolParam: m, source: context, value: colour}\n",
 			[]string{`hook "h1": action 1: parameters.parameterMappings[0].value: "colour" is not a context variable`}},
 		{"bad template", head + act + "          parameterMappings:\n            - {toolParam: m, source: template, value: '{{.actor'}\n",

@@ -89,6 +89,11 @@ type Execution struct {
 type Config struct {
 	// Hooks are the hooks to run (Load); nil means none.
 	Hooks *File
+	// Path, when set, is the hooks file, watched for edits every
+	// ReloadInterval (default 2s): a valid edit takes effect, an invalid one
+	// keeps the hooks in force and is logged.
+	Path           string
+	ReloadInterval time.Duration
 	// Consumer is the durable consumer name. Default "hooks".
 	Consumer string
 	// Concurrency is how many actions this process runs at once. Default 5.
@@ -125,6 +130,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Hooks == nil {
 		c.Hooks = &File{}
+	}
+	if c.ReloadInterval <= 0 {
+		c.ReloadInterval = 2 * time.Second
 	}
 }
 
@@ -211,6 +219,15 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer s.caller.stop()
+	var wg sync.WaitGroup
+	wctx, stop := context.WithCancel(ctx)
+	defer func() { stop(); wg.Wait() }()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.checkAtStart(wctx) }()
+	if s.cfg.Path != "" {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.watch(wctx, s.cfg.Path, s.cfg.ReloadInterval) }()
+	}
 	return s.bus.Consume(ctx, bus.ConsumerConfig{
 		Name:        s.cfg.Consumer,
 		Subject:     envelope.SubjectInbound + ".>",
@@ -218,6 +235,22 @@ func (s *Service) Run(ctx context.Context) error {
 		// An action may wait 5 minutes for its tool; heartbeats keep it.
 		AckWait: time.Minute,
 	}, bus.HandlerFunc(s.Handle))
+}
+
+// checkAtStart checks the hooks against the running tool runner's tools
+// and logs what it finds (the hooks run anyway: a tool may appear later).
+func (s *Service) checkAtStart(ctx context.Context) {
+	f := s.hooks.Load()
+	if len(f.Hooks) == 0 {
+		return
+	}
+	for _, p := range f.Check(s.CatalogFrom(ctx, f)) {
+		if p.Warning {
+			s.log.Warn("hooks file: "+p.String(), "hook", p.Hook)
+		} else {
+			s.log.Error("hooks file: "+p.String(), "hook", p.Hook)
+		}
+	}
 }
 
 // outboundMarker starts the hidden marker the relay writes into what it

@@ -48,18 +48,25 @@ func ReadSettings(env *config.Env) *Settings {
 		env.Failf("RELAY_HOOKS", "%v", err)
 		return s
 	}
-	mcpPath := env.String("RELAY_MCP_CONFIG", "./mcp.json")
-	servers, err := mcpconfig.Load(mcpPath, mcpconfig.Options{Lookup: os.LookupEnv, DataDir: env.String("RELAY_DATA_DIR", "./data")})
-	if err == nil || errors.Is(err, mcpconfig.ErrNotFound) {
-		s.Servers = []string{}
-		for _, sv := range servers {
-			s.Servers = append(s.Servers, sv.Name)
-		}
-	}
+	s.Servers = ServerNames(env.String("RELAY_MCP_CONFIG", "./mcp.json"), env.String("RELAY_DATA_DIR", "./data"))
 	if len(s.Hooks.Hooks) > 0 && s.Servers != nil {
 		if probs := Errors(s.Hooks.Check(Catalog{Servers: s.Servers})); len(probs) > 0 {
 			env.Failf("RELAY_HOOKS", "%v", &ValidationError{Path: s.Path, Problems: probs})
 		}
 	}
 	return s
+}
+
+// ServerNames are the server names of the mcp.json at path (none when it is
+// missing), or nil when it cannot be read (the tool runner reports why).
+func ServerNames(path, dataDir string) []string {
+	servers, err := mcpconfig.Load(path, mcpconfig.Options{Lookup: os.LookupEnv, DataDir: dataDir})
+	if err != nil && !errors.Is(err, mcpconfig.ErrNotFound) {
+		return nil
+	}
+	out := []string{}
+	for _, sv := range servers {
+		out = append(out, sv.Name)
+	}
+	return out
 }
