@@ -391,6 +391,10 @@ func (s *Service) Execute(ctx context.Context, h *Hook, i int, e *envelope.Envel
 	}
 	info, err := s.toolInfo(ctx, h.Role, p.Tool())
 	if err != nil {
+		if ss := x.ServerStatus; ss != nil && ss.State != tools.StateReady && ss.State != tools.StateDegraded {
+			// Its tools are unknown until it connects: unavailable, not invalid.
+			return finish(StatusSkipped, fmt.Sprintf("server %s is %s (%s)", p.ServerID, ss.State, err))
+		}
 		return finish(StatusInvalid, err.Error())
 	}
 	args, err := act.Resolve(c, info.InputSchema)
