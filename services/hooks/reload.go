@@ -9,13 +9,15 @@ import (
 	"time"
 )
 
-// watch polls the hooks file every interval and, when its content changed,
-// loads it: a valid edit replaces the hooks in force, an invalid one keeps
-// them and is logged with its problems. A deleted file keeps the hooks too.
-// (Polling the content, not file events, also sees editors that replace the
-// file and mounted ConfigMaps that swap a symlink.)
+// watch polls the hooks file every interval and, when its content changed
+// and stayed the same for two polls (a file being written is not read half
+// way), loads it: a valid edit replaces the hooks in force, an invalid one
+// keeps them and is logged with its problems. A deleted file keeps the hooks
+// too. (Polling the content, not file events, also sees editors that replace
+// the file and mounted ConfigMaps that swap a symlink.) It compares with the
+// content New saw, so an edit between New and Run is not missed.
 func (s *Service) watch(ctx context.Context, path string, interval time.Duration) {
-	last := digest(path)
+	applied, pending := s.digest, []byte(nil)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -25,11 +27,15 @@ func (s *Service) watch(ctx context.Context, path string, interval time.Duration
 		case <-t.C:
 		}
 		d := digest(path)
-		if d == nil || bytes.Equal(d, last) {
-			continue
+		switch {
+		case d == nil || bytes.Equal(d, applied):
+			pending = nil
+		case !bytes.Equal(d, pending):
+			pending = d // changed: wait for it to settle
+		default:
+			applied, pending = d, nil
+			s.reload(ctx, path)
 		}
-		last = d
-		s.reload(ctx, path)
 	}
 }
 

@@ -154,6 +154,7 @@ type Service struct {
 	runs   jetstream.KeyValue
 	caller *busCaller
 	sem    chan struct{}
+	digest []byte // of the hooks file when New ran
 
 	mu      sync.Mutex
 	catalog map[string]cachedTools // by role
@@ -179,6 +180,9 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 	s := &Service{cfg: cfg, log: cfg.Logger, bus: b, caller: newBusCaller(b), sem: make(chan struct{}, cfg.Concurrency),
 		catalog: map[string]cachedTools{}, schemas: map[string]*jsonschema.Schema{}}
 	s.hooks.Store(cfg.Hooks)
+	if cfg.Path != "" {
+		s.digest = digest(cfg.Path)
+	}
 	kv, err := b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      RunBucket(b.Prefix()),
 		Description: "relay hooks: (hook, action, envelope) runs claimed, for exactly-once",
