@@ -3,6 +3,7 @@ package hooks_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,7 +27,7 @@ import (
 )
 
 // everything returns the stdio server-everything of testdata/npm.
-func everything(t *testing.T) mcpconfig.Server {
+func everything(t testing.TB) mcpconfig.Server {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	bin := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules", ".bin", "mcp-server-everything")
@@ -53,7 +54,7 @@ const policy = "roles:\n  - role: hooks\n    capabilities: ['everything.*', 'gon
 
 // start runs a real tool runner (server-everything over stdio, plus the
 // extra servers) and the hooks service with file on an in-process NATS.
-func start(t *testing.T, file string, extra ...mcpconfig.Server) *rig {
+func start(t testing.TB, file string, extra ...mcpconfig.Server) *rig {
 	t.Helper()
 	b := bustest.Embedded(t)
 	pol, err := mcpconfig.ParsePolicy([]byte(policy))
@@ -305,4 +306,52 @@ func consumerInfo(t *testing.T, b *bus.Bus, name string) (int, error) {
 		return 0, err
 	}
 	return int(ci.NumAckPending) + int(ci.NumPending), nil
+}
+
+// TestTimeoutAndInvalid: an action whose tool answers after its timeout is
+// recorded as timeout; parameters that do not fit the tool's schema, or a
+// tool the role may not call, as invalid without a call.
+func TestTimeoutAndInvalid(t *testing.T) {
+	t.Parallel()
+	r := start(t, `
+hooks:
+  - name: slow-and-wrong
+    on: ["github.issues.opened"]
+    actions:
+      - type: mcp
+        parameters:
+          serverId: everything
+          toolName: trigger-long-running-operation
+          timeout: 1000
+          parameterMappings: [{toolParam: duration, source: literal, value: 3}, {toolParam: steps, source: literal, value: 3}]
+      - type: mcp
+        parameters:
+          serverId: everything
+          toolName: get-sum
+          parameterMappings: [{toolParam: a, source: template, value: "{{.actor}}"}, {toolParam: b, source: literal, value: 1}]
+  - name: not-allowed
+    on: ["github.issues.opened"]
+    role: nobody
+    actions:
+      - type: mcp
+        parameters: {serverId: everything, toolName: echo, parameterMappings: [{toolParam: message, source: literal, value: x}]}
+`)
+	r.publish(t, issueOpened(t))
+	got := map[string]*hooks.Execution{}
+	for range 3 {
+		x := record(t, r.executed)
+		got[fmt.Sprintf("%s/%d", x.Hook, x.Action)] = x
+	}
+	if x := got["slow-and-wrong/1"]; x == nil || x.Status != hooks.StatusTimeout || x.DurationMS < 1000 || x.DurationMS > 2900 {
+		t.Errorf("long operation with timeout 1000: got %+v, want timeout after about 1s", x)
+	}
+	if x := got["slow-and-wrong/2"]; x == nil || x.Status != hooks.StatusInvalid || !strings.Contains(x.Error, `"Codertocat" is not a number`) {
+		t.Errorf("get-sum with a text: got %+v, want invalid naming the value", x)
+	}
+	if x := got["not-allowed/1"]; x == nil || x.Status != hooks.StatusInvalid || !strings.Contains(x.Error, `role "nobody"`) {
+		t.Errorf("role without the capability: got %+v, want invalid naming the role", x)
+	}
+	// Only the long operation was called.
+	next(t, r.calls, "tool.call")
+	quiet(t, r.calls, 300*time.Millisecond, "a call for an invalid action")
 }
