@@ -21,8 +21,8 @@ var envelopeVars = []string{"id", "channel", "event", "action", "thread", "task_
 // extra.
 var factVars = []string{
 	"repository", "owner", "repo", "number", "title", "labels", "state", "branch", "ref", "sha", // GitHub
-	"project", "level", "culprit", "issue_id", "org", // Sentry (project also OpenProject)
-	"type", "status", "work_package_id", "host", // OpenProject
+	"project", "level", "culprit", "issue_id", "org", "short_id", // Sentry (project, title, status also OpenProject)
+	"type", "status", "work_package_id", "host", "priority", "assignee", // OpenProject
 	"team", "slack_channel", "user", // Slack
 }
 
@@ -67,7 +67,7 @@ func NewContext(e *envelope.Envelope) Context {
 				c["issue_id"] = id
 			}
 		}
-		copyStrings(c, e.Meta.Extra["sentry"], "org", "issue_id", "project", "level", "culprit")
+		copyStrings(c, e.Meta.Extra["sentry"], "org", "issue_id", "project", "level", "culprit", "title", "status", "short_id")
 	case envelope.ChannelOpenProject:
 		if host, id, ok := strings.Cut(rest, "/work_packages/"); ok {
 			c["host"] = host
@@ -75,7 +75,12 @@ func NewContext(e *envelope.Envelope) Context {
 				c["work_package_id"] = n
 			}
 		}
-		copyStrings(c, e.Meta.Extra["openproject"], "project", "type", "status")
+		copyStrings(c, e.Meta.Extra["openproject"], "project", "type", "status", "priority", "assignee")
+		if m, ok := e.Meta.Extra["openproject"].(map[string]any); ok {
+			if v, ok := m["work_package_subject"].(string); ok && v != "" {
+				c["title"] = v
+			}
+		}
 	case envelope.ChannelSlack:
 		if parts := strings.SplitN(rest, "/", 3); len(parts) == 3 {
 			c["team"], c["slack_channel"] = parts[0], parts[1]

@@ -1,7 +1,10 @@
 package hooks
 
 import (
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -238,5 +241,50 @@ hooks:
 	}
 	if _, err := act.Resolve(Context{"repository": "o/r"}, schema); err == nil || !strings.Contains(err.Error(), `"actor" is not set`) {
 		t.Errorf("missing context variable: got %v", err)
+	}
+}
+
+// TestContextFromGoldenEnvelopes: the facts of the mappers' own golden
+// envelopes (real Sentry and OpenProject payloads) reach the context.
+func TestContextFromGoldenEnvelopes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		file string
+		want map[string]any
+	}{
+		{"../../mappers/sentry/testdata/golden/issue.created.json", map[string]any{"org": "test-org", "issue_id": "1170820242",
+			"project": "front-end", "level": "error", "title": "ReferenceError: blooopy is not defined", "status": "unresolved", "event": "issue", "action": "created"}},
+		{"../../mappers/openproject/testdata/golden/work_package.created.json", map[string]any{"host": "openproject.example.com",
+			"work_package_id": 1528, "project": "A Test Project", "type": "Task", "status": "New", "title": "Develop API"}},
+		{"../../mappers/github/testdata/golden/issues.opened.json", map[string]any{"repository": "Codertocat/Hello-World", "number": 1,
+			"actor": "Codertocat", "event": "issues", "action": "opened"}},
+	}
+	for _, tc := range cases {
+		raw, err := os.ReadFile(tc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g struct {
+			Envelope json.RawMessage `json:"envelope"`
+			Items    []struct {
+				Envelope json.RawMessage `json:"envelope"`
+			} `json:"items"`
+		}
+		if err := json.Unmarshal(raw, &g); err != nil {
+			t.Fatal(err)
+		}
+		if len(g.Items) > 0 {
+			g.Envelope = g.Items[0].Envelope
+		}
+		e, err := envelope.Parse(g.Envelope)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.file, err)
+		}
+		c := NewContext(e)
+		for k, v := range tc.want {
+			if c[k] != v {
+				t.Errorf("%s: %s: got %#v, want %#v", filepath.Base(tc.file), k, c[k], v)
+			}
+		}
 	}
 }
