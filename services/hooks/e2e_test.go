@@ -355,3 +355,53 @@ hooks:
 	next(t, r.calls, "tool.call")
 	quiet(t, r.calls, 300*time.Millisecond, "a call for an invalid action")
 }
+
+// TestStopSwitchAndDisabledServerSkip: with the stop switch on, and with
+// the server disabled by an operator (`relay mcp disable`), actions are
+// skipped with the reason and nothing is called.
+func TestStopSwitchAndDisabledServerSkip(t *testing.T) {
+	t.Parallel()
+	r := start(t, `
+hooks:
+  - name: echo
+    on: ["github.issues.opened"]
+    actions:
+      - type: mcp
+        parameters: {serverId: everything, toolName: echo, parameterMappings: [{toolParam: message, source: context, value: url}]}
+`)
+	st, err := toolrunner.OpenState(t.Context(), r.b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func() *tools.StatusResponse {
+		s, err := tools.StatusRemote(t.Context(), r.b.Conn(), r.b.Prefix())
+		if err != nil {
+			return &tools.StatusResponse{}
+		}
+		return s
+	}
+	if err := st.SetStop(t.Context(), true); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the stop switch on", func() bool { return status().Stopped })
+	r.publish(t, issueOpened(t))
+	if x := record(t, r.executed); x.Status != hooks.StatusSkipped || !strings.Contains(x.Error, "stop switch") {
+		t.Errorf("stop switch: got %+v, want skipped naming the stop switch", x)
+	}
+
+	if err := st.SetStop(t.Context(), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetServer(t.Context(), "everything", tools.ServerState{Disabled: true, Reason: "maintenance", By: "operator", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "everything disabled", func() bool {
+		s := status()
+		return !s.Stopped && len(s.Servers) > 0 && s.Servers[0].State == "disabled"
+	})
+	r.publish(t, issueOpened(t))
+	if x := record(t, r.executed); x.Status != hooks.StatusSkipped || !strings.Contains(x.Error, "disabled") || !strings.Contains(x.Error, "maintenance") {
+		t.Errorf("disabled server: got %+v, want skipped naming disabled and the reason", x)
+	}
+	quiet(t, r.calls, 300*time.Millisecond, "a tool call while skipped")
+}
