@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/services/hooks"
 )
@@ -79,6 +81,12 @@ hooks:
             - {toolParam: message, source: template, value: "hook saw {{.repository}}#{{.number}}"}
 `), 0o600))
 		env["RELAY_HOOKS"] = file
+	})
+	js, err := jetstream.New(s.nc)
+	must(t, err)
+	eventually(t, "the hooks consumer", 10*time.Second, func() bool {
+		_, err := js.Consumer(t.Context(), "RELAY_IN", "hooks")
+		return err == nil
 	})
 	s.issueOpened(77, "hooks")
 	var recs []hooks.Execution

@@ -85,6 +85,11 @@ func start(t testing.TB, file string, extra ...mcpconfig.Server) *rig {
 		executed: bustest.Observe(t, b, "observe-executed", hooks.SubjectExecuted),
 		calls:    bustest.Observe(t, b, "observe-calls", envelope.SubjectToolCall)}
 	testenv.Go(t, "hooks Run", svc.Run)
+	// The consumer starts at new envelopes: publish once it exists.
+	testenv.WaitFor(t, 10*time.Second, "the hooks consumer", func() bool {
+		_, err := b.JetStream().Consumer(t.Context(), b.StreamName("in.github.issues"), "hooks")
+		return err == nil
+	})
 	return r
 }
 
@@ -294,7 +299,7 @@ hooks:
 	})
 }
 
-func consumerInfo(t *testing.T, b *bus.Bus, name string) (int, error) {
+func consumerInfo(t testing.TB, b *bus.Bus, name string) (int, error) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	c, err := b.JetStream().Consumer(ctx, b.StreamName("in.github.issues"), name)

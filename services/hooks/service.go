@@ -96,6 +96,11 @@ type Config struct {
 	ReloadInterval time.Duration
 	// Consumer is the durable consumer name. Default "hooks".
 	Consumer string
+	// FromStart makes a new consumer read the inbound stream from its start;
+	// by default a hooks consumer created on an installation that already
+	// holds envelopes starts at new ones (hooks never fire on a week of old
+	// webhooks on their first start). An existing consumer keeps its place.
+	FromStart bool
 	// Concurrency is how many actions this process runs at once. Default 5.
 	Concurrency int
 	// RunTTL is how long claims are remembered. Default 24h.
@@ -236,6 +241,7 @@ func (s *Service) Run(ctx context.Context) error {
 		Name:        s.cfg.Consumer,
 		Subject:     envelope.SubjectInbound + ".>",
 		Concurrency: s.cfg.Concurrency,
+		DeliverNew:  !s.cfg.FromStart,
 		// An action may wait 5 minutes for its tool; heartbeats keep it.
 		AckWait: time.Minute,
 	}, bus.HandlerFunc(s.Handle))
@@ -382,9 +388,6 @@ func (s *Service) Execute(ctx context.Context, h *Hook, i int, e *envelope.Envel
 	p := act.Parameters
 	x := Execution{Hook: h.Name, Action: i + 1, EnvelopeID: e.ID, Thread: e.Meta.Thread, Server: p.ServerID,
 		Tool: p.ToolName, Role: h.Role, At: start.UTC()}
-	defer func() {
-		x.DurationMS = float64(time.Since(start).Microseconds()) / 1000
-	}()
 	finish := func(status, msg string) Execution {
 		x.Status, x.Error = status, msg
 		x.DurationMS = float64(time.Since(start).Microseconds()) / 1000
