@@ -317,6 +317,9 @@ func (f *File) compile() []Problem {
 	var probs []Problem
 	names := map[string]bool{}
 	for i, h := range f.Hooks {
+		if h == nil { // `- ` with nothing: the schema says so
+			continue
+		}
 		hp := func(field, format string, args ...any) {
 			probs = append(probs, Problem{Hook: h.Name, Field: field, Message: fmt.Sprintf(format, args...)})
 		}

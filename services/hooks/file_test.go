@@ -288,3 +288,27 @@ func TestContextFromGoldenEnvelopes(t *testing.T) {
 		}
 	}
 }
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("hooks:\n  - name: a\n    on: [github.issues.opened]\n    if: 'actor == \"x\"'\n    actions:\n      - type: mcp\n        parameters: {serverId: s, toolName: t, parameterMappings: [{toolParam: m, source: template, value: '{{.actor}}'}]}\n"))
+	f.Add([]byte(`{"hooks": [{"name": "b", "on": ["sentry.issue"], "actions": [{"type": "mcp", "parameters": {"serverId": "s", "toolName": "t", "timeout": 1000}}]}]}`))
+	f.Add([]byte("hooks: [{name: c}]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Parse(data, "fuzz")
+		if err != nil {
+			var ve *ValidationError
+			if !errors.As(err, &ve) || len(ve.Problems) == 0 {
+				t.Fatalf("got %v, want a *ValidationError with problems", err)
+			}
+			return
+		}
+		e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "x")
+		e.Meta.Source = &envelope.Source{Event: "issues", Action: "opened"}
+		matched, c := file.Match(e)
+		for _, h := range matched {
+			for i := range h.Actions {
+				_, _ = h.Actions[i].Resolve(c, nil)
+			}
+		}
+	})
+}
