@@ -21,6 +21,7 @@ var serviceSettings = map[string][2]string{
 	"memory":     {"EMBEDDINGS_MODEL", "nomic-embed-text"},
 	"outbound":   {"RELAY_OUTBOUND_CONCURRENCY", "0"},
 	"toolrunner": {"RELAY_MCP_CONFIG", "/nonexistent/mcp.json"},
+	"hooks":      {"RELAY_HOOKS", "/nonexistent/hooks.yaml"},
 }
 
 // TestServicesReadTheirSettings checks the registry in-process: every

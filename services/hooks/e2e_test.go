@@ -1,0 +1,412 @@
+package hooks_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/mappers"
+	"github.com/relaystation/relay/mappers/github"
+	"github.com/relaystation/relay/mappers/mapperstest"
+	"github.com/relaystation/relay/services/hooks"
+	"github.com/relaystation/relay/services/toolrunner"
+	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/mcpconfig"
+)
+
+// everything returns the stdio server-everything of testdata/npm.
+func everything(t testing.TB) mcpconfig.Server {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	bin := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules", ".bin", "mcp-server-everything")
+	if _, err := os.Stat(bin); err != nil {
+		testenv.Missing(t, "mcp-server-everything not installed; run scripts/setup.sh")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		testenv.Missing(t, "node is not installed")
+	}
+	return mcpconfig.Server{Name: "everything", Type: mcpconfig.Stdio, Command: bin, Args: []string{"stdio"},
+		ProtocolVersion: mcpconfig.DefaultProtocolVersion}
+}
+
+type rig struct {
+	b        *bus.Bus
+	tr       *toolrunner.Service
+	svc      *hooks.Service
+	audit    string
+	executed <-chan *envelope.Envelope
+	calls    <-chan *envelope.Envelope
+}
+
+const policy = "roles:\n  - role: hooks\n    capabilities: ['everything.*', 'gone.*']\n"
+
+// start runs a real tool runner (server-everything over stdio, plus the
+// extra servers) and the hooks service with file on an in-process NATS.
+func start(t testing.TB, file string, extra ...mcpconfig.Server) *rig {
+	t.Helper()
+	b := bustest.Embedded(t)
+	pol, err := mcpconfig.ParsePolicy([]byte(policy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit := filepath.Join(t.TempDir(), "tools.jsonl")
+	tr, err := toolrunner.New(t.Context(), toolrunner.Config{Tools: tools.Config{
+		Servers: append([]mcpconfig.Server{everything(t)}, extra...), Policy: pol, AuditPath: audit,
+		HealthBackoff: []time.Duration{20 * time.Millisecond}, DisableAfter: 100,
+	}}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Go(t, "toolrunner Run", tr.Run)
+	testenv.WaitFor(t, 30*time.Second, "server-everything ready", func() bool {
+		return tr.Runner().Servers()[0].State == tools.StateReady
+	})
+	f, err := hooks.Parse([]byte(file), "hooks.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := hooks.New(t.Context(), hooks.Config{Hooks: f}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{b: b, tr: tr, svc: svc, audit: audit,
+		executed: bustest.Observe(t, b, "observe-executed", hooks.SubjectExecuted),
+		calls:    bustest.Observe(t, b, "observe-calls", envelope.SubjectToolCall)}
+	testenv.Go(t, "hooks Run", svc.Run)
+	// The consumer starts at new envelopes: publish once it exists.
+	testenv.WaitFor(t, 10*time.Second, "the hooks consumer", func() bool {
+		_, err := b.JetStream().Consumer(t.Context(), b.StreamName("in.github.issues"), "hooks")
+		return err == nil
+	})
+	return r
+}
+
+// issueOpened maps the real issues.opened example through the GitHub mapper.
+func issueOpened(t *testing.T) mappers.Item {
+	t.Helper()
+	for _, ex := range mapperstest.OctokitExamples(t) {
+		var p struct {
+			Action string `json:"action"`
+		}
+		_ = json.Unmarshal(ex.Payload, &p)
+		if ex.Event != "issues" || p.Action != "opened" {
+			continue
+		}
+		h := http.Header{}
+		h.Set(github.HeaderEvent, "issues")
+		h.Set(github.HeaderDelivery, "d-"+bustest.RandomPrefix())
+		res, err := github.New(github.Config{}).Map(&mappers.Request{Header: h, Body: ex.Payload, Received: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Items[0]
+	}
+	t.Fatal("no issues.opened example")
+	return mappers.Item{}
+}
+
+func (r *rig) publish(t *testing.T, it mappers.Item) {
+	t.Helper()
+	if _, err := r.b.Publish(t.Context(), it.Subject, it.Envelope, bus.WithMsgID(it.MsgID)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func next(t *testing.T, ch <-chan *envelope.Envelope, what string) *envelope.Envelope {
+	t.Helper()
+	select {
+	case e := <-ch:
+		return e
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s within 30s", what)
+		return nil
+	}
+}
+
+func record(t *testing.T, ch <-chan *envelope.Envelope) *hooks.Execution {
+	t.Helper()
+	e := next(t, ch, "hook.executed record")
+	x, ok := hooks.ExecutionOf(e)
+	if !ok {
+		t.Fatalf("hook.executed envelope %s has no meta.hook_execution", e.ID)
+	}
+	return x
+}
+
+// quiet fails when ch yields within d (nothing more was published).
+func quiet(t *testing.T, ch <-chan *envelope.Envelope, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case e := <-ch:
+		t.Fatalf("unexpected %s: %s", what, e.Content)
+	case <-time.After(d):
+	}
+}
+
+const greetFile = `
+hooks:
+  - name: greet-new-issues
+    on: ["github.issues.opened"]
+    if: 'repository == "Codertocat/Hello-World" && "Codertocat" in [actor, "someone"]'
+    actions:
+      - type: mcp
+        parameters:
+          serverId: everything
+          toolName: echo
+          parameterMappings:
+            - {toolParam: message, source: template, value: "{{.actor}} opened {{.url}} ({{.repository}}#{{.number}})"}
+        reply: thread
+      - type: mcp
+        parameters:
+          serverId: everything
+          toolName: get-sum
+          timeout: 20000
+          parameterMappings:
+            - {toolParam: a, source: literal, value: "40"}
+            - {toolParam: b, source: context, value: number}
+  - name: never
+    on: ["github.issues.opened"]
+    if: 'repository == "someone/else"'
+    actions:
+      - type: mcp
+        parameters: {serverId: everything, toolName: echo, parameterMappings: [{toolParam: message, source: literal, value: x}]}
+`
+
+// TestHookFiresOnIssueOpened: a real issues.opened webhook runs both
+// actions through the tool runner, with each mapping source, records both
+// and answers the thread; the hook whose condition fails runs nothing.
+func TestHookFiresOnIssueOpened(t *testing.T) {
+	t.Parallel()
+	r := start(t, greetFile)
+	suggestions := bustest.Observe(t, r.b, "observe-suggestions", hooks.SubjectSuggestion)
+	it := issueOpened(t)
+	r.publish(t, it)
+
+	x1 := record(t, r.executed)
+	if x1.Hook != "greet-new-issues" || x1.Action != 1 || x1.Status != hooks.StatusSuccess {
+		t.Fatalf("first record: got %+v, want greet-new-issues action 1 success", x1)
+	}
+	want := "Codertocat opened https://github.com/Codertocat/Hello-World/issues/1 (Codertocat/Hello-World#1)"
+	if got := x1.Params["message"]; got != want {
+		t.Errorf("resolved message: got %q, want %q", got, want)
+	}
+	if !strings.Contains(x1.Result, want) {
+		t.Errorf("result: got %q, want the echo of %q", x1.Result, want)
+	}
+	if x1.EnvelopeID != it.Envelope.ID || x1.Thread != "github:Codertocat/Hello-World#1" || x1.ServerStatus == nil || x1.ServerStatus.State != tools.StateReady {
+		t.Errorf("record: got envelope %s thread %q status %+v", x1.EnvelopeID, x1.Thread, x1.ServerStatus)
+	}
+	if !strings.HasPrefix(x1.Reply, "posted to ") {
+		t.Errorf("reply: got %q, want posted", x1.Reply)
+	}
+
+	x2 := record(t, r.executed)
+	if x2.Action != 2 || x2.Status != hooks.StatusSuccess || !strings.Contains(x2.Result, "41") {
+		t.Fatalf("second record: got %+v, want get-sum success with 41", x2)
+	}
+	if a, _ := x2.Params["a"].(float64); a != 40 {
+		t.Errorf("literal \"40\" for a number parameter: got %#v, want 40", x2.Params["a"])
+	}
+
+	s := next(t, suggestions, "agent.suggestion")
+	target, err := s.Meta.Target()
+	if err != nil || target == nil || target.Owner != "Codertocat" || target.Number != 1 || !strings.Contains(s.Content, want) {
+		t.Errorf("suggestion: got target %+v (%v) content %q", target, err, s.Content)
+	}
+	// The audit log names the hook.
+	raw, err := os.ReadFile(r.audit)
+	if err != nil || strings.Count(string(raw), `"agent_id":"hook:greet-new-issues"`) != 2 {
+		t.Errorf("audit log: got %s (%v), want two records of agent hook:greet-new-issues", raw, err)
+	}
+	quiet(t, r.executed, 500*time.Millisecond, "record of the hook whose condition fails")
+}
+
+// TestRedeliveryRunsNothingTwice: the same envelope handled again (a
+// redelivery, or a second instance) calls no tool and adds no record.
+func TestRedeliveryRunsNothingTwice(t *testing.T) {
+	t.Parallel()
+	r := start(t, greetFile)
+	it := issueOpened(t)
+	r.publish(t, it)
+	for range 2 {
+		record(t, r.executed)
+		next(t, r.calls, "tool.call")
+	}
+	data, _ := it.Envelope.Marshal()
+	m := &bus.Message{Envelope: it.Envelope, Subject: it.Subject, Data: data, Delivered: 2, StreamSeq: 1}
+	if err := r.svc.Handle(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	// The same envelope published again under another message id reaches
+	// the consumer as a new message.
+	if _, err := r.b.Publish(t.Context(), it.Subject, it.Envelope, bus.WithMsgID(it.MsgID+"-again")); err != nil {
+		t.Fatal(err)
+	}
+	quiet(t, r.calls, time.Second, "second tool call")
+	quiet(t, r.executed, 200*time.Millisecond, "second record")
+}
+
+// TestOfflineServerSkips: an action on a server that is offline is
+// recorded as skipped, without a call, and the message is acked.
+func TestOfflineServerSkips(t *testing.T) {
+	t.Parallel()
+	gone := mcpconfig.Server{Name: "gone", Type: mcpconfig.Stdio, Command: "/bin/false", ProtocolVersion: mcpconfig.DefaultProtocolVersion}
+	r := start(t, `
+hooks:
+  - name: to-the-void
+    on: ["github.issues.*"]
+    actions:
+      - type: mcp
+        parameters: {serverId: gone, toolName: echo, parameterMappings: [{toolParam: message, source: context, value: title}]}
+`, gone)
+	testenv.WaitFor(t, 30*time.Second, "gone offline", func() bool {
+		st, err := tools.StatusRemote(t.Context(), r.b.Conn(), r.b.Prefix())
+		if err != nil {
+			return false
+		}
+		for _, s := range st.Servers {
+			if s.Name == "gone" && s.State == tools.StateOffline {
+				return true
+			}
+		}
+		return false
+	})
+	r.publish(t, issueOpened(t))
+	x := record(t, r.executed)
+	if x.Status != hooks.StatusSkipped || !(strings.Contains(x.Error, "offline") || strings.Contains(x.Error, "connecting")) || x.ServerStatus == nil {
+		t.Fatalf("got %+v, want skipped naming offline (or connecting, between retries) with the server's status", x)
+	}
+	quiet(t, r.calls, 300*time.Millisecond, "tool call to an offline server")
+	// Acked: the consumer has nothing pending.
+	testenv.Poll(t, 10*time.Second, func() (bool, string) {
+		ci, err := consumerInfo(t, r.b, "hooks")
+		if err != nil {
+			return false, err.Error()
+		}
+		return ci == 0, "messages still pending or unacked"
+	})
+}
+
+func consumerInfo(t testing.TB, b *bus.Bus, name string) (int, error) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	c, err := b.JetStream().Consumer(ctx, b.StreamName("in.github.issues"), name)
+	if err != nil {
+		return 0, err
+	}
+	ci, err := c.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return int(ci.NumAckPending) + int(ci.NumPending), nil
+}
+
+// TestTimeoutAndInvalid: an action whose tool answers after its timeout is
+// recorded as timeout; parameters that do not fit the tool's schema, or a
+// tool the role may not call, as invalid without a call.
+func TestTimeoutAndInvalid(t *testing.T) {
+	t.Parallel()
+	r := start(t, `
+hooks:
+  - name: slow-and-wrong
+    on: ["github.issues.opened"]
+    actions:
+      - type: mcp
+        parameters:
+          serverId: everything
+          toolName: trigger-long-running-operation
+          timeout: 1000
+          parameterMappings: [{toolParam: duration, source: literal, value: 3}, {toolParam: steps, source: literal, value: 3}]
+      - type: mcp
+        parameters:
+          serverId: everything
+          toolName: get-sum
+          parameterMappings: [{toolParam: a, source: template, value: "{{.actor}}"}, {toolParam: b, source: literal, value: 1}]
+  - name: not-allowed
+    on: ["github.issues.opened"]
+    role: nobody
+    actions:
+      - type: mcp
+        parameters: {serverId: everything, toolName: echo, parameterMappings: [{toolParam: message, source: literal, value: x}]}
+`)
+	r.publish(t, issueOpened(t))
+	got := map[string]*hooks.Execution{}
+	for range 3 {
+		x := record(t, r.executed)
+		got[fmt.Sprintf("%s/%d", x.Hook, x.Action)] = x
+	}
+	if x := got["slow-and-wrong/1"]; x == nil || x.Status != hooks.StatusTimeout || x.DurationMS < 1000 || x.DurationMS > 2900 {
+		t.Errorf("long operation with timeout 1000: got %+v, want timeout after about 1s", x)
+	}
+	if x := got["slow-and-wrong/2"]; x == nil || x.Status != hooks.StatusInvalid || !strings.Contains(x.Error, `"Codertocat" is not a number`) {
+		t.Errorf("get-sum with a text: got %+v, want invalid naming the value", x)
+	}
+	if x := got["not-allowed/1"]; x == nil || x.Status != hooks.StatusInvalid || !strings.Contains(x.Error, `role "nobody"`) {
+		t.Errorf("role without the capability: got %+v, want invalid naming the role", x)
+	}
+	// Only the long operation was called.
+	next(t, r.calls, "tool.call")
+	quiet(t, r.calls, 300*time.Millisecond, "a call for an invalid action")
+}
+
+// TestStopSwitchAndDisabledServerSkip: with the stop switch on, and with
+// the server disabled by an operator (`relay mcp disable`), actions are
+// skipped with the reason and nothing is called.
+func TestStopSwitchAndDisabledServerSkip(t *testing.T) {
+	t.Parallel()
+	r := start(t, `
+hooks:
+  - name: echo
+    on: ["github.issues.opened"]
+    actions:
+      - type: mcp
+        parameters: {serverId: everything, toolName: echo, parameterMappings: [{toolParam: message, source: context, value: url}]}
+`)
+	st, err := toolrunner.OpenState(t.Context(), r.b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func() *tools.StatusResponse {
+		s, err := tools.StatusRemote(t.Context(), r.b.Conn(), r.b.Prefix())
+		if err != nil {
+			return &tools.StatusResponse{}
+		}
+		return s
+	}
+	if err := st.SetStop(t.Context(), true); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the stop switch on", func() bool { return status().Stopped })
+	r.publish(t, issueOpened(t))
+	if x := record(t, r.executed); x.Status != hooks.StatusSkipped || !strings.Contains(x.Error, "stop switch") {
+		t.Errorf("stop switch: got %+v, want skipped naming the stop switch", x)
+	}
+
+	if err := st.SetStop(t.Context(), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetServer(t.Context(), "everything", tools.ServerState{Disabled: true, Reason: "maintenance", By: "operator", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "everything disabled", func() bool {
+		s := status()
+		return !s.Stopped && len(s.Servers) > 0 && s.Servers[0].State == "disabled"
+	})
+	r.publish(t, issueOpened(t))
+	if x := record(t, r.executed); x.Status != hooks.StatusSkipped || !strings.Contains(x.Error, "disabled") || !strings.Contains(x.Error, "maintenance") {
+		t.Errorf("disabled server: got %+v, want skipped naming disabled and the reason", x)
+	}
+	quiet(t, r.calls, 300*time.Millisecond, "a tool call while skipped")
+}
