@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -291,6 +292,19 @@ func fastConfig(t *testing.T, servers ...mcpconfig.Server) Config {
 // startRunner builds and starts a runner and waits for its servers.
 func startRunner(t *testing.T, cfg Config) *Runner {
 	t.Helper()
+	r := startUnready(t, cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if pending := r.WaitReady(ctx); len(pending) > 0 {
+		t.Fatalf("servers not ready: %v (%+v)", pending, r.Servers())
+	}
+	return r
+}
+
+// startUnready starts a runner without waiting for its servers, closed when
+// the test ends.
+func startUnready(t *testing.T, cfg Config) *Runner {
+	t.Helper()
 	r, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -299,12 +313,36 @@ func startRunner(t *testing.T, cfg Config) *Runner {
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if pending := r.WaitReady(ctx); len(pending) > 0 {
-		t.Fatalf("servers not ready: %v (%+v)", pending, r.Servers())
-	}
 	return r
+}
+
+// steer writes the marker file name, with content, that steers the helper
+// server running in dir (see serveHelper).
+func steer(t *testing.T, dir, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// noticeLog collects a runner's notices (Config.Notify); safe for
+// concurrent use.
+type noticeLog struct {
+	mu   sync.Mutex
+	list []Notice
+}
+
+func (l *noticeLog) notify(_ context.Context, n Notice) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.list = append(l.list, n)
+}
+
+// all answers a copy of the notices so far.
+func (l *noticeLog) all() []Notice {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.list)
 }
 
 // readAudit returns the audit log's records.

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -437,34 +436,22 @@ func TestCancellationReachesServer(t *testing.T) {
 func TestHealthAutoDisableAndReenable(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "refuse-start"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	steer(t, dir, "refuse-start", "")
 	cfg := fastConfig(t, helperServer(t, "h", dir))
 	cfg.Policy = policy(t, allowAll)
 	state := NewMemoryState()
 	cfg.State = state
-	var mu sync.Mutex
-	var notices []Notice
-	cfg.Notify = func(_ context.Context, n Notice) { mu.Lock(); notices = append(notices, n); mu.Unlock() }
-	r, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	var log noticeLog
+	cfg.Notify = log.notify
+	r := startUnready(t, cfg)
 	testenv.WaitFor(t, 20*time.Second, "auto-disable", func() bool { return r.Servers()[0].State == StateDisabled })
 	st := r.Servers()[0]
 	if st.DisabledBy != "health" || !strings.Contains(st.DisabledReason, "3 failed health checks") {
 		t.Errorf("got %+v, want disabled by health after 3 failed checks (1 + 2 retries)", st)
 	}
-	mu.Lock()
-	if len(notices) != 1 || notices[0].Server != "h" {
+	if notices := log.all(); len(notices) != 1 || notices[0].Server != "h" {
 		t.Errorf("got notices %+v, want one for h", notices)
 	}
-	mu.Unlock()
 	saved, _ := state.Load(t.Context())
 	if !saved.Servers["h"].Disabled || saved.Servers["h"].By != "health" {
 		t.Errorf("persisted state %+v, want disabled by health", saved)
