@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,13 +31,7 @@ type natsServer struct {
 
 func newNATSServer(t testing.TB) *natsServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	n := &natsServer{t: t, port: port, store: t.TempDir()}
+	n := &natsServer{t: t, port: testenv.FreePort(t), store: t.TempDir()}
 	t.Cleanup(n.stop)
 	return n
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,12 +221,7 @@ func startEverything(t *testing.T, mode string) string {
 }
 
 func tryEverything(t *testing.T, bin, mode string) (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	_ = l.Close()
+	port := strconv.Itoa(testenv.FreePort(t))
 	cmd := exec.Command(bin, mode)
 	cmd.Env = append(os.Environ(), "PORT="+port)
 	stderr, _ := cmd.StderrPipe()
