@@ -319,25 +319,28 @@ func steer(t *testing.T, dir, name, content string) {
 	}
 }
 
-// noticeLog collects a runner's notices (Config.Notify); safe for
-// concurrent use.
-type noticeLog struct {
+// recorder collects what a callback of the runner receives (notices,
+// questions, sampling requests); safe for concurrent use.
+type recorder[T any] struct {
 	mu   sync.Mutex
-	list []Notice
+	list []T
 }
 
-func (l *noticeLog) notify(_ context.Context, n Notice) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.list = append(l.list, n)
+func (r *recorder[T]) add(x T) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.list = append(r.list, x)
 }
 
-// all answers a copy of the notices so far.
-func (l *noticeLog) all() []Notice {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.list)
+// all answers a copy of what it has recorded so far.
+func (r *recorder[T]) all() []T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.list)
 }
+
+// notify records a notice, as Config.Notify.
+func (r *recorder[T]) notify(_ context.Context, n T) { r.add(n) }
 
 // readAudit returns the audit log's records.
 func readAudit(t *testing.T, path string) []Record {

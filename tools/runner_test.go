@@ -441,7 +441,7 @@ func TestHealthAutoDisableAndReenable(t *testing.T) {
 	cfg.Policy = policy(t, allowAll)
 	state := NewMemoryState()
 	cfg.State = state
-	var log noticeLog
+	var log recorder[Notice]
 	cfg.Notify = log.notify
 	r := startUnready(t, cfg)
 	testenv.WaitFor(t, 20*time.Second, "auto-disable", func() bool { return r.Servers()[0].State == StateDisabled })

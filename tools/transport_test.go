@@ -186,7 +186,7 @@ func TestFlappingServerIsAutoDisabled(t *testing.T) {
 	steer(t, dir, "exit-after-init", "")
 	cfg := fastConfig(t, helperServer(t, "h", dir))
 	cfg.HealthInterval = time.Hour // only the session's end triggers checks
-	var log noticeLog
+	var log recorder[Notice]
 	cfg.Notify = log.notify
 	r := startUnready(t, cfg)
 	testenv.WaitFor(t, 30*time.Second, "the flapping server to be auto-disabled", func() bool { return r.Servers()[0].State == StateDisabled })
