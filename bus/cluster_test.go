@@ -3,7 +3,6 @@ package bus_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -24,21 +23,11 @@ type cluster struct {
 	nodes []*server.Server
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func startCluster(t testing.TB, n int) *cluster {
 	t.Helper()
 	routePorts := make([]int, n)
 	for i := range routePorts {
-		routePorts[i] = freePort(t)
+		routePorts[i] = testenv.FreePort(t)
 	}
 	c := &cluster{}
 	for i := range n {

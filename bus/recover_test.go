@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,15 +31,23 @@ type natsServer struct {
 
 func newNATSServer(t testing.TB) *natsServer {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	n := &natsServer{t: t, port: testenv.FreePort(t), store: t.TempDir()}
+	t.Cleanup(n.stop)
+	return n
+}
+
+// startedNATS starts a server and connects a bus with prefix to it, closed
+// when the test ends.
+func startedNATS(t *testing.T, prefix string) (*natsServer, *bus.Bus) {
+	t.Helper()
+	ns := newNATSServer(t)
+	ns.start()
+	b, err := bus.Connect(t.Context(), bus.Config{URL: ns.url(), Prefix: prefix, Name: t.Name()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	n := &natsServer{t: t, port: port, store: t.TempDir()}
-	t.Cleanup(n.stop)
-	return n
+	t.Cleanup(b.Close)
+	return ns, b
 }
 
 func (n *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
@@ -125,13 +132,7 @@ func TestFailFast(t *testing.T) {
 // again (ensured after the reconnect even when the server lost them).
 func TestServerRestartUnderLoad(t *testing.T) {
 	t.Parallel()
-	ns := newNATSServer(t)
-	ns.start()
-	b, err := bus.Connect(t.Context(), bus.Config{URL: ns.url(), Prefix: "restart", Name: t.Name()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	ns, b := startedNATS(t, "restart")
 
 	var mu sync.Mutex
 	acked, seen := map[string]bool{}, map[string]bool{}
@@ -195,13 +196,7 @@ func TestServerRestartUnderLoad(t *testing.T) {
 // cannot end the connection.
 func TestLongSubjectRefused(t *testing.T) {
 	t.Parallel()
-	ns := newNATSServer(t)
-	ns.start()
-	b, err := bus.Connect(t.Context(), bus.Config{URL: ns.url(), Prefix: "long", Name: t.Name()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	_, b := startedNATS(t, "long")
 	for name, subj := range map[string]string{
 		"4 KiB token": "in.sentry." + strings.Repeat("x", 4096),
 		"empty token": "in..x",
@@ -224,13 +219,7 @@ func TestLongSubjectRefused(t *testing.T) {
 // probe restarts the process.
 func TestAliveReportsLostConnection(t *testing.T) {
 	t.Parallel()
-	ns := newNATSServer(t)
-	ns.start()
-	b, err := bus.Connect(t.Context(), bus.Config{URL: ns.url(), Prefix: "lost", Name: t.Name()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	_, b := startedNATS(t, "lost")
 	if err := b.Alive(); err != nil {
 		t.Fatalf("Alive: %v", err)
 	}

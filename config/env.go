@@ -9,6 +9,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -103,30 +104,28 @@ func (e *Env) Secret(name string) secret.Value {
 
 // Int returns the variable as an integer in [lo, hi], or def when unset.
 func (e *Env) Int(name string, def, lo, hi int) int {
-	v := e.lookup(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		e.Failf(name, "%q is not a whole number from %d to %d", v, lo, hi)
-		return def
-	}
-	return n
+	return inRange(e, name, def, lo, hi, strconv.Atoi, "a whole number", "")
 }
 
 // Duration returns the variable as a Go duration ("30s", "5m") in [lo, hi], or def.
 func (e *Env) Duration(name string, def, lo, hi time.Duration) time.Duration {
+	return inRange(e, name, def, lo, hi, time.ParseDuration, "a duration", " (like 30s or 5m)")
+}
+
+// inRange returns the variable parsed by parse, which must give a value in
+// [lo, hi], or def when unset; what names the kind of value in the error,
+// and hint follows it.
+func inRange[T cmp.Ordered](e *Env, name string, def, lo, hi T, parse func(string) (T, error), what, hint string) T {
 	v := e.lookup(name)
 	if v == "" {
 		return def
 	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < lo || d > hi {
-		e.Failf(name, "%q is not a duration from %s to %s (like 30s or 5m)", v, lo, hi)
+	x, err := parse(v)
+	if err != nil || x < lo || x > hi {
+		e.Failf(name, "%q is not %s from %v to %v%s", v, what, lo, hi, hint)
 		return def
 	}
-	return d
+	return x
 }
 
 // Bool returns the variable as a boolean (true/false/1/0/yes/no), or def.

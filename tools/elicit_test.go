@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,13 +94,10 @@ func TestElicitationWithoutHumanUsesDefaults(t *testing.T) {
 
 func TestElicitationAsksTheCallsHuman(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var asked []*Question
+	var questions recorder[*Question]
 	cfg := fastConfig(t, askServer(t))
 	cfg.Elicitor = ElicitorFunc(func(ctx context.Context, q *Question) (*Answer, error) {
-		mu.Lock()
-		asked = append(asked, q)
-		mu.Unlock()
+		questions.add(q)
 		switch q.Thread {
 		case "slack:T1/C1/1.2":
 			return &Answer{Action: ElicitAccept, Content: map[string]any{"reason": "because"}, By: "U1"}, nil
@@ -140,8 +136,7 @@ func TestElicitationAsksTheCallsHuman(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
+		asked := questions.all()
 		if len(asked) != len(tests) {
 			t.Errorf("asked %d questions, want %d", len(asked), len(tests))
 		}
@@ -156,13 +151,10 @@ func TestElicitationAsksTheCallsHuman(t *testing.T) {
 
 func TestSamplingUnderTheTaskBudget(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var got []*SampleRequest
+	var requests recorder[*SampleRequest]
 	cfg := fastConfig(t, askServer(t))
 	cfg.Sampler = SamplerFunc(func(_ context.Context, req *SampleRequest) (*SampleResult, error) {
-		mu.Lock()
-		got = append(got, req)
-		mu.Unlock()
+		requests.add(req)
 		if strings.Contains(req.Messages[0].Text, "fail") {
 			return nil, errors.New("llm chat completion: HTTP 503")
 		}
@@ -177,24 +169,21 @@ func TestSamplingUnderTheTaskBudget(t *testing.T) {
 	if res.SamplingTokens != 50 || res.Map()["sampling_tokens"] != 50 {
 		t.Errorf("sampling tokens %d (map %v), want 50", res.SamplingTokens, res.Map()["sampling_tokens"])
 	}
-	mu.Lock()
-	first := got[0]
-	mu.Unlock()
+	first := requests.all()[0]
 	if first.MaxTokens <= 0 || first.MaxTokens > 100 || first.System != "You summarise." || first.Messages[0].Role != "user" {
 		t.Errorf("sampler got %+v, want max tokens within the budget of 100", first)
 	}
 
 	// Without a task budget the server's maxTokens stands.
 	res = r.Call(t.Context(), Request{Tool: "ask.summarize", Operator: true, Args: map[string]any{"text": "x"}})
-	mu.Lock()
+	got := requests.all()
 	last := got[len(got)-1]
-	mu.Unlock()
 	if res.Err != nil || last.MaxTokens != 500 {
 		t.Errorf("no budget: got %v, max tokens %d; want 500", res.Err, last.MaxTokens)
 	}
 
 	// A prompt the budget cannot pay for is refused before the LLM is asked.
-	n := len(got)
+	n := len(requests.all())
 	res = r.Call(t.Context(), Request{Tool: "ask.summarize", Operator: true, Args: map[string]any{"text": strings.Repeat("word ", 100)}, TokenBudget: 20})
 	if res.Err == nil || !strings.Contains(res.Err.Error(), "token budget") {
 		t.Errorf("over budget: got %q, %v; want a token budget refusal", res.Text, res.Err)
@@ -203,11 +192,9 @@ func TestSamplingUnderTheTaskBudget(t *testing.T) {
 	if res.Err == nil || !strings.Contains(res.Err.Error(), "HTTP 503") {
 		t.Errorf("LLM down: got %q, %v; want the LLM's error", res.Text, res.Err)
 	}
-	mu.Lock()
-	if len(got) != n+1 {
-		t.Errorf("sampler asked %d times after the refusal, want 1", len(got)-n)
+	if got := len(requests.all()); got != n+1 {
+		t.Errorf("sampler asked %d times after the refusal, want 1", got-n)
 	}
-	mu.Unlock()
 }
 
 func TestSamplingRefusedWithoutLLM(t *testing.T) {

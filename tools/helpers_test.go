@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,91 +47,132 @@ type weather struct {
 	Temperature float64 `json:"temperature"`
 }
 
+// serveHelper runs this test binary as a stdio MCP server whose behaviour
+// the test steers through marker files in RELAY_TEST_DIR.
 func serveHelper() int {
-	dir := os.Getenv("RELAY_TEST_DIR")
-	mark := func(name string) { _ = os.WriteFile(filepath.Join(dir, name), []byte("1"), 0o600) }
-	exists := func(name string) bool { _, err := os.Stat(filepath.Join(dir, name)); return err == nil }
-	if exists("refuse-start") {
+	h := helperDir(os.Getenv("RELAY_TEST_DIR"))
+	if h.exists("refuse-start") {
 		fmt.Fprintln(os.Stderr, "helper: refusing to start")
 		return 3
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "restart-delay-ms")); err == nil && exists("crashed") {
+	if b, err := os.ReadFile(filepath.Join(string(h), "restart-delay-ms")); err == nil && h.exists("crashed") {
 		// A restart after the crash takes this long, as a real server's might.
 		ms, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 		time.Sleep(time.Duration(ms) * time.Millisecond)
 	}
 	var opts *mcp.ServerOptions
-	if exists("exit-after-init") {
+	if h.exists("exit-after-init") {
 		// A flapping server: it completes the handshake, then goes away.
 		opts = &mcp.ServerOptions{InitializedHandler: func(context.Context, *mcp.InitializedRequest) { os.Exit(0) }}
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "relay-test-helper", Version: "1.0.0"}, opts)
-	ro := &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true}
-	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "echoes", Annotations: ro},
+	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "echoes", Annotations: readOnly},
 		func(_ context.Context, _ *mcp.CallToolRequest, in msgIn) (*mcp.CallToolResult, any, error) {
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "Echo: " + in.Message}}}, nil, nil
+			return textResult("Echo: " + in.Message), nil, nil
 		})
-	// slow has side effects (no annotations): it must never be retried.
-	mcp.AddTool(s, &mcp.Tool{Name: "slow", Description: "waits ms milliseconds"},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in slowIn) (*mcp.CallToolResult, any, error) {
-			mark("slow-started")
-			select {
-			case <-time.After(time.Duration(in.MS) * time.Millisecond):
-				mark("slow-done")
-				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil, nil
-			case <-ctx.Done():
-				mark("slow-cancelled")
-				return nil, nil, ctx.Err()
-			}
-		})
-	// slow-read is slow-but-read-only: the runner may retry it.
-	mcp.AddTool(s, &mcp.Tool{Name: "slow-read", Annotations: ro},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in slowIn) (*mcp.CallToolResult, any, error) {
-			mark("slow-read-started")
-			select {
-			case <-time.After(time.Duration(in.MS) * time.Millisecond):
-				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "read"}}}, nil, nil
-			case <-ctx.Done():
-				return nil, nil, ctx.Err()
-			}
-		})
-	// crash-once kills the server on its first call ever, then works; it is
-	// idempotent, so the runner may retry it.
-	mcp.AddTool(s, &mcp.Tool{Name: "crash-once", Annotations: ro},
-		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-			if !exists("crashed") {
-				mark("crashed")
-				os.Exit(7)
-			}
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "survived"}}}, nil, nil
-		})
-	mcp.AddTool(s, &mcp.Tool{Name: "fail", Description: "always reports an error"},
-		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "it broke, token ghp_abcdefghijklmnopqrstuvwxyz0123456789"}}}, nil, nil
-		})
-	s.AddTool(&mcp.Tool{Name: "bad-output", InputSchema: json.RawMessage(`{"type":"object"}`),
-		OutputSchema: json.RawMessage(`{"type":"object","properties":{"temperature":{"type":"number"}},"required":["temperature"]}`)},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return &mcp.CallToolResult{StructuredContent: map[string]any{"temperature": "hot"}, Content: []mcp.Content{&mcp.TextContent{Text: "{}"}}}, nil
-		})
-	// Names up to 100 characters are fine; longer ones are not offered.
-	mcp.AddTool(s, &mcp.Tool{Name: strings.Repeat("n", 100), Annotations: ro}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "long"}}}, nil, nil
-	})
-	mcp.AddTool(s, &mcp.Tool{Name: strings.Repeat("x", 101), Annotations: ro}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "too long"}}}, nil, nil
-	})
-	mcp.AddTool(s, &mcp.Tool{Name: "add-tool", Description: "adds tool 'added'"},
-		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-			mcp.AddTool(s, &mcp.Tool{Name: "added", Annotations: ro}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, weather, error) {
-				return nil, weather{Temperature: 21}, nil
-			})
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "added"}}}, nil, nil
-		})
+	h.addSlowTools(s)
+	h.addFaultyTools(s)
+	addNamedTools(s)
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil && !errors.Is(err, context.Canceled) {
 		return 1
 	}
 	return 0
+}
+
+// readOnly annotates the helper's tools the runner may retry.
+var readOnly = &mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true}
+
+// textResult is a tool result of one text.
+func textResult(text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+// helperDir is the folder of the marker files the helper server reads and
+// writes: the test steers it and watches what it did there.
+type helperDir string
+
+func (d helperDir) mark(name string) {
+	_ = os.WriteFile(filepath.Join(string(d), name), []byte("1"), 0o600)
+}
+
+func (d helperDir) exists(name string) bool {
+	_, err := os.Stat(filepath.Join(string(d), name))
+	return err == nil
+}
+
+// addSlowTools adds slow, which has side effects (no annotations) and must
+// never be retried, and slow-read, slow but read-only, which the runner may
+// retry. Both mark when they start, and slow marks how it ended.
+func (d helperDir) addSlowTools(s *mcp.Server) {
+	mcp.AddTool(s, &mcp.Tool{Name: "slow", Description: "waits ms milliseconds"},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in slowIn) (*mcp.CallToolResult, any, error) {
+			d.mark("slow-started")
+			select {
+			case <-time.After(time.Duration(in.MS) * time.Millisecond):
+				d.mark("slow-done")
+				return textResult("done"), nil, nil
+			case <-ctx.Done():
+				d.mark("slow-cancelled")
+				return nil, nil, ctx.Err()
+			}
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "slow-read", Annotations: readOnly},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in slowIn) (*mcp.CallToolResult, any, error) {
+			d.mark("slow-read-started")
+			select {
+			case <-time.After(time.Duration(in.MS) * time.Millisecond):
+				return textResult("read"), nil, nil
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		})
+}
+
+// addFaultyTools adds the tools that crash, fail or answer what their
+// schema forbids.
+func (d helperDir) addFaultyTools(s *mcp.Server) {
+	// crash-once kills the server on its first call ever, then works; it is
+	// idempotent, so the runner may retry it.
+	mcp.AddTool(s, &mcp.Tool{Name: "crash-once", Annotations: readOnly},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			if !d.exists("crashed") {
+				d.mark("crashed")
+				os.Exit(7)
+			}
+			return textResult("survived"), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "fail", Description: "always reports an error"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			res := textResult("it broke, token ghp_abcdefghijklmnopqrstuvwxyz0123456789")
+			res.IsError = true
+			return res, nil, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "bad-output", InputSchema: json.RawMessage(`{"type":"object"}`),
+		OutputSchema: json.RawMessage(`{"type":"object","properties":{"temperature":{"type":"number"}},"required":["temperature"]}`)},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			res := textResult("{}")
+			res.StructuredContent = map[string]any{"temperature": "hot"}
+			return res, nil
+		})
+}
+
+// addNamedTools adds the tools that test names: one of the longest name
+// allowed, one longer, and add-tool, which adds a tool while the server runs.
+func addNamedTools(s *mcp.Server) {
+	// Names up to 100 characters are fine; longer ones are not offered.
+	mcp.AddTool(s, &mcp.Tool{Name: strings.Repeat("n", 100), Annotations: readOnly}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return textResult("long"), nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: strings.Repeat("x", 101), Annotations: readOnly}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return textResult("too long"), nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "add-tool", Description: "adds tool 'added'"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			mcp.AddTool(s, &mcp.Tool{Name: "added", Annotations: readOnly}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, weather, error) {
+				return nil, weather{Temperature: 21}, nil
+			})
+			return textResult("added"), nil, nil
+		})
 }
 
 // helperServer is an mcp.json entry that runs this test binary as a server.
@@ -180,12 +221,7 @@ func startEverything(t *testing.T, mode string) string {
 }
 
 func tryEverything(t *testing.T, bin, mode string) (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	_ = l.Close()
+	port := strconv.Itoa(testenv.FreePort(t))
 	cmd := exec.Command(bin, mode)
 	cmd.Env = append(os.Environ(), "PORT="+port)
 	stderr, _ := cmd.StderrPipe()
@@ -250,6 +286,19 @@ func fastConfig(t *testing.T, servers ...mcpconfig.Server) Config {
 // startRunner builds and starts a runner and waits for its servers.
 func startRunner(t *testing.T, cfg Config) *Runner {
 	t.Helper()
+	r := startUnready(t, cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if pending := r.WaitReady(ctx); len(pending) > 0 {
+		t.Fatalf("servers not ready: %v (%+v)", pending, r.Servers())
+	}
+	return r
+}
+
+// startUnready starts a runner without waiting for its servers, closed when
+// the test ends.
+func startUnready(t *testing.T, cfg Config) *Runner {
+	t.Helper()
 	r, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -258,13 +307,40 @@ func startRunner(t *testing.T, cfg Config) *Runner {
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if pending := r.WaitReady(ctx); len(pending) > 0 {
-		t.Fatalf("servers not ready: %v (%+v)", pending, r.Servers())
-	}
 	return r
 }
+
+// steer writes the marker file name, with content, that steers the helper
+// server running in dir (see serveHelper).
+func steer(t *testing.T, dir, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recorder collects what a callback of the runner receives (notices,
+// questions, sampling requests); safe for concurrent use.
+type recorder[T any] struct {
+	mu   sync.Mutex
+	list []T
+}
+
+func (r *recorder[T]) add(x T) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.list = append(r.list, x)
+}
+
+// all answers a copy of what it has recorded so far.
+func (r *recorder[T]) all() []T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.list)
+}
+
+// notify records a notice, as Config.Notify.
+func (r *recorder[T]) notify(_ context.Context, n T) { r.add(n) }
 
 // readAudit returns the audit log's records.
 func readAudit(t *testing.T, path string) []Record {

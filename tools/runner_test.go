@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -24,21 +23,7 @@ const allowAll = "roles:\n  - role: agent\n    capabilities: ['*.*']\n"
 
 func TestEverythingStdio(t *testing.T) {
 	t.Parallel()
-	srv := everythingStdio(t, "everything")
-	srv.Env = map[string]string{"RELAY_INJECTED": "hello-from-mcp-json", "API_KEY": "sk-live-0123456789abcdef"}
-	cfg := fastConfig(t, srv)
-	cfg.BaseEnv = []string{"PATH=" + os.Getenv("PATH")}
-	cfg.Policy = policy(t, `
-roles:
-  - role: agent
-    capabilities: ["everything.echo", "everything.get-sum", "everything.get-env", "everything.get-structured-content", "everything.trigger-long-running-operation"]
-  - role: reader
-    capabilities: ["everything.echo"]
-`)
-	cfg.Redactor = NewRedactor(secret.New("sk-live-0123456789abcdef"))
-	reg := prometheus.NewRegistry()
-	cfg.Registerer = reg
-	r := startRunner(t, cfg)
+	r, cfg, reg := everythingStdioRunner(t)
 	caller := Caller{AgentID: "agent-1", Role: "agent"}
 
 	t.Run("echo", func(t *testing.T) {
@@ -69,58 +54,9 @@ roles:
 			t.Errorf("got structured %v, want temperature 36", res.Structured)
 		}
 	})
-	t.Run("env injection and redaction", func(t *testing.T) {
-		res := r.Call(t.Context(), Request{Tool: "everything.get-env", Caller: caller})
-		if res.Err != nil {
-			t.Fatal(res.Err)
-		}
-		if !strings.Contains(res.Text, "hello-from-mcp-json") {
-			t.Errorf("injected variable missing from %s", res.Text)
-		}
-		if strings.Contains(res.Text, "sk-live-0123456789abcdef") || !strings.Contains(res.Text, Redacted) || !res.Redacted {
-			t.Errorf("secret not redacted (redacted=%v): %s", res.Redacted, res.Text)
-		}
-		if strings.Contains(res.Text, "HOME") {
-			t.Errorf("relay environment leaked into the server beyond the base env: %s", res.Text)
-		}
-		recs := readAudit(t, cfg.AuditPath)
-		i := slices.IndexFunc(recs, func(r Record) bool { return r.AuditIDMatches(res.AuditID) })
-		if i < 0 || !recs[i].Redacted || recs[i].Tool != "get-env" {
-			t.Errorf("audit record %s: got %+v, want redaction_applied", res.AuditID, recs)
-		}
-	})
-	t.Run("progress", func(t *testing.T) {
-		var n atomic.Int32
-		res := r.Call(t.Context(), Request{Tool: "everything.trigger-long-running-operation", Args: map[string]any{"duration": 0.3, "steps": 3}, Caller: caller,
-			Progress: func(p ProgressEvent) {
-				if p.Total == 3 {
-					n.Add(1)
-				}
-			}})
-		if res.Err != nil {
-			t.Fatal(res.Err)
-		}
-		// The last notification may race the result; the ones before it may not.
-		if n.Load() < 1 {
-			t.Errorf("got %d progress notifications, want some of 3", n.Load())
-		}
-	})
-	t.Run("timeout", func(t *testing.T) {
-		start := time.Now()
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		defer cancel()
-		res := r.Call(ctx, Request{Tool: "everything.trigger-long-running-operation", Args: map[string]any{"duration": 10, "steps": 2}, Caller: caller})
-		if !errors.Is(res.Err, ErrTimeout) || res.Status != StatusTimeout {
-			t.Fatalf("got %v (%s), want a timeout", res.Err, res.Status)
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("timeout took %s, want about the caller's 1s deadline", d)
-		}
-		// The session survives a timed-out call.
-		if res := r.Call(t.Context(), Request{Tool: "everything.echo", Args: map[string]any{"message": "still"}, Caller: caller}); res.Err != nil {
-			t.Errorf("call after timeout: %v", res.Err)
-		}
-	})
+	t.Run("env injection and redaction", func(t *testing.T) { checkEnvRedacted(t, r, caller, cfg.AuditPath) })
+	t.Run("progress", func(t *testing.T) { checkProgress(t, r, caller) })
+	t.Run("timeout", func(t *testing.T) { checkTimeout(t, r, caller) })
 	t.Run("tools filtered by role", func(t *testing.T) {
 		got := r.Tools(t.Context(), "reader")
 		if len(got) != 1 || got[0].Name != "everything.echo" || got[0].InputSchema == nil || !got[0].ReadOnly {
@@ -133,28 +69,118 @@ roles:
 			t.Errorf("unknown role sees %d tools, want 0", n)
 		}
 	})
-	t.Run("status and metrics", func(t *testing.T) {
-		// A health check may have failed under load a moment ago (a slow ping
-		// drops the session and the next check reconnects): wait for ready.
-		var st ServerStatus
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			st = r.Servers()[0]
-			if st.State == StateReady || time.Now().After(deadline) {
-				break
+	t.Run("status and metrics", func(t *testing.T) { checkStatusAndMetrics(t, r, reg) })
+}
+
+// everythingStdioRunner starts a runner on the everything server over stdio,
+// with an injected variable, a secret to redact, two roles and its own
+// metrics registry.
+func everythingStdioRunner(t *testing.T) (*Runner, Config, *prometheus.Registry) {
+	t.Helper()
+	srv := everythingStdio(t, "everything")
+	srv.Env = map[string]string{"RELAY_INJECTED": "hello-from-mcp-json", "API_KEY": "sk-live-0123456789abcdef"}
+	cfg := fastConfig(t, srv)
+	cfg.BaseEnv = []string{"PATH=" + os.Getenv("PATH")}
+	cfg.Policy = policy(t, `
+roles:
+  - role: agent
+    capabilities: ["everything.echo", "everything.get-sum", "everything.get-env", "everything.get-structured-content", "everything.trigger-long-running-operation"]
+  - role: reader
+    capabilities: ["everything.echo"]
+`)
+	cfg.Redactor = NewRedactor(secret.New("sk-live-0123456789abcdef"))
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	return startRunner(t, cfg), cfg, reg
+}
+
+// checkEnvRedacted checks that the server sees the injected variable and only
+// the base environment, and that the secret in its answer is redacted in the
+// result and flagged in the audit record.
+func checkEnvRedacted(t *testing.T, r *Runner, caller Caller, auditPath string) {
+	t.Helper()
+	res := r.Call(t.Context(), Request{Tool: "everything.get-env", Caller: caller})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if !strings.Contains(res.Text, "hello-from-mcp-json") {
+		t.Errorf("injected variable missing from %s", res.Text)
+	}
+	if strings.Contains(res.Text, "sk-live-0123456789abcdef") || !strings.Contains(res.Text, Redacted) || !res.Redacted {
+		t.Errorf("secret not redacted (redacted=%v): %s", res.Redacted, res.Text)
+	}
+	if strings.Contains(res.Text, "HOME") {
+		t.Errorf("relay environment leaked into the server beyond the base env: %s", res.Text)
+	}
+	recs := readAudit(t, auditPath)
+	i := slices.IndexFunc(recs, func(r Record) bool { return r.AuditIDMatches(res.AuditID) })
+	if i < 0 || !recs[i].Redacted || recs[i].Tool != "get-env" {
+		t.Errorf("audit record %s: got %+v, want redaction_applied", res.AuditID, recs)
+	}
+}
+
+// checkProgress checks that progress notifications reach the caller.
+func checkProgress(t *testing.T, r *Runner, caller Caller) {
+	t.Helper()
+	var n atomic.Int32
+	res := r.Call(t.Context(), Request{Tool: "everything.trigger-long-running-operation", Args: map[string]any{"duration": 0.3, "steps": 3}, Caller: caller,
+		Progress: func(p ProgressEvent) {
+			if p.Total == 3 {
+				n.Add(1)
 			}
-			time.Sleep(20 * time.Millisecond)
+		}})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	// The last notification may race the result; the ones before it may not.
+	if n.Load() < 1 {
+		t.Errorf("got %d progress notifications, want some of 3", n.Load())
+	}
+}
+
+// checkTimeout checks that a call ends at the caller's deadline and that the
+// session survives it.
+func checkTimeout(t *testing.T, r *Runner, caller Caller) {
+	t.Helper()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	res := r.Call(ctx, Request{Tool: "everything.trigger-long-running-operation", Args: map[string]any{"duration": 10, "steps": 2}, Caller: caller})
+	if !errors.Is(res.Err, ErrTimeout) || res.Status != StatusTimeout {
+		t.Fatalf("got %v (%s), want a timeout", res.Err, res.Status)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("timeout took %s, want about the caller's 1s deadline", d)
+	}
+	// The session survives a timed-out call.
+	if res := r.Call(t.Context(), Request{Tool: "everything.echo", Args: map[string]any{"message": "still"}, Caller: caller}); res.Err != nil {
+		t.Errorf("call after timeout: %v", res.Err)
+	}
+}
+
+// checkStatusAndMetrics checks the server's status and the runner's counters.
+func checkStatusAndMetrics(t *testing.T, r *Runner, reg *prometheus.Registry) {
+	t.Helper()
+	// A health check may have failed under load a moment ago (a slow ping
+	// drops the session and the next check reconnects): wait for ready.
+	var st ServerStatus
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st = r.Servers()[0]
+		if st.State == StateReady || time.Now().After(deadline) {
+			break
 		}
-		if st.State != StateReady || st.ProtocolVersion != mcpconfig.DefaultProtocolVersion || st.Tools == 0 || st.Handshake <= 0 {
-			t.Errorf("got %+v, want ready on %s with tools", st, mcpconfig.DefaultProtocolVersion)
-		}
-		if v := counterValue(t, reg, "relay_tool_invocations_total", map[string]string{"server": "everything", "tool": "echo", "status": "success"}); v < 1 {
-			t.Errorf("echo successes = %v, want >= 1", v)
-		}
-		if v := counterValue(t, reg, "relay_tool_handshake_seconds", map[string]string{"server": "everything"}); v < 1 {
-			t.Errorf("handshakes observed = %v, want >= 1", v)
-		}
-	})
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st.State != StateReady || st.ProtocolVersion != mcpconfig.DefaultProtocolVersion || st.Tools == 0 || st.Handshake <= 0 {
+		t.Errorf("got %+v, want ready on %s with tools", st, mcpconfig.DefaultProtocolVersion)
+	}
+	if v := counterValue(t, reg, "relay_tool_invocations_total", map[string]string{"server": "everything", "tool": "echo", "status": "success"}); v < 1 {
+		t.Errorf("echo successes = %v, want >= 1", v)
+	}
+	if v := counterValue(t, reg, "relay_tool_handshake_seconds", map[string]string{"server": "everything"}); v < 1 {
+		t.Errorf("handshakes observed = %v, want >= 1", v)
+	}
 }
 
 // AuditIDMatches reports whether the record has the id.
@@ -410,34 +436,22 @@ func TestCancellationReachesServer(t *testing.T) {
 func TestHealthAutoDisableAndReenable(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "refuse-start"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	steer(t, dir, "refuse-start", "")
 	cfg := fastConfig(t, helperServer(t, "h", dir))
 	cfg.Policy = policy(t, allowAll)
 	state := NewMemoryState()
 	cfg.State = state
-	var mu sync.Mutex
-	var notices []Notice
-	cfg.Notify = func(_ context.Context, n Notice) { mu.Lock(); notices = append(notices, n); mu.Unlock() }
-	r, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	var log recorder[Notice]
+	cfg.Notify = log.notify
+	r := startUnready(t, cfg)
 	testenv.WaitFor(t, 20*time.Second, "auto-disable", func() bool { return r.Servers()[0].State == StateDisabled })
 	st := r.Servers()[0]
 	if st.DisabledBy != "health" || !strings.Contains(st.DisabledReason, "3 failed health checks") {
 		t.Errorf("got %+v, want disabled by health after 3 failed checks (1 + 2 retries)", st)
 	}
-	mu.Lock()
-	if len(notices) != 1 || notices[0].Server != "h" {
+	if notices := log.all(); len(notices) != 1 || notices[0].Server != "h" {
 		t.Errorf("got notices %+v, want one for h", notices)
 	}
-	mu.Unlock()
 	saved, _ := state.Load(t.Context())
 	if !saved.Servers["h"].Disabled || saved.Servers["h"].By != "health" {
 		t.Errorf("persisted state %+v, want disabled by health", saved)

@@ -183,30 +183,18 @@ func TestURLOnlyEntryAtSSEEndpointHints(t *testing.T) {
 func TestFlappingServerIsAutoDisabled(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "exit-after-init"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	steer(t, dir, "exit-after-init", "")
 	cfg := fastConfig(t, helperServer(t, "h", dir))
 	cfg.HealthInterval = time.Hour // only the session's end triggers checks
-	var mu sync.Mutex
-	var notices []Notice
-	cfg.Notify = func(_ context.Context, n Notice) { mu.Lock(); notices = append(notices, n); mu.Unlock() }
-	r, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	var log recorder[Notice]
+	cfg.Notify = log.notify
+	r := startUnready(t, cfg)
 	testenv.WaitFor(t, 30*time.Second, "the flapping server to be auto-disabled", func() bool { return r.Servers()[0].State == StateDisabled })
 	st := r.Servers()[0]
 	if st.DisabledBy != "health" || !strings.Contains(st.DisabledReason, "3 failed health checks") || st.AutoDisabledAt.IsZero() {
 		t.Errorf("got %+v, want auto-disabled after 3 failed checks", st)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(notices) != 1 || notices[0].Kind != NoticeAutoDisabled {
+	if notices := log.all(); len(notices) != 1 || notices[0].Kind != NoticeAutoDisabled {
 		t.Errorf("got notices %+v, want one auto-disable notice", notices)
 	}
 }
@@ -235,9 +223,7 @@ func TestToolNamesUpTo100Characters(t *testing.T) {
 func TestReadOnlyRetryOutwaitsARestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "restart-delay-ms"), []byte("1500"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	steer(t, dir, "restart-delay-ms", "1500")
 	cfg := fastConfig(t, helperServer(t, "h", dir))
 	cfg.HealthBackoff, cfg.RetryBackoff, cfg.CallRetries = nil, 0, 0 // the defaults: 1s, 5s; 250ms; 2
 	cfg.Policy = policy(t, allowAll)
@@ -264,9 +250,7 @@ func TestKilledServerReportsTheLostConnection(t *testing.T) {
 		done <- r.Call(t.Context(), Request{Tool: "h.slow-read", Args: map[string]any{"ms": 30000}, Caller: Caller{Role: "agent"}})
 	}()
 	testenv.WaitFor(t, 10*time.Second, "the call to reach the server", func() bool { return fileExists(dir, "slow-read-started") })
-	if err := os.WriteFile(filepath.Join(dir, "refuse-start"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	steer(t, dir, "refuse-start", "")
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -280,6 +280,16 @@ func (s *stack) with(t testing.TB) *stack {
 	return &c
 }
 
+// submitModal has the approver click action (edit, reject) on post, and
+// submits the modal that opens for issue number with values (block id to
+// action id to value).
+func (s *stack) submitModal(post fakes.SlackCall, action string, number int, values map[string]map[string]string) {
+	s.t.Helper()
+	s.click(e2eApprover, post, action)
+	view := s.modal("relay_approval_"+action, number)
+	s.interact(fakes.ViewSubmission(e2eTeam, e2eApprover, "trig-"+uuid.NewString(), view, values))
+}
+
 // modal waits for the modal with callback id callback that the approvals
 // worker opened about issue number.
 func (s *stack) modal(callback string, number int) fakes.SlackCall {
@@ -370,10 +380,7 @@ func e2eApprove(t *testing.T, s *stack, num int) {
 // e2eEditThenApprove: edit then approve posts the edited text.
 func e2eEditThenApprove(t *testing.T, s *stack, num int) {
 	post := s.approvalPost(s.issueOpened(num, "edit"))
-	s.click(e2eApprover, post, "edit")
-	view := s.modal("relay_approval_edit", num)
-	s.interact(fakes.ViewSubmission(e2eTeam, e2eApprover, "trig-"+uuid.NewString(), view,
-		map[string]map[string]string{"text_0": {"text": "Edited by the supervisor: fixed in 1.2.3."}}))
+	s.submitModal(post, "edit", num, map[string]map[string]string{"text_0": {"text": "Edited by the supervisor: fixed in 1.2.3."}})
 	s.updatedTo(post, "Edited by the supervisor")
 	s.click(e2eApprover, post, "approve")
 	c := s.exactlyOneComment(num)
@@ -385,10 +392,7 @@ func e2eEditThenApprove(t *testing.T, s *stack, num int) {
 // e2eReject: reject with a reason posts nothing.
 func e2eReject(t *testing.T, s *stack, num int) {
 	post := s.approvalPost(s.issueOpened(num, "reject"))
-	s.click(e2eApprover, post, "reject")
-	view := s.modal("relay_approval_reject", num)
-	s.interact(fakes.ViewSubmission(e2eTeam, e2eApprover, "trig-"+uuid.NewString(), view,
-		map[string]map[string]string{"reason": {"reason": "duplicate of #7"}}))
+	s.submitModal(post, "reject", num, map[string]map[string]string{"reason": {"reason": "duplicate of #7"}})
 	s.updatedTo(post, "duplicate of #7")
 	s.click(e2eApprover, post, "approve") // too late: rejected stays rejected
 	time.Sleep(2 * time.Second)

@@ -36,8 +36,58 @@ func getStatus(url string) int {
 func TestServeWaitsForNATS(t *testing.T) {
 	t.Parallel()
 	natsAddr := freeAddr(t)
-	host, portStr, _ := net.SplitHostPort(natsAddr)
-	port, _ := strconv.Atoi(portStr)
+	w := startIngestWithoutNATS(t, natsAddr)
+	w.checkWaiting(t)
+
+	store := t.TempDir()
+	startNATS := func() *server.Server { return startNATSAt(t, natsAddr, store) }
+	ns := startNATS()
+	waitHTTP(t, w.base+"/readyz", http.StatusOK, 20*time.Second)
+
+	ok := w.webhooksAroundRestart(t, ns, startNATS)
+	stored := storedIDs(t, "nats://relay:pa55w0rd-in-url@"+natsAddr)
+	for _, id := range ok {
+		if !stored[id] {
+			t.Errorf("webhook %s was answered 200 but is not stored", id)
+		}
+	}
+	t.Logf("%d webhooks answered 200 around a NATS restart, %d stored", len(ok), len(stored))
+	// A webhook now reaches the gateway (401: the test does not sign it).
+	resp, err := http.Post(w.base+"/webhooks/github", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("unsigned webhook with NATS up: got %d, want 401", resp.StatusCode)
+	}
+	w.cancel()
+	if code := <-w.done; code != 0 {
+		t.Errorf("exit %d, want 0", code)
+	}
+	log := w.stderr.String()
+	if !strings.Contains(log, "relay started") {
+		t.Errorf("log lacks the start line:\n%s", log)
+	}
+	if strings.Contains(log, "pa55w0rd") {
+		t.Errorf("the NATS password reached the log:\n%s", log)
+	}
+}
+
+// waitingIngest is an ingest worker started against a NATS server that is
+// not there yet.
+type waitingIngest struct {
+	base   string      // the worker's HTTP base URL
+	stderr *syncBuffer // its log
+	done   chan int    // its exit code
+	cancel context.CancelFunc
+}
+
+// startIngestWithoutNATS starts the ingest command with NATS_URL (and a
+// password in it) pointing at natsAddr, where nothing listens yet, and waits
+// for its liveness endpoint.
+func startIngestWithoutNATS(t *testing.T, natsAddr string) *waitingIngest {
+	t.Helper()
 	env := map[string]string{
 		"RELAY_HTTP_ADDR":       freeAddr(t),
 		"RELAY_DATA_DIR":        t.TempDir(),
@@ -48,21 +98,26 @@ func TestServeWaitsForNATS(t *testing.T) {
 		"RELAY_INGEST_DEADLINE_GITHUB": "1s",
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var stderr syncBuffer
-	done := make(chan int, 1)
-	go func() { done <- Run(ctx, []string{"ingest"}, config.FromMap(env), &syncBuffer{}, &stderr) }()
-	base := "http://" + env["RELAY_HTTP_ADDR"]
+	t.Cleanup(cancel)
+	w := &waitingIngest{base: "http://" + env["RELAY_HTTP_ADDR"], stderr: &syncBuffer{}, done: make(chan int, 1), cancel: cancel}
+	go func() { w.done <- Run(ctx, []string{"ingest"}, config.FromMap(env), &syncBuffer{}, w.stderr) }()
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("log:\n%s", stderr.String())
+			t.Logf("log:\n%s", w.stderr.String())
 		}
 	})
-	waitHTTP(t, base+"/healthz", http.StatusOK, 10*time.Second)
-	if got := getStatus(base + "/readyz"); got != http.StatusServiceUnavailable {
+	waitHTTP(t, w.base+"/healthz", http.StatusOK, 10*time.Second)
+	return w
+}
+
+// checkWaiting checks that, with NATS down, readiness and webhooks answer 503
+// (webhooks with a Retry-After) and the worker has not exited.
+func (w *waitingIngest) checkWaiting(t *testing.T) {
+	t.Helper()
+	if got := getStatus(w.base + "/readyz"); got != http.StatusServiceUnavailable {
 		t.Errorf("readyz with NATS down: got %d, want 503", got)
 	}
-	resp, err := http.Post(base+"/webhooks/github", "application/json", strings.NewReader("{}"))
+	resp, err := http.Post(w.base+"/webhooks/github", "application/json", strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,48 +126,43 @@ func TestServeWaitsForNATS(t *testing.T) {
 		t.Errorf("webhook with NATS down: got %d (Retry-After %q), want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	select {
-	case code := <-done:
-		t.Fatalf("exited %d with NATS down, want it to wait; log:\n%s", code, stderr.String())
+	case code := <-w.done:
+		t.Fatalf("exited %d with NATS down, want it to wait; log:\n%s", code, w.stderr.String())
 	default:
 	}
+}
 
-	store := t.TempDir()
-	startNATS := func() *server.Server {
-		ns, err := server.NewServer(&server.Options{Host: host, Port: port, JetStream: true, StoreDir: store,
-			NoSigs: true, NoLog: true, Username: "relay", Password: "pa55w0rd-in-url"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ns.Start()
-		t.Cleanup(ns.Shutdown)
-		return ns
+// startNATSAt starts a JetStream server on addr that stores in store and
+// wants the password the ingest worker's NATS_URL carries.
+func startNATSAt(t *testing.T, addr, store string) *server.Server {
+	t.Helper()
+	host, portStr, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(portStr)
+	ns, err := server.NewServer(&server.Options{Host: host, Port: port, JetStream: true, StoreDir: store,
+		NoSigs: true, NoLog: true, Username: "relay", Password: "pa55w0rd-in-url"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	ns := startNATS()
-	waitHTTP(t, base+"/readyz", http.StatusOK, 20*time.Second)
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	return ns
+}
 
-	// NATS restarted under load: webhooks keep coming; those answered 200
-	// are all stored, and the gateway answers 200 again after the restart.
+// webhooksAroundRestart restarts NATS under load: webhooks keep coming
+// before, during and after the restart, and the gateway answers 200 again
+// after it. It returns the ids of the webhooks answered 200.
+func (w *waitingIngest) webhooksAroundRestart(t *testing.T, ns *server.Server, startNATS func() *server.Server) []string {
+	t.Helper()
 	var ok []string
 	send := func(i int) int {
-		body := []byte(`{"zen":"z","hook_id":42}`)
 		id := "restart-" + strconv.Itoa(i)
-		req, _ := http.NewRequest(http.MethodPost, base+"/webhooks/github", strings.NewReader(string(body)))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(github.HeaderEvent, "ping")
-		req.Header.Set(github.HeaderDelivery, id)
-		req.Header.Set(github.HeaderHookID, "42")
-		req.Header.Set(github.HeaderSignature256, github.Sign([]byte("s"), body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("webhook %d: %v", i, err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
+		code := w.signedPing(t, id)
+		if code == http.StatusOK {
 			ok = append(ok, "github:42:"+id)
-		} else if resp.StatusCode != http.StatusServiceUnavailable {
-			t.Errorf("webhook %d: got %d, want 200, or 503 while NATS restarts", i, resp.StatusCode)
+		} else if code != http.StatusServiceUnavailable {
+			t.Errorf("webhook %d: got %d, want 200, or 503 while NATS restarts", i, code)
 		}
-		return resp.StatusCode
+		return code
 	}
 	i := 0
 	for ; i < 50; i++ {
@@ -123,7 +173,7 @@ func TestServeWaitsForNATS(t *testing.T) {
 	for ; i < 53; i++ {
 		send(i) // 503 while NATS is down
 	}
-	ns = startNATS()
+	startNATS()
 	deadline := time.Now().Add(20 * time.Second)
 	for ; send(i) != http.StatusOK; i++ {
 		if time.Now().After(deadline) {
@@ -134,33 +184,26 @@ func TestServeWaitsForNATS(t *testing.T) {
 	for i++; i < 120; i++ {
 		send(i)
 	}
-	stored := storedIDs(t, "nats://relay:pa55w0rd-in-url@"+natsAddr)
-	for _, id := range ok {
-		if !stored[id] {
-			t.Errorf("webhook %s was answered 200 but is not stored", id)
-		}
-	}
-	t.Logf("%d webhooks answered 200 around a NATS restart, %d stored", len(ok), len(stored))
-	// A webhook now reaches the gateway (401: the test does not sign it).
-	resp, err = http.Post(base+"/webhooks/github", "application/json", strings.NewReader("{}"))
+	return ok
+}
+
+// signedPing posts a signed GitHub ping with delivery id and answers the
+// status code.
+func (w *waitingIngest) signedPing(t *testing.T, id string) int {
+	t.Helper()
+	body := []byte(`{"zen":"z","hook_id":42}`)
+	req, _ := http.NewRequest(http.MethodPost, w.base+"/webhooks/github", strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(github.HeaderEvent, "ping")
+	req.Header.Set(github.HeaderDelivery, id)
+	req.Header.Set(github.HeaderHookID, "42")
+	req.Header.Set(github.HeaderSignature256, github.Sign([]byte("s"), body))
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("webhook %s: %v", id, err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("unsigned webhook with NATS up: got %d, want 401", resp.StatusCode)
-	}
-	cancel()
-	if code := <-done; code != 0 {
-		t.Errorf("exit %d, want 0", code)
-	}
-	log := stderr.String()
-	if !strings.Contains(log, "relay started") {
-		t.Errorf("log lacks the start line:\n%s", log)
-	}
-	if strings.Contains(log, "pa55w0rd") {
-		t.Errorf("the NATS password reached the log:\n%s", log)
-	}
+	return resp.StatusCode
 }
 
 // RELAY_METRICS_ADDR moves health and metrics off the webhook listener;

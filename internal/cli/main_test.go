@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -39,14 +38,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// freeAddr is testenv.FreeAddr, under the name this package's tests know.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return testenv.FreeAddr(t)
 }
 
 func waitHTTP(t testing.TB, url string, want int, d time.Duration) {

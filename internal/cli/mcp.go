@@ -346,15 +346,11 @@ func mcpEnable(ctx context.Context, a *app, ts *toolrunner.Settings, enable bool
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	b, err := a.clientBus(ctx)
+	st, closeBus, err := a.toolState(ctx)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
-	st, err := toolrunner.OpenState(ctx, b)
-	if err != nil {
-		return err
-	}
+	defer closeBus()
 	ss := tools.ServerState{Disabled: !enable, By: "operator", At: time.Now().UTC()}
 	if !enable {
 		ss.Reason = *reason
@@ -366,16 +362,27 @@ func mcpEnable(ctx context.Context, a *app, ts *toolrunner.Settings, enable bool
 	return nil
 }
 
-func mcpStop(ctx context.Context, a *app, stop bool) error {
+// toolState opens the tool runners' shared state (the switches that enable,
+// disable and stop) on the client bus; closeBus closes the bus after use.
+func (a *app) toolState(ctx context.Context) (st *toolrunner.KVState, closeBus func(), err error) {
 	b, err := a.clientBus(ctx)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer b.Close()
-	st, err := toolrunner.OpenState(ctx, b)
+	st, err = toolrunner.OpenState(ctx, b)
+	if err != nil {
+		b.Close()
+		return nil, nil, err
+	}
+	return st, func() { b.Close() }, nil
+}
+
+func mcpStop(ctx context.Context, a *app, stop bool) error {
+	st, closeBus, err := a.toolState(ctx)
 	if err != nil {
 		return err
 	}
+	defer closeBus()
 	if err := st.SetStop(ctx, stop); err != nil {
 		return err
 	}

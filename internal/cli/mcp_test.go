@@ -119,3 +119,45 @@ func TestMCPListNamesTheRunningRelaysFile(t *testing.T) {
 		t.Errorf("got servers %+v, want everything ready with its connect time", got.Servers)
 	}
 }
+
+// `relay mcp disable|enable|stop|resume` write the tool runners' shared
+// state; `relay mcp list` reads a disabled server back from it.
+func TestMCPSwitchesWriteTheSharedState(t *testing.T) {
+	t.Parallel()
+	env, _ := tokenServer(t)
+	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
+	cli := func(args ...string) (int, string, string) {
+		var out, errb syncBuffer
+		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	listed := func() map[string]any {
+		t.Helper()
+		code, out, errs := cli("mcp", "list", "-json")
+		var doc struct{ Servers []map[string]any }
+		if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || len(doc.Servers) != 1 {
+			t.Fatalf("mcp list: exit %d (%v), got %q, %s; want one server", code, err, out, errs)
+		}
+		return doc.Servers[0]
+	}
+	if code, out, errs := cli("mcp", "disable", "everything", "-reason", "maintenance"); code != 0 || !strings.HasPrefix(out, "disabled everything") {
+		t.Fatalf("disable: exit %d, got %q, %s; want disabled everything", code, out, errs)
+	}
+	if s := listed(); s["state"] != "disabled" || s["disabled_reason"] != "maintenance" {
+		t.Errorf("after disable: got %v, want disabled for maintenance", s)
+	}
+	if code, out, errs := cli("mcp", "enable", "everything"); code != 0 || !strings.HasPrefix(out, "enabled everything") {
+		t.Fatalf("enable: exit %d, got %q, %s; want enabled everything", code, out, errs)
+	}
+	if s := listed(); s["state"] == "disabled" {
+		t.Errorf("after enable: got %v, want it no longer disabled", s)
+	}
+	if code, _, _ := cli("mcp", "disable", "nosuch"); code == 0 {
+		t.Error("disable of an unknown server: exit 0, want an error")
+	}
+	for _, tc := range []struct{ cmd, want string }{{"stop", "stop switch ON"}, {"resume", "stop switch OFF"}} {
+		if code, out, errs := cli("mcp", tc.cmd); code != 0 || !strings.HasPrefix(out, tc.want) {
+			t.Errorf("%s: exit %d, got %q, %s; want %s", tc.cmd, code, out, errs, tc.want)
+		}
+	}
+}

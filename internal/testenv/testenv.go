@@ -2,16 +2,19 @@
 // it needs is missing: on a developer's machine it skips with a message saying
 // what to start; in CI (CI=true) it fails, because CI provides everything.
 // It also holds the helpers every test package shares: WaitFor and Poll
-// wait for a condition with a deadline, Go runs a service for a test.
+// wait for a condition with a deadline, Go runs a service for a test,
+// FreeAddr and FreePort find a port nothing listens on.
 package testenv
 
 import (
 	"context"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -124,4 +127,25 @@ func NPMBin(t testing.TB, name string) string {
 		Missing(t, "node is not installed")
 	}
 	return p
+}
+
+// FreeAddr returns a loopback address ("127.0.0.1:port") that nothing
+// listened on a moment ago: for a server the test starts, or for a client
+// to find nothing there.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// FreePort is FreeAddr's port.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(FreeAddr(t))
+	n, _ := strconv.Atoi(port)
+	return n
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -93,5 +94,18 @@ func TestGo(t *testing.T) {
 	}
 	if len(r.failures) != 1 || r.failures[0] != "service: stopped badly" {
 		t.Errorf("got failures %q, want one: service: stopped badly", r.failures)
+	}
+}
+
+func TestFreeAddr(t *testing.T) {
+	t.Parallel()
+	addr := testenv.FreeAddr(t)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on the free address %s: %v", addr, err)
+	}
+	l.Close()
+	if port := testenv.FreePort(t); port <= 0 || port > 65535 {
+		t.Errorf("got port %d, want one in 1-65535", port)
 	}
 }

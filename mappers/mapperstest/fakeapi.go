@@ -51,3 +51,31 @@ func CheckAPIError(t testing.TB, err error, status int, permanent bool, retry ti
 		t.Fatalf("got %v, want status %d permanent=%v retry=%s", err, status, permanent, retry)
 	}
 }
+
+// APIErrorCase is a scripted failure of a provider's API and the
+// *mappers.APIError a client must return for it.
+type APIErrorCase struct {
+	Name      string
+	Target    string                    // what the client posts to (an issue, a work package); the fake knows only one
+	Fail      func(http.ResponseWriter) // the fake's scripted answer; nil to post to a missing target
+	Status    int
+	Permanent bool
+	Retry     time.Duration
+}
+
+// RunAPIErrorCases runs each case in a parallel subtest: post starts a fake
+// with the case's failure queued (fail is nil or holds one answer), posts to
+// target and returns the client's error, which CheckAPIError checks.
+func RunAPIErrorCases(t *testing.T, cases []APIErrorCase, post func(t *testing.T, target string, fail Queue) error) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			t.Parallel()
+			var fail Queue
+			if tc.Fail != nil {
+				fail = Queue{tc.Fail}
+			}
+			CheckAPIError(t, post(t, tc.Target, fail), tc.Status, tc.Permanent, tc.Retry)
+		})
+	}
+}

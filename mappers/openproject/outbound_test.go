@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -101,31 +102,19 @@ func TestOpenProjectCommentErrors(t *testing.T) {
 	reply := func(status int, hdr ...string) func(http.ResponseWriter) {
 		return mapperstest.Answer(status, `{"_type":"Error","message":"scripted"}`, hdr...)
 	}
-	cases := []struct {
-		name      string
-		wp        int
-		fail      func(http.ResponseWriter)
-		status    int
-		permanent bool
-		retry     time.Duration
-	}{
-		{"unknown work package", 7, nil, 404, true, 0},
-		{"rate limited", 42, reply(429, "Retry-After", "9"), 429, false, 9 * time.Second},
-		{"server error", 42, reply(500), 500, false, 0},
-		{"conflict", 42, reply(409), 409, false, 0},
-		{"unprocessable", 42, reply(422), 422, true, 0},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			fake, c := obOPCommenter(t)
-			if tc.fail != nil {
-				fake.fail = append(fake.fail, tc.fail)
-			}
-			_, err := c.PostComment(t.Context(), tc.wp, "x", "k")
-			mapperstest.CheckAPIError(t, err, tc.status, tc.permanent, tc.retry)
-		})
-	}
+	mapperstest.RunAPIErrorCases(t, []mapperstest.APIErrorCase{
+		{Name: "unknown work package", Target: "7", Status: 404, Permanent: true},
+		{Name: "rate limited", Target: "42", Fail: reply(429, "Retry-After", "9"), Status: 429, Retry: 9 * time.Second},
+		{Name: "server error", Target: "42", Fail: reply(500), Status: 500},
+		{Name: "conflict", Target: "42", Fail: reply(409), Status: 409},
+		{Name: "unprocessable", Target: "42", Fail: reply(422), Status: 422, Permanent: true},
+	}, func(t *testing.T, wp string, fail mapperstest.Queue) error {
+		fake, c := obOPCommenter(t)
+		fake.fail = fail
+		id, _ := strconv.Atoi(wp)
+		_, err := c.PostComment(t.Context(), id, "x", "k")
+		return err
+	})
 	for _, cfg := range []openproject.CommenterConfig{{Token: secret.New("x")}, {BaseURL: "https://op.example.com"}, {BaseURL: "op.example.com", Token: secret.New("x")}} {
 		if _, err := openproject.NewCommenter(cfg); err == nil {
 			t.Errorf("NewCommenter(%+v): got nil error", cfg)

@@ -102,30 +102,17 @@ func TestSentryCommentErrors(t *testing.T) {
 	reply := func(status int, hdr ...string) func(http.ResponseWriter) {
 		return mapperstest.Answer(status, `{"detail":"nope"}`, hdr...)
 	}
-	cases := []struct {
-		name      string
-		issue     string
-		fail      func(http.ResponseWriter)
-		status    int
-		permanent bool
-		retry     time.Duration
-	}{
-		{"unknown issue", "404", nil, 404, true, 0},
-		{"rate limited", "4711", reply(429, "Retry-After", "5"), 429, false, 5 * time.Second},
-		{"server error", "4711", reply(503), 503, false, 0},
-		{"forbidden", "4711", reply(403), 403, true, 0},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			fake, c := obSentryCommenter(t)
-			if tc.fail != nil {
-				fake.fail = append(fake.fail, tc.fail)
-			}
-			_, err := c.PostComment(t.Context(), tc.issue, "x", "k")
-			mapperstest.CheckAPIError(t, err, tc.status, tc.permanent, tc.retry)
-		})
-	}
+	mapperstest.RunAPIErrorCases(t, []mapperstest.APIErrorCase{
+		{Name: "unknown issue", Target: "404", Status: 404, Permanent: true},
+		{Name: "rate limited", Target: "4711", Fail: reply(429, "Retry-After", "5"), Status: 429, Retry: 5 * time.Second},
+		{Name: "server error", Target: "4711", Fail: reply(503), Status: 503},
+		{Name: "forbidden", Target: "4711", Fail: reply(403), Status: 403, Permanent: true},
+	}, func(t *testing.T, issue string, fail mapperstest.Queue) error {
+		fake, c := obSentryCommenter(t)
+		fake.fail = fail
+		_, err := c.PostComment(t.Context(), issue, "x", "k")
+		return err
+	})
 	if _, err := sentry.NewCommenter(sentry.CommenterConfig{}); !errors.Is(err, sentry.ErrNoToken) {
 		t.Fatalf("got %v without a token, want ErrNoToken", err)
 	}

@@ -327,47 +327,13 @@ func (c *converter) labelText(text string) string {
 // parseLink reads "[text](dest "title")" at the start of s and returns the
 // text, the destination and the length consumed.
 func parseLink(s string) (text, dest string, n int, ok bool) {
-	depth := 0
-	closeAt := -1
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			i++
-		case '[':
-			depth++
-		case ']':
-			depth--
-			if depth == 0 {
-				closeAt = i
-			}
-		}
-		if closeAt >= 0 {
-			break
-		}
-	}
+	closeAt := matching(s, '[', ']', 0)
 	if closeAt < 0 || closeAt+1 >= len(s) || s[closeAt+1] != '(' {
 		return "", "", 0, false
 	}
 	text = s[1:closeAt]
 	rest := s[closeAt+2:]
-	depth = 1
-	end := -1
-	for i := 0; i < len(rest); i++ {
-		switch rest[i] {
-		case '\\':
-			i++
-		case '(':
-			depth++
-		case ')':
-			depth--
-			if depth == 0 {
-				end = i
-			}
-		}
-		if end >= 0 {
-			break
-		}
-	}
+	end := matching(rest, '(', ')', 1)
 	if end < 0 {
 		return "", "", 0, false
 	}
@@ -380,6 +346,25 @@ func parseLink(s string) (text, dest string, n int, ok bool) {
 		inner = inner[:k] // drop the title
 	}
 	return text, inner, closeAt + 2 + end + 1, true
+}
+
+// matching returns the index in s of the close that brings depth (the
+// opens already read) to zero, skipping backslash escapes, or -1.
+func matching(s string, open, close byte, depth int) int {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case open:
+			depth++
+		case close:
+			depth--
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // link renders <url|label> for a safe absolute URL; for anything else only the

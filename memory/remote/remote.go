@@ -167,15 +167,24 @@ func decode(data []byte, v any) error {
 	return nil
 }
 
+// decodeThread decodes a request about one thread, which it must name.
+func decodeThread(data []byte) (contextReq, error) {
+	var r contextReq
+	if err := decode(data, &r); err != nil {
+		return r, err
+	}
+	if r.Thread == "" {
+		return r, &badRequest{msg: "thread is required"}
+	}
+	return r, nil
+}
+
 func handle(ctx context.Context, b Backend, op string, data []byte) (any, error) {
 	switch op {
 	case "context":
-		var r contextReq
-		if err := decode(data, &r); err != nil {
+		r, err := decodeThread(data)
+		if err != nil {
 			return nil, err
-		}
-		if r.Thread == "" {
-			return nil, &badRequest{msg: "thread is required"}
 		}
 		return b.Context(ctx, r.Thread, r.Budget)
 	case "retrieve":
@@ -199,12 +208,9 @@ func handle(ctx context.Context, b Backend, op string, data []byte) (any, error)
 		}
 		return b.Remember(ctx, n)
 	case "forget":
-		var r contextReq
-		if err := decode(data, &r); err != nil {
+		r, err := decodeThread(data)
+		if err != nil {
 			return nil, err
-		}
-		if r.Thread == "" {
-			return nil, &badRequest{msg: "thread is required"}
 		}
 		return b.Forget(ctx, r.Thread)
 	}

@@ -288,12 +288,7 @@ const opsChannel = "C0OPS"
 
 func TestAutoDisableNoticeAndRemoteEnable(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadURL := "http://" + l.Addr().String() + "/mcp"
-	_ = l.Close()
+	deadURL := "http://" + testenv.FreeAddr(t) + "/mcp"
 	f := start(t, mcpconfig.Server{Name: "dead", Type: mcpconfig.HTTP, URL: deadURL, ProtocolVersion: mcpconfig.DefaultProtocolVersion})
 	notices := bustest.Observe(t, f.b, "obs", SubjectNotice)
 	human := bustest.Observe(t, f.b, "obs-human", SubjectHumanNotice)
