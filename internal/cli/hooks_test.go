@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/services/hooks"
 )
 
@@ -84,13 +85,13 @@ hooks:
 	})
 	js, err := jetstream.New(s.nc)
 	must(t, err)
-	eventually(t, "the hooks consumer", 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the hooks consumer", func() bool {
 		_, err := js.Consumer(t.Context(), "RELAY_IN", "hooks")
 		return err == nil
 	})
 	s.issueOpened(77, "hooks")
 	var recs []hooks.Execution
-	eventually(t, "relay hooks log shows the execution", 30*time.Second, func() bool {
+	testenv.WaitFor(t, 30*time.Second, "relay hooks log shows the execution", func() bool {
 		code, out, _ := runCLI(s.env, "hooks", "log", "-json", "--hook", "echo-issues")
 		recs = nil
 		return code == 0 && json.Unmarshal([]byte(out), &recs) == nil && len(recs) == 1
