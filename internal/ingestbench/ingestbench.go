@@ -402,3 +402,7 @@ func summarize(name string, lat []time.Duration, errs int, elapsed time.Duration
 	}
 	return p
 }
+
+// Payload returns the real `issues` `opened` webhook body the generator
+// sends (callers must not modify it).
+func Payload() []byte { return payload }
