@@ -31,92 +31,123 @@ hooks:
           parameterMappings: [{toolParam: message, source: template, value: "{{.actor}} opened {{.url}}"}]
 `)
 	// The rig's observers buffer 64 envelopes; keep them flowing.
-	stopDrain := make(chan struct{})
-	defer close(stopDrain)
-	for _, ch := range []<-chan *envelope.Envelope{r.executed, r.calls} {
+	drain(b, r.executed, r.calls)
+	executed := subscribeIDs(b, r.b.Conn(), r.b.Subject(hooks.SubjectExecuted), executedEnvelopeID)
+	results := subscribeIDs(b, r.b.Conn(), r.b.Subject(envelope.SubjectToolResult), inReplyTo)
+	var hook, raw []time.Duration
+	ctx := b.Context()
+	for b.Loop() {
+		e := issueOpenedEnvelope()
+		hook = append(hook, roundTrip(b, executed, e.ID, func() error {
+			_, err := r.b.Publish(ctx, "in.github.issues", e)
+			return err
+		}))
+
+		call := echoCall()
+		raw = append(raw, roundTrip(b, results, call.ID, func() error {
+			_, err := r.b.Publish(ctx, envelope.SubjectToolCall, call)
+			return err
+		}))
+	}
+	reportPercentiles(b, "hook", hook)
+	reportPercentiles(b, "raw", raw)
+}
+
+// drain discards what arrives on chs until the benchmark ends.
+func drain(b *testing.B, chs ...<-chan *envelope.Envelope) {
+	stop := make(chan struct{})
+	b.Cleanup(func() { close(stop) })
+	for _, ch := range chs {
 		go func() {
 			for {
 				select {
 				case <-ch:
-				case <-stopDrain:
+				case <-stop:
 					return
 				}
 			}
 		}()
 	}
-	nc := r.b.Conn()
-	done := make(chan string, 16)
-	sub, err := nc.Subscribe(r.b.Subject(hooks.SubjectExecuted), func(m *nats.Msg) {
-		var e struct {
-			Meta struct {
-				X struct {
-					EnvelopeID string `json:"envelope_id"`
-				} `json:"hook_execution"`
-			} `json:"meta"`
-		}
-		_ = json.Unmarshal(m.Data, &e)
-		done <- e.Meta.X.EnvelopeID
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	results := make(chan string, 16)
-	rsub, err := nc.Subscribe(r.b.Subject(envelope.SubjectToolResult), func(m *nats.Msg) {
-		var e struct {
-			Meta struct {
-				InReplyTo string `json:"in_reply_to"`
-			} `json:"meta"`
-		}
-		_ = json.Unmarshal(m.Data, &e)
-		results <- e.Meta.InReplyTo
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rsub.Unsubscribe()
-	wait := func(ch chan string, id string) {
-		for {
-			select {
-			case got := <-ch:
-				if got == id {
-					return
-				}
-			case <-time.After(30 * time.Second):
-				b.Fatalf("no answer for %s within 30s", id)
-			}
-		}
-	}
-	var hook, raw []time.Duration
-	ctx := b.Context()
-	for b.Loop() {
-		e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "Codertocat opened issue #1")
-		e.Meta.Thread = "github:Codertocat/Hello-World#1"
-		e.Meta.Source = &envelope.Source{Event: "issues", Action: "opened", Actor: "Codertocat", URL: "https://github.com/Codertocat/Hello-World/issues/1"}
-		begin := time.Now()
-		if _, err := r.b.Publish(ctx, "in.github.issues", e); err != nil {
-			b.Fatal(err)
-		}
-		wait(done, e.ID)
-		hook = append(hook, time.Since(begin))
+}
 
-		call := envelope.New(envelope.ChannelGitHub, envelope.RoleAssistant, "raw call")
-		call.ToolCall = &envelope.ToolCall{ID: call.ID, Name: "everything.echo", Args: map[string]any{"message": "raw"}}
-		call.Meta.Set("agent", map[string]any{"id": "bench", "role": "hooks"})
-		begin = time.Now()
-		if _, err := r.b.Publish(ctx, envelope.SubjectToolCall, call); err != nil {
-			b.Fatal(err)
-		}
-		wait(results, call.ID)
-		raw = append(raw, time.Since(begin))
+// subscribeIDs subscribes to subject until the benchmark ends and sends the
+// id that id finds in each message.
+func subscribeIDs(b *testing.B, nc *nats.Conn, subject string, id func(data []byte) string) <-chan string {
+	ids := make(chan string, 16)
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) { ids <- id(m.Data) })
+	if err != nil {
+		b.Fatal(err)
 	}
-	pct := func(d []time.Duration, p float64) float64 {
-		s := slices.Clone(d)
-		slices.Sort(s)
+	b.Cleanup(func() { _ = sub.Unsubscribe() })
+	return ids
+}
+
+// executedEnvelopeID is the inbound envelope id of a hook.executed record.
+func executedEnvelopeID(data []byte) string {
+	var e struct {
+		Meta struct {
+			X struct {
+				EnvelopeID string `json:"envelope_id"`
+			} `json:"hook_execution"`
+		} `json:"meta"`
+	}
+	_ = json.Unmarshal(data, &e)
+	return e.Meta.X.EnvelopeID
+}
+
+// inReplyTo is the id of the tool call a tool.result answers.
+func inReplyTo(data []byte) string {
+	var e struct {
+		Meta struct {
+			InReplyTo string `json:"in_reply_to"`
+		} `json:"meta"`
+	}
+	_ = json.Unmarshal(data, &e)
+	return e.Meta.InReplyTo
+}
+
+// issueOpenedEnvelope is an inbound issues.opened envelope the bench hook matches.
+func issueOpenedEnvelope() *envelope.Envelope {
+	e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "Codertocat opened issue #1")
+	e.Meta.Thread = "github:Codertocat/Hello-World#1"
+	e.Meta.Source = &envelope.Source{Event: "issues", Action: "opened", Actor: "Codertocat", URL: "https://github.com/Codertocat/Hello-World/issues/1"}
+	return e
+}
+
+// echoCall is a tool.call of everything.echo made directly, as the hooks role.
+func echoCall() *envelope.Envelope {
+	call := envelope.New(envelope.ChannelGitHub, envelope.RoleAssistant, "raw call")
+	call.ToolCall = &envelope.ToolCall{ID: call.ID, Name: "everything.echo", Args: map[string]any{"message": "raw"}}
+	call.Meta.Set("agent", map[string]any{"id": "bench", "role": "hooks"})
+	return call
+}
+
+// roundTrip times publish until id arrives on ids, failing after 30s.
+func roundTrip(b *testing.B, ids <-chan string, id string, publish func() error) time.Duration {
+	begin := time.Now()
+	if err := publish(); err != nil {
+		b.Fatal(err)
+	}
+	for {
+		select {
+		case got := <-ids:
+			if got == id {
+				return time.Since(begin)
+			}
+		case <-time.After(30 * time.Second):
+			b.Fatalf("no answer for %s within 30s", id)
+		}
+	}
+}
+
+// reportPercentiles reports the p50 and p99 of d in milliseconds as
+// name-p50-ms and name-p99-ms.
+func reportPercentiles(b *testing.B, name string, d []time.Duration) {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	pct := func(p float64) float64 {
 		return float64(s[min(len(s)-1, int(float64(len(s))*p))].Microseconds()) / 1000
 	}
-	b.ReportMetric(pct(hook, 0.5), "hook-p50-ms")
-	b.ReportMetric(pct(hook, 0.99), "hook-p99-ms")
-	b.ReportMetric(pct(raw, 0.5), "raw-p50-ms")
-	b.ReportMetric(pct(raw, 0.99), "raw-p99-ms")
+	b.ReportMetric(pct(0.5), name+"-p50-ms")
+	b.ReportMetric(pct(0.99), name+"-p99-ms")
 }

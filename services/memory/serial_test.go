@@ -80,153 +80,175 @@ func waiting(t *testing.T, q *threadQueues, thread string, n int) {
 
 func TestThreadQueues(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		test func(t *testing.T)
+	}{
+		{"OneBatchAtATimeEveryOutcome", testOneBatchAtATime},
+		{"WaitersShareTheNextBatchInOrder", testWaitersShareTheNextBatch},
+		{"OtherThreadsGoOn", testOtherThreadsGoOn},
+		{"AWaiterThatGivesUpLeavesTheQueue", testAWaiterThatGivesUp},
+		{"TheNextLeaderGivesUp", testTheNextLeaderGivesUp},
+		{"APanicDoesNotLockTheThread", testAPanicDoesNotLockTheThread},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.test(t)
+		})
+	}
+}
 
-	t.Run("OneBatchAtATimeEveryOutcome", func(t *testing.T) {
-		t.Parallel()
-		q, r := newThreadQueues(8), newRecorder(t)
-		const handlers, each = 8, 100
-		var wg sync.WaitGroup
-		for h := range handlers {
-			wg.Go(func() {
-				for i := range each {
-					content := fmt.Sprintf("h%d-%d", h, i)
-					if i%10 == 0 {
-						content = "bad"
-					}
-					err := q.do(t.Context(), "hot", env(content), r.observe)
-					if (content == "bad") != errors.Is(err, errBad) {
-						t.Errorf("envelope %s: got %v", content, err)
-					}
+// testOneBatchAtATime drives one hot thread from eight handlers, every tenth
+// envelope failing: each handler gets its own outcome, batches stay within the
+// limit, every envelope is observed once and no thread is left behind.
+func testOneBatchAtATime(t *testing.T) {
+	q, r := newThreadQueues(8), newRecorder(t)
+	const handlers, each = 8, 100
+	var wg sync.WaitGroup
+	for h := range handlers {
+		wg.Go(func() {
+			for i := range each {
+				content := fmt.Sprintf("h%d-%d", h, i)
+				if i%10 == 0 {
+					content = "bad"
 				}
-			})
-		}
-		wg.Wait()
-		total := 0
-		for _, b := range r.batches {
-			if len(b) > 8 {
-				t.Errorf("got a batch of %d, want at most 8", len(b))
+				err := q.do(t.Context(), "hot", env(content), r.observe)
+				if (content == "bad") != errors.Is(err, errBad) {
+					t.Errorf("envelope %s: got %v", content, err)
+				}
 			}
-			total += len(b)
+		})
+	}
+	wg.Wait()
+	total := 0
+	for _, b := range r.batches {
+		if len(b) > 8 {
+			t.Errorf("got a batch of %d, want at most 8", len(b))
 		}
-		if total != handlers*each {
-			t.Fatalf("observed %d envelopes, want %d", total, handlers*each)
-		}
-		if n := q.len(); n != 0 {
-			t.Fatalf("got %d threads left, want 0", n)
-		}
-	})
+		total += len(b)
+	}
+	if total != handlers*each {
+		t.Fatalf("observed %d envelopes, want %d", total, handlers*each)
+	}
+	if n := q.len(); n != 0 {
+		t.Fatalf("got %d threads left, want 0", n)
+	}
+}
 
-	t.Run("WaitersShareTheNextBatchInOrder", func(t *testing.T) {
-		t.Parallel()
-		q, r := newThreadQueues(64), newRecorder(t)
-		r.gate = make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() { _ = q.do(t.Context(), "th", env("first"), r.observe) })
-		waiting(t, q, "th", 0) // the leader took its batch and is observing
-		for i := range 5 {
-			wg.Go(func() { _ = q.do(t.Context(), "th", env(fmt.Sprint(i)), r.observe) })
-			waiting(t, q, "th", i+1)
-		}
-		close(r.gate)
-		wg.Wait()
-		if len(r.batches) != 2 || fmt.Sprint(r.batches[1]) != "[0 1 2 3 4]" {
-			t.Fatalf("got batches %v, want [first] then [0 1 2 3 4]", r.batches)
-		}
-	})
+// testWaitersShareTheNextBatch queues five handlers behind a busy leader and
+// expects them observed together, in arrival order, in the next batch.
+func testWaitersShareTheNextBatch(t *testing.T) {
+	q, r := newThreadQueues(64), newRecorder(t)
+	r.gate = make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = q.do(t.Context(), "th", env("first"), r.observe) })
+	waiting(t, q, "th", 0) // the leader took its batch and is observing
+	for i := range 5 {
+		wg.Go(func() { _ = q.do(t.Context(), "th", env(fmt.Sprint(i)), r.observe) })
+		waiting(t, q, "th", i+1)
+	}
+	close(r.gate)
+	wg.Wait()
+	if len(r.batches) != 2 || fmt.Sprint(r.batches[1]) != "[0 1 2 3 4]" {
+		t.Fatalf("got batches %v, want [first] then [0 1 2 3 4]", r.batches)
+	}
+}
 
-	t.Run("OtherThreadsGoOn", func(t *testing.T) {
-		t.Parallel()
-		q, r := newThreadQueues(64), newRecorder(t)
-		hold := make(chan struct{})
-		done := make(chan error, 1)
-		go func() {
-			done <- q.do(t.Context(), "a", env("a"), func(ctx context.Context, th string, es ...*envelope.Envelope) []error {
-				<-hold
-				return r.observe(ctx, th, es...)
-			})
-		}()
-		waiting(t, q, "a", 0)
-		if err := q.do(t.Context(), "b", env("b"), r.observe); err != nil {
-			t.Fatal(err)
-		}
-		close(hold)
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	})
+// testOtherThreadsGoOn holds thread a and expects thread b observed meanwhile.
+func testOtherThreadsGoOn(t *testing.T) {
+	q, r := newThreadQueues(64), newRecorder(t)
+	hold := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- q.do(t.Context(), "a", env("a"), func(ctx context.Context, th string, es ...*envelope.Envelope) []error {
+			<-hold
+			return r.observe(ctx, th, es...)
+		})
+	}()
+	waiting(t, q, "a", 0)
+	if err := q.do(t.Context(), "b", env("b"), r.observe); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
 
-	t.Run("AWaiterThatGivesUpLeavesTheQueue", func(t *testing.T) {
-		t.Parallel()
-		q, r := newThreadQueues(64), newRecorder(t)
-		r.gate = make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() { _ = q.do(t.Context(), "th", env("first"), r.observe) })
-		waiting(t, q, "th", 0)
-		ctx, cancel := context.WithCancel(t.Context())
-		gaveUp := make(chan error, 1)
-		go func() { gaveUp <- q.do(ctx, "th", env("gives up"), r.observe) }()
-		waiting(t, q, "th", 1)
-		wg.Go(func() { _ = q.do(t.Context(), "th", env("stays"), r.observe) })
-		waiting(t, q, "th", 2)
-		cancel()
-		if err := <-gaveUp; !errors.Is(err, context.Canceled) {
-			t.Fatalf("got %v, want context.Canceled", err)
-		}
-		waiting(t, q, "th", 1)
-		close(r.gate)
-		wg.Wait()
-		if fmt.Sprint(r.batches) != "[[first] [stays]]" {
-			t.Fatalf("got batches %v, want [first] then [stays]", r.batches)
-		}
-		if n := q.len(); n != 0 {
-			t.Fatalf("got %d threads left, want 0", n)
-		}
-	})
+// testAWaiterThatGivesUp cancels a queued handler and expects it out of the
+// next batch, the handler behind it observed, and the thread removed after.
+func testAWaiterThatGivesUp(t *testing.T) {
+	q, r := newThreadQueues(64), newRecorder(t)
+	r.gate = make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = q.do(t.Context(), "th", env("first"), r.observe) })
+	waiting(t, q, "th", 0)
+	ctx, cancel := context.WithCancel(t.Context())
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- q.do(ctx, "th", env("gives up"), r.observe) }()
+	waiting(t, q, "th", 1)
+	wg.Go(func() { _ = q.do(t.Context(), "th", env("stays"), r.observe) })
+	waiting(t, q, "th", 2)
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	waiting(t, q, "th", 1)
+	close(r.gate)
+	wg.Wait()
+	if fmt.Sprint(r.batches) != "[[first] [stays]]" {
+		t.Fatalf("got batches %v, want [first] then [stays]", r.batches)
+	}
+	if n := q.len(); n != 0 {
+		t.Fatalf("got %d threads left, want 0", n)
+	}
+}
 
-	t.Run("TheNextLeaderGivesUp", func(t *testing.T) {
-		t.Parallel()
-		q, r := newThreadQueues(1), newRecorder(t)
-		r.gate = make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() { _ = q.do(t.Context(), "th", env("first"), r.observe) })
-		waiting(t, q, "th", 0)
-		for _, c := range []string{"second", "third"} {
-			wg.Go(func() { _ = q.do(t.Context(), "th", env(c), r.observe) })
-			waiting(t, q, "th", map[string]int{"second": 1, "third": 2}[c])
-		}
-		// With batches of one, the lead passes at every step.
-		close(r.gate)
-		wg.Wait()
-		if fmt.Sprint(r.batches) != "[[first] [second] [third]]" {
-			t.Fatalf("got batches %v, want one each in order", r.batches)
-		}
-	})
+// testTheNextLeaderGivesUp uses batches of one, so each leader gives up the
+// lead to the next handler in line, and all are observed in order.
+func testTheNextLeaderGivesUp(t *testing.T) {
+	q, r := newThreadQueues(1), newRecorder(t)
+	r.gate = make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = q.do(t.Context(), "th", env("first"), r.observe) })
+	waiting(t, q, "th", 0)
+	for _, c := range []string{"second", "third"} {
+		wg.Go(func() { _ = q.do(t.Context(), "th", env(c), r.observe) })
+		waiting(t, q, "th", map[string]int{"second": 1, "third": 2}[c])
+	}
+	// With batches of one, the lead passes at every step.
+	close(r.gate)
+	wg.Wait()
+	if fmt.Sprint(r.batches) != "[[first] [second] [third]]" {
+		t.Fatalf("got batches %v, want one each in order", r.batches)
+	}
+}
 
-	t.Run("APanicDoesNotLockTheThread", func(t *testing.T) {
-		t.Parallel()
-		q, r := newThreadQueues(64), newRecorder(t)
-		hold := make(chan struct{})
-		panicked := make(chan any, 1)
-		go func() {
-			defer func() { panicked <- recover() }()
-			_ = q.do(t.Context(), "th", env("boom"), func(ctx context.Context, th string, es ...*envelope.Envelope) []error {
-				<-hold
-				panic("boom")
-			})
-		}()
-		waiting(t, q, "th", 0)
-		other := make(chan error, 1)
-		go func() { other <- q.do(t.Context(), "th", env("waits"), r.observe) }()
-		waiting(t, q, "th", 1)
-		close(hold)
-		if p := <-panicked; p != "boom" {
-			t.Fatalf("got panic %v, want boom", p)
-		}
-		if err := <-other; err != nil {
-			t.Fatalf("the waiter after a panic: got %v, want its own batch observed", err)
-		}
-		if err := q.do(t.Context(), "th", env("later"), r.observe); err != nil {
-			t.Fatal(err)
-		}
-	})
+// testAPanicDoesNotLockTheThread panics in a leader's observe and expects the
+// waiter behind it, and a later call, still served.
+func testAPanicDoesNotLockTheThread(t *testing.T) {
+	q, r := newThreadQueues(64), newRecorder(t)
+	hold := make(chan struct{})
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		_ = q.do(t.Context(), "th", env("boom"), func(ctx context.Context, th string, es ...*envelope.Envelope) []error {
+			<-hold
+			panic("boom")
+		})
+	}()
+	waiting(t, q, "th", 0)
+	other := make(chan error, 1)
+	go func() { other <- q.do(t.Context(), "th", env("waits"), r.observe) }()
+	waiting(t, q, "th", 1)
+	close(hold)
+	if p := <-panicked; p != "boom" {
+		t.Fatalf("got panic %v, want boom", p)
+	}
+	if err := <-other; err != nil {
+		t.Fatalf("the waiter after a panic: got %v, want its own batch observed", err)
+	}
+	if err := q.do(t.Context(), "th", env("later"), r.observe); err != nil {
+		t.Fatal(err)
+	}
 }

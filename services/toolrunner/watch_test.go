@@ -53,13 +53,11 @@ func everythingRelayBundle(t *testing.T) string {
 	return dir
 }
 
-func TestConfigWatcherHotReload(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "mcp.json")
-	if err := os.WriteFile(cfg, []byte("{\n  // nothing yet\n  \"mcpServers\": {}\n}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+// startWatchedRunner starts a tool runner on the config file cfg and a
+// ConfigWatcher on it, both stopped when the test ends, and returns the
+// runner and the watcher's reloads.
+func startWatchedRunner(t *testing.T, cfg string) (*tools.Runner, <-chan reloadEvent) {
+	t.Helper()
 	r, err := tools.New(tools.Config{ConfigPath: cfg, BaseEnv: tools.BaseEnvFrom(os.Environ()), HealthInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -74,22 +72,36 @@ func TestConfigWatcherHotReload(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx, r) }()
 	t.Cleanup(func() { cancel(); <-done })
-	next := func(what string) reloadEvent {
-		t.Helper()
-		select {
-		case ev := <-events:
-			return ev
-		case <-time.After(15 * time.Second):
-			t.Fatalf("no reload: %s", what)
-		}
-		return reloadEvent{}
+	return r, events
+}
+
+// nextReload returns the next reload, failing the test after 15s; what
+// names the reload awaited.
+func nextReload(t *testing.T, events <-chan reloadEvent, what string) reloadEvent {
+	t.Helper()
+	select {
+	case ev := <-events:
+		return ev
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no reload: %s", what)
 	}
+	return reloadEvent{}
+}
+
+func TestConfigWatcherHotReload(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "mcp.json")
+	if err := os.WriteFile(cfg, []byte("{\n  // nothing yet\n  \"mcpServers\": {}\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, events := startWatchedRunner(t, cfg)
 
 	in := &bundle.Installer{Config: cfg, DataDir: filepath.Join(dir, "data")}
 	if _, err := in.Install(t.Context(), everythingRelayBundle(t), bundle.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if ev := next("after install"); ev.err != nil || strings.Join(ev.res.Added, ",") != "ref__everything" {
+	if ev := nextReload(t, events, "after install"); ev.err != nil || strings.Join(ev.res.Added, ",") != "ref__everything" {
 		t.Fatalf("got %+v, want ref__everything added", ev)
 	}
 	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -112,7 +124,7 @@ func TestConfigWatcherHotReload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ev := next("invalid file"); ev.err == nil || !strings.Contains(ev.err.Error(), "comand") {
+	if ev := nextReload(t, events, "invalid file"); ev.err == nil || !strings.Contains(ev.err.Error(), "comand") {
 		t.Fatalf("got %+v, want the problem named", ev)
 	}
 	if res := call(); res.Err != nil {
@@ -126,9 +138,9 @@ func TestConfigWatcherHotReload(t *testing.T) {
 	if _, err := in.Uninstall(t.Context(), "ref", bundle.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	ev := next("after uninstall")
+	ev := nextReload(t, events, "after uninstall")
 	for ev.err == nil && len(ev.res.Removed) == 0 {
-		ev = next("after uninstall")
+		ev = nextReload(t, events, "after uninstall")
 	}
 	if ev.err != nil || strings.Join(ev.res.Removed, ",") != "ref__everything" {
 		t.Fatalf("got %+v, want ref__everything removed", ev)
