@@ -174,85 +174,111 @@ func (c *converter) inline(s string, bold bool) string {
 	var b strings.Builder
 	b.Grow(len(s) + 16)
 	for i := 0; i < len(s); {
-		ch := s[i]
-		switch ch {
-		case '\\':
-			if i+1 < len(s) && isASCIIPunct(s[i+1]) {
-				b.WriteString(escape(s[i+1 : i+2]))
-				i += 2
-				continue
-			}
-		case '`':
-			n := run(s, i, '`')
-			if end := findRun(s, i+n, '`', n); end >= 0 {
-				code := s[i+n : end]
-				if len(code) > 2 && code[0] == ' ' && code[len(code)-1] == ' ' {
-					code = code[1 : len(code)-1]
-				}
-				if code = strings.ReplaceAll(code, "`", "'"); strings.TrimSpace(code) != "" {
-					b.WriteString("`" + escape(code) + "`")
-				}
-				i = end + n
-				continue
-			}
-			b.WriteString(s[i : i+n])
-			i += n
-			continue
-		case '[':
-			if c.label {
-				break
-			}
-			if m := reRefID.FindStringSubmatch(s[i:]); m != nil {
-				b.WriteString(c.refLink(m[1]))
-				i += len(m[0])
-				continue
-			}
-			if text, dest, n, ok := parseLink(s[i:]); ok {
-				b.WriteString(link(dest, c.labelText(text)))
-				i += n
-				continue
-			}
-		case '!':
-			if !c.label && i+1 < len(s) && s[i+1] == '[' {
-				if text, dest, n, ok := parseLink(s[i+1:]); ok {
-					alt := strings.TrimSpace(text)
-					if alt == "" {
-						alt = "image"
-					}
-					b.WriteString(link(dest, escape(alt)))
-					i += 1 + n
-					continue
-				}
-			}
-		case '<':
-			if c.label {
-				break
-			}
-			if m := reAutolink.FindStringSubmatch(s[i:]); m != nil {
-				b.WriteString(link(m[1], ""))
-				i += len(m[0])
-				continue
-			}
-			if m := reMention.FindString(s[i:]); m != "" {
-				b.WriteString(m)
-				i += len(m)
-				continue
-			}
-		case '*', '_', '~':
-			if out, n, ok := c.emphasis(s, i, bold); ok {
-				b.WriteString(out)
-				i += n
-				continue
-			}
-			n := run(s, i, ch)
-			b.WriteString(s[i : i+n])
-			i += n
-			continue
-		}
-		b.WriteString(escape(s[i : i+1]))
-		i++
+		out, n := c.span(s, i, bold)
+		b.WriteString(out)
+		i += n
 	}
 	return b.String()
+}
+
+// span converts the span that starts at s[i] and returns its mrkdwn and the
+// number of bytes of s it consumed (at least one). Inside a link's label,
+// links, images and mentions are plain text.
+func (c *converter) span(s string, i int, bold bool) (string, int) {
+	switch ch := s[i]; ch {
+	case '\\':
+		if i+1 < len(s) && isASCIIPunct(s[i+1]) {
+			return escape(s[i+1 : i+2]), 2
+		}
+	case '`':
+		return codeSpan(s, i)
+	case '[':
+		if !c.label {
+			if out, n, ok := c.refOrLink(s[i:]); ok {
+				return out, n
+			}
+		}
+	case '!':
+		if !c.label {
+			if out, n, ok := image(s[i:]); ok {
+				return out, n
+			}
+		}
+	case '<':
+		if !c.label {
+			if out, n, ok := autolinkOrMention(s[i:]); ok {
+				return out, n
+			}
+		}
+	case '*', '_', '~':
+		if out, n, ok := c.emphasis(s, i, bold); ok {
+			return out, n
+		}
+		n := run(s, i, ch)
+		return s[i : i+n], n
+	}
+	return escape(s[i : i+1]), 1
+}
+
+// codeSpan converts the backtick run at s[i] with its closing run: the code
+// keeps its text (escaped, one padding space each side dropped, inner
+// backticks turned into quotes) and an empty span disappears. A run without
+// a closer is passed through as it is.
+func codeSpan(s string, i int) (string, int) {
+	n := run(s, i, '`')
+	end := findRun(s, i+n, '`', n)
+	if end < 0 {
+		return s[i : i+n], n
+	}
+	code := s[i+n : end]
+	if len(code) > 2 && code[0] == ' ' && code[len(code)-1] == ' ' {
+		code = code[1 : len(code)-1]
+	}
+	if code = strings.ReplaceAll(code, "`", "'"); strings.TrimSpace(code) == "" {
+		return "", end + n - i
+	}
+	return "`" + escape(code) + "`", end + n - i
+}
+
+// refOrLink converts a [[ref:id]] citation or a [text](url) link at the
+// start of s.
+func (c *converter) refOrLink(s string) (string, int, bool) {
+	if m := reRefID.FindStringSubmatch(s); m != nil {
+		return c.refLink(m[1]), len(m[0]), true
+	}
+	if text, dest, n, ok := parseLink(s); ok {
+		return link(dest, c.labelText(text)), n, true
+	}
+	return "", 0, false
+}
+
+// image converts an ![alt](url) image at the start of s to a link labelled
+// with its alt text ("image" when it has none).
+func image(s string) (string, int, bool) {
+	if len(s) < 2 || s[1] != '[' {
+		return "", 0, false
+	}
+	text, dest, n, ok := parseLink(s[1:])
+	if !ok {
+		return "", 0, false
+	}
+	alt := strings.TrimSpace(text)
+	if alt == "" {
+		alt = "image"
+	}
+	return link(dest, escape(alt)), 1 + n, true
+}
+
+// autolinkOrMention converts an <https://...> autolink at the start of s,
+// or keeps a user or channel mention (<@U123>, <#C123>) as it is.
+func autolinkOrMention(s string) (string, int, bool) {
+	if m := reAutolink.FindStringSubmatch(s); m != nil {
+		return link(m[1], ""), len(m[0]), true
+	}
+	if m := reMention.FindString(s); m != "" {
+		return m, len(m), true
+	}
+	return "", 0, false
 }
 
 // emphasis converts the delimiter run at s[i] with its closing run, if it has one.

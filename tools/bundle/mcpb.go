@@ -77,68 +77,56 @@ func (in *Installer) loadMCPB(source string, opts Options) (*Bundle, func(bool),
 	if in.DataDir == "" {
 		return nil, nil, errors.New("an MCP Bundle needs a data directory to unpack into (RELAY_DATA_DIR)")
 	}
-	src := source
-	if filepath.Base(src) == "manifest.json" {
-		src = filepath.Dir(src)
-	}
-	stage, err := os.MkdirTemp(in.DataDir, ".bundle-*")
+	stage, err := in.stageDir()
 	if err != nil {
-		if err := os.MkdirAll(in.DataDir, 0o755); err != nil {
-			return nil, nil, err
-		}
-		if stage, err = os.MkdirTemp(in.DataDir, ".bundle-*"); err != nil {
-			return nil, nil, err
-		}
+		return nil, nil, err
 	}
 	fail := func(err error) (*Bundle, func(bool), error) {
 		_ = os.RemoveAll(stage)
 		return nil, nil, fmt.Errorf("MCP Bundle %s: %w", source, err)
 	}
-	if st, err := os.Stat(src); err == nil && st.IsDir() {
-		err = os.CopyFS(stage, os.DirFS(src))
-		if err != nil {
-			return fail(err)
-		}
-	} else if err := unzip(src, stage); err != nil {
-		return fail(err)
-	}
-	data, err := os.ReadFile(filepath.Join(stage, "manifest.json"))
+	b, err := in.readMCPB(source, stage, opts)
 	if err != nil {
 		return fail(err)
 	}
-	var m mcpbManifest
-	if err := json.Unmarshal(data, &m); err != nil {
-		return fail(fmt.Errorf("manifest.json: %w", err))
+	cleanup, err := placeMCPB(stage, b.Dir)
+	if err != nil {
+		return fail(err)
 	}
-	id := sanitizeID(m.Name)
-	if err := CheckID(id); err != nil {
-		return fail(fmt.Errorf("manifest.json name %q: %w", m.Name, err))
+	return b, cleanup, nil
+}
+
+// stageDir makes a fresh directory under DataDir (creating DataDir if need
+// be) to unpack a bundle into before it goes into place.
+func (in *Installer) stageDir() (string, error) {
+	stage, err := os.MkdirTemp(in.DataDir, ".bundle-*")
+	if err == nil {
+		return stage, nil
 	}
-	if m.Version == "" || strings.ContainsAny(m.Version, `/\`) || m.Version == "." || m.Version == ".." {
-		return fail(fmt.Errorf("manifest.json: version %q is missing or not usable as a directory name", m.Version))
+	if err := os.MkdirAll(in.DataDir, 0o755); err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(in.DataDir, ".bundle-*")
+}
+
+// readMCPB unpacks or copies the bundle at source into stage and reads its
+// manifest into a Bundle whose Dir is where this version will be installed.
+func (in *Installer) readMCPB(source, stage string, opts Options) (*Bundle, error) {
+	if err := copyMCPB(source, stage); err != nil {
+		return nil, err
+	}
+	m, id, err := readMCPBManifest(stage)
+	if err != nil {
+		return nil, err
 	}
 	final := filepath.Join(in.DataDir, "bundles", id, m.Version)
-	cfg := m.Server.MCPConfig
-	if o, ok := cfg.PlatformOverrides[platformKey()]; ok {
-		if o.Command != "" {
-			cfg.Command = o.Command
-		}
-		if o.Args != nil {
-			cfg.Args = o.Args
-		}
-		for k, v := range o.Env {
-			if cfg.Env == nil {
-				cfg.Env = map[string]string{}
-			}
-			cfg.Env[k] = v
-		}
-	}
+	cfg := m.Server.MCPConfig.forPlatform(platformKey())
 	if cfg.Command == "" {
-		return fail(errors.New("manifest.json: server.mcp_config.command is required"))
+		return nil, errors.New("manifest.json: server.mcp_config.command is required")
 	}
 	vars, err := in.userConfig(m, final, opts.Set)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	entry := struct {
 		Command     string            `json:"command"`
@@ -148,27 +136,90 @@ func (in *Installer) loadMCPB(source string, opts Options) (*Bundle, func(bool),
 	}{cfg.Command, cfg.Args, cfg.Env, m.Description}
 	raw, err := json.Marshal(entry)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	b := &Bundle{ID: id, Version: m.Version, Description: m.Description, Dir: final, Source: source, Kind: "mcpb",
-		Servers: []Entry{{Name: MCPBServer, JSON: raw}}, vars: vars}
-	// A new version goes into place before mcp.json names it, so a runner
-	// reloading the file finds the files there.
+	return &Bundle{ID: id, Version: m.Version, Description: m.Description, Dir: final, Source: source, Kind: "mcpb",
+		Servers: []Entry{{Name: MCPBServer, JSON: raw}}, vars: vars}, nil
+}
+
+// copyMCPB copies a bundle directory (named by itself or by its
+// manifest.json) into stage, or unpacks a .mcpb archive there.
+func copyMCPB(source, stage string) error {
+	src := source
+	if filepath.Base(src) == "manifest.json" {
+		src = filepath.Dir(src)
+	}
+	if st, err := os.Stat(src); err == nil && st.IsDir() {
+		return os.CopyFS(stage, os.DirFS(src))
+	}
+	return unzip(src, stage)
+}
+
+// readMCPBManifest reads dir/manifest.json and checks that its name makes a
+// valid bundle id and its version a usable directory name.
+func readMCPBManifest(dir string) (mcpbManifest, string, error) {
+	var m mcpbManifest
+	data, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		return m, "", err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, "", fmt.Errorf("manifest.json: %w", err)
+	}
+	id := sanitizeID(m.Name)
+	if err := CheckID(id); err != nil {
+		return m, "", fmt.Errorf("manifest.json name %q: %w", m.Name, err)
+	}
+	if m.Version == "" || strings.ContainsAny(m.Version, `/\`) || m.Version == "." || m.Version == ".." {
+		return m, "", fmt.Errorf("manifest.json: version %q is missing or not usable as a directory name", m.Version)
+	}
+	return m, id, nil
+}
+
+// forPlatform is cfg with the overrides for platform applied: a command or
+// args replace the base ones, env entries are added to (or replace) the
+// base env.
+func (cfg mcpbConfig) forPlatform(platform string) mcpbConfig {
+	o, ok := cfg.PlatformOverrides[platform]
+	if !ok {
+		return cfg
+	}
+	if o.Command != "" {
+		cfg.Command = o.Command
+	}
+	if o.Args != nil {
+		cfg.Args = o.Args
+	}
+	for k, v := range o.Env {
+		if cfg.Env == nil {
+			cfg.Env = map[string]string{}
+		}
+		cfg.Env[k] = v
+	}
+	return cfg
+}
+
+// placeMCPB puts a staged bundle at final. A new version goes into place
+// now, before mcp.json names it, so a runner reloading the file finds the
+// files there, and the cleanup it returns removes it unless the install is
+// kept. A version already installed is replaced only when the install is
+// kept.
+func placeMCPB(stage, final string) (func(bool), error) {
 	if _, err := os.Stat(final); errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-			return fail(err)
+			return nil, err
 		}
 		if err := os.Rename(stage, final); err != nil {
-			return fail(err)
+			return nil, err
 		}
-		return b, func(keep bool) {
+		return func(keep bool) {
 			if !keep {
 				_ = os.RemoveAll(final)
 				_ = os.Remove(filepath.Dir(final))
 			}
 		}, nil
 	}
-	cleanup := func(keep bool) {
+	return func(keep bool) {
 		if !keep {
 			_ = os.RemoveAll(stage)
 			return
@@ -178,8 +229,7 @@ func (in *Installer) loadMCPB(source string, opts Options) (*Bundle, func(bool),
 		if err := os.Rename(stage, final); err != nil {
 			_ = os.RemoveAll(stage)
 		}
-	}
-	return b, cleanup, nil
+	}, nil
 }
 
 // userConfig resolves ${__dirname}, ${HOME}, ${pathSeparator}, ${/} and
