@@ -217,55 +217,46 @@ func (d *deployment) phase(t *testing.T, name string, first int, p faultParams, 
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); d.approveAll(ctx) }()
-
-	comments := func() map[int]int {
-		n := map[int]int{}
-		for _, c := range d.gh.Comments() {
-			if c.Number >= first && c.Number < first+p.issues {
-				n[c.Number]++
-			}
-		}
-		return n
-	}
-	// The monitor notes when each issue's first comment appears.
-	var (
-		seenMu sync.Mutex
-		seen   = map[int]time.Time{}
-	)
-	allSeen := make(chan struct{})
+	watch := newCommentWatch(d.gh, first, p.issues)
 	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for ctx.Err() == nil {
-			now := time.Now()
-			seenMu.Lock()
-			for num := range comments() {
-				if _, ok := seen[num]; !ok {
-					seen[num] = now
-				}
-			}
-			n := len(seen)
-			seenMu.Unlock()
-			if n == p.issues {
-				close(allSeen)
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
+	go func() { defer wg.Done(); watch.run(ctx) }()
 
 	spread := p.faults
 	if !faulty {
 		spread = p.faults / 4
 	}
-	accepted := make([]time.Time, p.issues)
+	accepted, waitSends := d.sendIssues(ctx, first, p.issues, spread)
+	if faulty {
+		res.kills, res.natsRestarts = d.chaos(t, p)
+	}
+	waitSends()
+	select {
+	case <-watch.allSeen:
+	case <-time.After(p.settle):
+	}
+	// Nothing may stay pending or unacknowledged once the work is done; then
+	// no duplicate can follow either.
+	res.drained = d.awaitDrained(ctx, t, name, p.settle)
+	res.count(t, d, watch, accepted)
+	res.deadLetters = d.deadLetters(ctx)
+	cancel()
+	wg.Wait()
+	return res
+}
+
+// sendIssues sends the webhooks of issues first, first+1, ... first+n-1,
+// the i-th spread*i/n from now, each from its own goroutine. Once waitAll
+// returns, accepted[i] is when the relay accepted issue first+i (zero if
+// ctx ended first).
+func (d *deployment) sendIssues(ctx context.Context, first, n int, spread time.Duration) (accepted []time.Time, waitAll func()) {
+	accepted = make([]time.Time, n)
 	var sends sync.WaitGroup
 	start := time.Now()
-	for i := range p.issues {
+	for i := range n {
 		sends.Add(1)
 		go func() {
 			defer sends.Done()
-			if wait := time.Until(start.Add(spread * time.Duration(i) / time.Duration(p.issues))); wait > 0 {
+			if wait := time.Until(start.Add(spread * time.Duration(i) / time.Duration(n))); wait > 0 {
 				select {
 				case <-time.After(wait):
 				case <-ctx.Done():
@@ -275,52 +266,105 @@ func (d *deployment) phase(t *testing.T, name string, first int, p faultParams, 
 			accepted[i] = d.sendIssue(ctx, first+i)
 		}()
 	}
-	if faulty {
-		res.kills, res.natsRestarts = d.chaos(t, p)
-	}
-	sends.Wait()
-	select {
-	case <-allSeen:
-	case <-time.After(p.settle):
-	}
+	return accepted, sends.Wait
+}
+
+// awaitDrained waits up to within for every consumer to have nothing
+// pending or unacknowledged, and returns how long it waited; a consumer
+// still not drained then fails the test.
+func (d *deployment) awaitDrained(ctx context.Context, t *testing.T, name string, within time.Duration) time.Duration {
+	t.Helper()
 	last := time.Now()
-	// Nothing may stay pending or unacknowledged once the work is done; then
-	// no duplicate can follow either.
-	drainedBy := time.Now().Add(p.settle)
+	drainedBy := time.Now().Add(within)
 	for !d.drained(ctx) && time.Now().Before(drainedBy) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	res.drained = time.Since(last)
+	waited := time.Since(last)
 	if !d.drained(ctx) {
 		t.Errorf("%s: consumers still have pending or unacknowledged messages %s after the last comment:\n%s",
-			name, p.settle, d.consumerReport(ctx))
+			name, within, d.consumerReport(ctx))
 	}
-	counts := comments()
-	for i := range p.issues {
-		num := first + i
+	return waited
+}
+
+// count counts the phase's issues with no comment and with more than one
+// (logging each), and the slowest times from an issue's webhook, and from
+// its approval click, to its first comment.
+func (res *phaseResult) count(t *testing.T, d *deployment, watch *commentWatch, accepted []time.Time) {
+	t.Helper()
+	counts := watch.counts()
+	for i := range watch.n {
+		num := watch.first + i
 		switch n := counts[num]; {
 		case n == 0:
 			res.lost++
-			t.Logf("%s: issue #%d has no comment (webhook accepted at %s, clicked %v)", name, num,
+			t.Logf("%s: issue #%d has no comment (webhook accepted at %s, clicked %v)", res.name, num,
 				accepted[i].Format(time.TimeOnly), d.clickedAt(num))
 		case n > 1:
 			res.duplicated++
-			t.Logf("%s: issue #%d has %d comments", name, num, n)
+			t.Logf("%s: issue #%d has %d comments", res.name, num, n)
 		}
-		seenMu.Lock()
-		at, ok := seen[num]
-		seenMu.Unlock()
-		if ok {
+		if at, ok := watch.firstSeen(num); ok {
 			res.slowestWebhook = max(res.slowestWebhook, at.Sub(accepted[i]))
 			if c := d.clickedAt(num); !c.IsZero() {
 				res.slowestClick = max(res.slowestClick, at.Sub(c))
 			}
 		}
 	}
-	res.deadLetters = d.deadLetters(ctx)
-	cancel()
-	wg.Wait()
-	return res
+}
+
+// commentWatch notes when each of the issues first, first+1, ... first+n-1
+// gets its first GitHub comment, and closes allSeen once all have one.
+type commentWatch struct {
+	gh       *fakes.GitHub
+	first, n int
+	allSeen  chan struct{}
+	mu       sync.Mutex
+	seen     map[int]time.Time
+}
+
+func newCommentWatch(gh *fakes.GitHub, first, n int) *commentWatch {
+	return &commentWatch{gh: gh, first: first, n: n, allSeen: make(chan struct{}), seen: map[int]time.Time{}}
+}
+
+// counts returns the number of comments on each of the watched issues
+// that has one.
+func (w *commentWatch) counts() map[int]int {
+	n := map[int]int{}
+	for _, c := range w.gh.Comments() {
+		if c.Number >= w.first && c.Number < w.first+w.n {
+			n[c.Number]++
+		}
+	}
+	return n
+}
+
+// run polls the comments until every watched issue has one or ctx ends.
+func (w *commentWatch) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		now := time.Now()
+		w.mu.Lock()
+		for num := range w.counts() {
+			if _, ok := w.seen[num]; !ok {
+				w.seen[num] = now
+			}
+		}
+		n := len(w.seen)
+		w.mu.Unlock()
+		if n == w.n {
+			close(w.allSeen)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// firstSeen returns when issue num's first comment was seen, if it was.
+func (w *commentWatch) firstSeen(num int) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at, ok := w.seen[num]
+	return at, ok
 }
 
 // chaos kills a random worker about every p.every for p.faults and restarts

@@ -260,67 +260,97 @@ func (s *Service) show(ctx context.Context, rec *Record) error {
 // it is not there.
 func (s *Service) post(ctx context.Context, rec *Record, opts []slack.MsgOption) error {
 	token := uuid.NewString()
-	var (
-		busyUntil time.Time
-		resumed   bool
-	)
 	now := s.cfg.Now()
-	claimed, err := s.store.mutate(ctx, rec.TaskID, func(r *Record) (*Record, error) {
-		busyUntil, resumed = time.Time{}, false
-		if r == nil || r.Round != rec.Round || r.SlackTS != "" {
-			return nil, errNoChange
-		}
-		if r.Posting != "" && now.Before(r.PostingUntil) {
-			busyUntil = r.PostingUntil
-			return nil, errNoChange
-		}
-		resumed = r.Posting != ""
-		r.Posting, r.PostingUntil = token, now.Add(postClaim)
-		return r, nil
-	})
+	c, err := s.claimPost(ctx, rec, token, now)
 	if err != nil {
 		return err
 	}
 	switch {
-	case !busyUntil.IsZero():
-		return bus.RetryAfter(fmt.Errorf("task %s round %d: %w", rec.TaskID, rec.Round, ErrPosting), busyUntil.Sub(now)+100*time.Millisecond)
-	case claimed == nil || claimed.Posting != token:
+	case !c.busyUntil.IsZero():
+		return bus.RetryAfter(fmt.Errorf("task %s round %d: %w", rec.TaskID, rec.Round, ErrPosting), c.busyUntil.Sub(now)+100*time.Millisecond)
+	case c.rec == nil || c.rec.Posting != token:
 		// Posted by someone else meanwhile (or the round moved on).
-		if claimed != nil && claimed.Round == rec.Round && !claimed.Shown && claimed.SlackTS != "" {
-			return s.show(ctx, claimed)
+		if c.rec != nil && c.rec.Round == rec.Round && !c.rec.Shown && c.rec.SlackTS != "" {
+			return s.show(ctx, c.rec)
 		}
 		return nil
 	}
-	// opts show rendered, the record as show saw it; what the message in
-	// Slack shows is known only when this handler posts it.
-	rendered := rec
-	rec = claimed
-	ts := ""
+	ts, found, err := s.findOrPost(ctx, c.rec, token, c.resumed, opts)
+	if err != nil {
+		return err
+	}
+	// opts show rec as show rendered it; what the message in Slack shows is
+	// known only when this handler posted it.
+	return s.recordPosted(ctx, c.rec, rec, ts, found)
+}
+
+// claim is what claimPost found: the record as claimed (nil or with
+// another Posting token when the claim was not taken), when a live claim of
+// another handler expires (zero when there was none), and whether this claim
+// took over an expired one.
+type claim struct {
+	rec       *Record
+	busyUntil time.Time
+	resumed   bool
+}
+
+// claimPost claims the right to post rec's round for token until
+// now+postClaim, unless the round moved on, is posted already or has a
+// live claim.
+func (s *Service) claimPost(ctx context.Context, rec *Record, token string, now time.Time) (claim, error) {
+	var c claim
+	claimed, err := s.store.mutate(ctx, rec.TaskID, func(r *Record) (*Record, error) {
+		c.busyUntil, c.resumed = time.Time{}, false
+		if r == nil || r.Round != rec.Round || r.SlackTS != "" {
+			return nil, errNoChange
+		}
+		if r.Posting != "" && now.Before(r.PostingUntil) {
+			c.busyUntil = r.PostingUntil
+			return nil, errNoChange
+		}
+		c.resumed = r.Posting != ""
+		r.Posting, r.PostingUntil = token, now.Add(postClaim)
+		return r, nil
+	})
+	c.rec = claimed
+	return c, err
+}
+
+// findOrPost returns the ts of the round's message: when the claim was
+// resumed, the one a crashed claimer may have posted without recording it
+// (found); otherwise, or when there is none, the one it posts with opts. A
+// failed post gives the claim up (at once when Slack did not post).
+func (s *Service) findOrPost(ctx context.Context, rec *Record, token string, resumed bool, opts []slack.MsgOption) (ts string, found bool, err error) {
 	if resumed {
-		// The previous claimer may have posted without recording it.
 		foundTS, err := s.findPosted(ctx, rec)
 		if err != nil {
 			s.log.Warn("cannot look for an approval message posted before a crash; posting it", "task_id", rec.TaskID, "round", rec.Round, "err", err)
 		}
-		ts = foundTS
-	}
-	found := ts != ""
-	if ts == "" {
-		if rec.ThreadTS != "" {
-			opts = append(opts, slack.MsgOptionTS(rec.ThreadTS))
-		}
-		opts = append(opts, slack.MsgOptionMetadata(slack.SlackMetadata{
-			EventType: MetadataEventType, EventPayload: map[string]any{"approval_id": rec.ApprovalID()},
-		}))
-		pctx, cancel := context.WithTimeout(ctx, postClaim/2)
-		_, ts, err = s.api.PostMessageContext(pctx, rec.SlackChannel, opts...)
-		cancel()
-		if err != nil {
-			s.unclaim(rec, token, notPosted(err))
-			return fmt.Errorf("post approval message of task %s to %s: %w", rec.TaskID, rec.SlackChannel, slackmapper.Classify("chat.postMessage", err))
+		if foundTS != "" {
+			return foundTS, true, nil
 		}
 	}
-	_, err = s.store.mutate(ctx, rec.TaskID, func(r *Record) (*Record, error) {
+	if rec.ThreadTS != "" {
+		opts = append(opts, slack.MsgOptionTS(rec.ThreadTS))
+	}
+	opts = append(opts, slack.MsgOptionMetadata(slack.SlackMetadata{
+		EventType: MetadataEventType, EventPayload: map[string]any{"approval_id": rec.ApprovalID()},
+	}))
+	pctx, cancel := context.WithTimeout(ctx, postClaim/2)
+	_, ts, err = s.api.PostMessageContext(pctx, rec.SlackChannel, opts...)
+	cancel()
+	if err != nil {
+		s.unclaim(rec, token, notPosted(err))
+		return "", false, fmt.Errorf("post approval message of task %s to %s: %w", rec.TaskID, rec.SlackChannel, slackmapper.Classify("chat.postMessage", err))
+	}
+	return ts, false, nil
+}
+
+// recordPosted records ts as the round's message and releases the claim,
+// then shows the record if it changed since rendered was shown (or the
+// message was found, not posted).
+func (s *Service) recordPosted(ctx context.Context, rec, rendered *Record, ts string, found bool) error {
+	_, err := s.store.mutate(ctx, rec.TaskID, func(r *Record) (*Record, error) {
 		if r == nil || r.Round != rec.Round || r.SlackTS != "" {
 			return nil, errNoChange
 		}
