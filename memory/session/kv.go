@@ -26,8 +26,19 @@ type KVConfig struct {
 	// EpisodeBucket holds episodes; its max age is Options.MaxEpisodeTTL.
 	// Default Bucket + "_episodes".
 	EpisodeBucket string
+	// IDBucket holds the ids of turns that left a session, for idempotency;
+	// each expires IDWindow after it was written. Default Bucket + "_ids".
+	IDBucket string
+	// IDWindow is how long a turn that left its session is still recognised
+	// as a duplicate: it covers JetStream's redeliveries (minutes) and bounds
+	// the keys a hot thread leaves behind (one per turn). Default
+	// DefaultIDWindow, at most Options.TTL.
+	IDWindow time.Duration
 	Options
 }
+
+// DefaultIDWindow is KVConfig.IDWindow's default.
+const DefaultIDWindow = 15 * time.Minute
 
 // KV keeps sessions in JetStream key-value buckets, one key per thread (the
 // thread key base64url-encoded, since KV keys allow few characters). Updates
@@ -36,9 +47,9 @@ type KVConfig struct {
 // The session value holds only the summary and the kept turns, so a write
 // costs in proportion to the session's recent text, not its history. The ids
 // of turns that left the session (folded or beyond MaxTurns) are remembered
-// for idempotency by one small key each ("i." and a hash of thread and id),
-// written before the session write that removes the turn and expiring with
-// the bucket's TTL.
+// for idempotency by one small key each ("i." and a hash of thread and id) in
+// the id bucket, written before the session write that removes the turn and
+// expiring IDWindow later, so a hot thread leaves a bounded number behind.
 //
 // A KV keeps the last session it read or wrote for each thread, with its
 // revision, and writes against that revision without reading again; a
@@ -48,6 +59,7 @@ type KVConfig struct {
 type KV struct {
 	sessions jetstream.KeyValue
 	episodes jetstream.KeyValue
+	ids      jetstream.KeyValue
 	opt      Options
 
 	mu    sync.Mutex
@@ -115,7 +127,23 @@ func NewKV(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KV, erro
 	if err != nil {
 		return nil, fmt.Errorf("episode bucket %s: %w", cfg.EpisodeBucket, err)
 	}
-	return &KV{sessions: s, episodes: e, opt: cfg.Options, cache: map[string]cachedSession{}}, nil
+	if cfg.IDBucket == "" {
+		cfg.IDBucket = cfg.Bucket + "_ids"
+	}
+	if cfg.IDWindow <= 0 {
+		cfg.IDWindow = DefaultIDWindow
+	}
+	if cfg.TTL > 0 {
+		cfg.IDWindow = min(cfg.IDWindow, cfg.TTL)
+	}
+	ids, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: cfg.IDBucket, Description: "relay session turn ids that left their session (idempotency)",
+		History: 1, TTL: cfg.IDWindow, Storage: jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("session id bucket %s: %w", cfg.IDBucket, err)
+	}
+	return &KV{sessions: s, episodes: e, ids: ids, opt: cfg.Options, cache: map[string]cachedSession{}}, nil
 }
 
 // Close is a no-op: the buckets live on the caller's connection.
@@ -305,7 +333,7 @@ func (k *KV) mark(ctx context.Context, thread string, ids []string) error {
 	for _, id := range ids {
 		g.Go(func() error {
 			k.stats.markerWrites.Add(1)
-			if _, err := k.sessions.Put(gctx, markerKey(thread, id), []byte{'1'}); err != nil {
+			if _, err := k.ids.Put(gctx, markerKey(thread, id), []byte{'1'}); err != nil {
 				return fmt.Errorf("remember turn id %s: %w", id, err)
 			}
 			return nil
@@ -317,7 +345,7 @@ func (k *KV) mark(ctx context.Context, thread string, ids []string) error {
 // marked reports whether id has a key: it was appended and has left the session.
 func (k *KV) marked(ctx context.Context, thread, id string) (bool, error) {
 	k.stats.markerReads.Add(1)
-	_, err := k.sessions.Get(ctx, markerKey(thread, id))
+	_, err := k.ids.Get(ctx, markerKey(thread, id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil
 	}

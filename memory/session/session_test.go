@@ -2,6 +2,7 @@ package session_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -83,5 +84,42 @@ func TestRedisKeyLayout(t *testing.T) {
 	ttl, err := s.Client().TTL(t.Context(), key).Result()
 	if err != nil || ttl < 23*time.Hour || ttl > 24*time.Hour {
 		t.Fatalf("TTL %s = %s, %v; want about 24h", key, ttl, err)
+	}
+}
+
+// TestKVIDWindow: the ids of turns that left a session live in their own
+// bucket, expiring after the id window (bounded by the session TTL), so a hot
+// thread leaves a bounded number of keys behind; while they live, a
+// redelivered turn that was folded away is still a duplicate.
+func TestKVIDWindow(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	o := session.Options{MaxTurns: 2, TTL: time.Hour}
+	s, err := session.NewKV(t.Context(), b.JetStream(), session.KVConfig{Bucket: "win", IDWindow: 2 * time.Hour, Options: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := s.Append(t.Context(), "th", session.Turn{ID: fmt.Sprint("e", i), Role: "user", Content: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	added, err := s.Append(t.Context(), "th", session.Turn{ID: "e0", Role: "user", Content: "x"})
+	if err != nil || added {
+		t.Fatalf("redelivered e0 after it left the session: added %v, %v; want a duplicate", added, err)
+	}
+	ids, err := b.JetStream().KeyValue(t.Context(), "win_ids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := ids.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.TTL() != time.Hour {
+		t.Errorf("id bucket ttl %s, want the session TTL 1h (the window is capped by it)", st.TTL())
+	}
+	if st.Values() < 3 {
+		t.Errorf("id bucket holds %d keys, want one per turn that left the session (3)", st.Values())
 	}
 }
