@@ -468,3 +468,22 @@ func TestHookOnLabelledIssue(t *testing.T) {
 	}
 	quiet(t, r.executed, 300*time.Millisecond, "record of the hook on another label")
 }
+
+// TestMCPRefreshDropsHookToolLists: `relay mcp refresh` (RefreshRemote)
+// reaches the hooks worker too: the tool lists it cached to check and
+// resolve actions are dropped along with the runner's.
+func TestMCPRefreshDropsHookToolLists(t *testing.T) {
+	t.Parallel()
+	r := start(t, greetFile)
+	r.publish(t, issueOpened(t))
+	record(t, r.executed)
+	record(t, r.executed) // both actions done: nothing lists tools any more
+	if n := hooks.CachedRoles(r.svc); n != 1 {
+		t.Fatalf("cached roles after a run: got %d, want 1", n)
+	}
+	names, err := tools.RefreshRemote(t.Context(), r.b.Conn(), r.b.Prefix(), "everything")
+	if err != nil || len(names) != 1 || names[0] != "everything" {
+		t.Fatalf("refresh: got %v, %v; want [everything]", names, err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the hooks' tool lists dropped", func() bool { return hooks.CachedRoles(r.svc) == 0 })
+}
