@@ -246,8 +246,11 @@ func (s *Service) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); s.watch(wctx, s.cfg.Path, s.cfg.ReloadInterval) }()
 	}
 	return s.bus.Consume(ctx, bus.ConsumerConfig{
-		Name:        s.cfg.Consumer,
-		Subject:     envelope.SubjectInbound + ".>",
+		Name:    s.cfg.Consumer,
+		Subject: envelope.SubjectInbound + ".>",
+		// Only the subjects the hooks' triggers name (in.{channel}.{event});
+		// all of in.> when there are no hooks. A reload re-filters.
+		Subjects:    s.hooks.Load().Subjects(),
 		Concurrency: s.cfg.Concurrency,
 		DeliverNew:  !s.cfg.FromStart,
 		// An action may wait 5 minutes for its tool; heartbeats keep it.
