@@ -25,6 +25,11 @@ type ConsumerConfig struct {
 	// Subject is the relative filter subject, for example "in.>" or "tool.call".
 	// Required; all filtered subjects must live in one stream.
 	Subject string
+	// Subjects, when set, are the relative filter subjects instead of
+	// Subject (JetStream's FilterSubjects: a consumer that only needs some
+	// subjects is not sent the others). Subject still names the stream;
+	// each of Subjects must be in it, and they must not overlap.
+	Subjects []string
 	// MaxDeliver is how many times a message is tried before it is
 	// dead-lettered. Default 5.
 	MaxDeliver int
@@ -132,6 +137,16 @@ func (b *Bus) createConsumer(ctx context.Context, cfg *ConsumerConfig) (string, 
 		// dead-lettered (bus down) is still offered once more.
 		MaxDeliver:    cfg.MaxDeliver + 1,
 		MaxAckPending: max(1000, cfg.Concurrency*4),
+	}
+	if len(cfg.Subjects) > 0 {
+		cc.FilterSubject = ""
+		cc.FilterSubjects = make([]string, len(cfg.Subjects))
+		for i, s := range cfg.Subjects {
+			if b.StreamName(s) != stream {
+				return "", nil, fmt.Errorf("consumer %s: filter subject %q is not in stream %s", cfg.Name, s, stream)
+			}
+			cc.FilterSubjects[i] = b.Subject(s)
+		}
 	}
 	if cfg.DeliverNew {
 		cc.DeliverPolicy = jetstream.DeliverNewPolicy

@@ -139,15 +139,40 @@ func plain(v any) bool {
 	return false
 }
 
-// invalidateTools drops the cache (notifications/tools/list_changed, reconnect).
+// RefreshTools drops the cached tool list of the named server, or of every
+// server when name is "", so the next list or call asks the server again
+// (`relay mcp refresh`). It returns the servers refreshed; a name the runner
+// does not have is ErrUnknownServer. Safe for concurrent use.
+func (r *Runner) RefreshTools(name string) ([]string, error) {
+	if name != "" {
+		c := r.conn(name)
+		if c == nil {
+			return nil, fmt.Errorf("refresh %q: %w", name, ErrUnknownServer)
+		}
+		c.invalidateTools()
+		return []string{name}, nil
+	}
+	conns := r.list()
+	names := make([]string, 0, len(conns))
+	for _, c := range conns {
+		c.invalidateTools()
+		names = append(names, c.cfg.Name)
+	}
+	return names, nil
+}
+
+// invalidateTools drops the cache (notifications/tools/list_changed,
+// reconnect, reload, RefreshTools).
 func (c *conn) invalidateTools() {
 	c.cacheMu.Lock()
 	c.fetched = time.Time{}
+	c.gen++
 	c.cacheMu.Unlock()
 }
 
 // cachedTools returns the tool list, refreshing it when older than its TTL
-// (the server's ttlMs, else the runner's ToolsTTL).
+// (the entry's ttlMs in mcp.json, else the server's ttlMs, else the runner's
+// ToolsTTL).
 func (c *conn) cachedTools(ctx context.Context) ([]*toolEntry, error) {
 	if list, ok := c.freshTools(); ok {
 		return list, nil
@@ -163,6 +188,9 @@ func (c *conn) cachedTools(ctx context.Context) ([]*toolEntry, error) {
 	if s == nil {
 		return nil, ErrOffline
 	}
+	c.cacheMu.Lock()
+	gen := c.gen
+	c.cacheMu.Unlock()
 	lctx, cancel := context.WithTimeout(ctx, c.r.cfg.ConnectTimeout)
 	defer cancel()
 	var (
@@ -209,11 +237,17 @@ func (c *conn) cachedTools(ctx context.Context) ([]*toolEntry, error) {
 		}
 		cursor = res.NextCursor
 	}
-	if ttl == 0 {
+	switch {
+	case c.cfg.ToolsTTL > 0:
+		ttl = c.cfg.ToolsTTL
+	case ttl == 0:
 		ttl = c.r.cfg.ToolsTTL
 	}
 	c.cacheMu.Lock()
-	c.tools, c.toolSeq, c.fetched, c.ttl = byName, list, time.Now(), ttl
+	c.tools, c.toolSeq, c.ttl = byName, list, ttl
+	if c.gen == gen { // else invalidated while fetching: use it once, fetch again next time
+		c.fetched = time.Now()
+	}
 	c.cacheMu.Unlock()
 	return list, nil
 }

@@ -68,6 +68,7 @@ type conn struct {
 	toolSeq []*toolEntry
 	fetched time.Time
 	ttl     time.Duration
+	gen     uint64 // bumped by invalidateTools: a fetch begun before is stale
 }
 
 func newConn(r *Runner, s mcpconfig.Server) *conn {

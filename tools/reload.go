@@ -109,8 +109,9 @@ const drainPoll = 50 * time.Millisecond
 // Reload makes servers the runner's configuration (a new mcp.json): it
 // starts added servers, stops removed ones once their calls in flight have
 // finished (at most mcpconfig.MaxTimeout), and restarts changed ones (a new
-// session and an empty tool cache). Unchanged servers keep their session,
-// health and tool cache. Calls that begin after Reload see the new set.
+// session and an empty tool cache). Unchanged servers keep their session and
+// health, but their tool lists are fetched again on next use (a reload is
+// also how an operator says a server's tools changed). Calls that begin after Reload see the new set.
 // Safe to call concurrently with calls; before Start it only replaces the
 // configuration.
 func (r *Runner) Reload(servers []mcpconfig.Server) ReloadResult {
@@ -132,6 +133,7 @@ func (r *Runner) Reload(servers []mcpconfig.Server) ReloadResult {
 		switch {
 		case old != nil && sameServer(old.cfg, s):
 			next[s.Name] = old
+			old.invalidateTools()
 		case old != nil:
 			c := newConn(r, s)
 			next[s.Name], start, stop = c, append(start, c), append(stop, old)

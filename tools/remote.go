@@ -22,6 +22,10 @@ const (
 	SubjectList = "rpc.tool.list"
 	// SubjectStatus answers with StatusResponse: every server's status.
 	SubjectStatus = "rpc.tool.status"
+	// SubjectRefresh answers RefreshRequest with RefreshResponse: drop the
+	// cached tool lists. Every runner instance handles it (no queue group);
+	// the client gets the first reply.
+	SubjectRefresh = "rpc.tool.refresh"
 	// QueueGroup makes one runner process answer each request. Runners before
 	// nats.go/micro used the same group, so during a rolling restart an old
 	// and a new runner compete for a request rather than both answering it.
@@ -54,6 +58,19 @@ type StatusResponse struct {
 	// the mcp.json the runner read. Runners before these fields send neither.
 	Pending    []string `json:"pending,omitempty"`
 	ConfigPath string   `json:"config_path,omitempty"`
+}
+
+// RefreshRequest names the server whose tool list to drop; "" means all.
+type RefreshRequest struct {
+	Server string `json:"server,omitempty"`
+}
+
+// RefreshResponse answers RefreshRequest: the servers whose cached tool list
+// the answering runner dropped. Error is set (with micro's error headers)
+// when the server is unknown.
+type RefreshResponse struct {
+	Servers []string `json:"servers"`
+	Error   string   `json:"error,omitempty"`
 }
 
 // Requester sends a NATS request; *nats.Conn is one.
@@ -98,6 +115,21 @@ func StatusRemote(ctx context.Context, nc Requester, prefix string) (*StatusResp
 	return &resp, nil
 }
 
+// RefreshRemote asks the running tool runners to drop their cached tool list
+// of server ("" for every server): each fetches it again on next use. The
+// request reaches every runner instance; the answer is the first one's. An
+// unknown server is an *rpc.Error; no runner is ErrNoRunner.
+func RefreshRemote(ctx context.Context, nc Requester, prefix, server string) ([]string, error) {
+	var resp RefreshResponse
+	if err := request(ctx, nc, prefix+"."+SubjectRefresh, RefreshRequest{Server: server}, &resp); err != nil {
+		return nil, err
+	}
+	if resp.Error != "" {
+		return nil, &rpc.Error{Code: rpc.CodeBadRequest, Message: resp.Error}
+	}
+	return resp.Servers, nil
+}
+
 func request(ctx context.Context, nc Requester, subj string, in, out any) error {
 	body, err := rpc.Call(ctx, nc, subj, in, remoteTimeout, runnerTarget)
 	if err != nil {
@@ -109,11 +141,14 @@ func request(ctx context.Context, nc Requester, subj string, in, out any) error 
 	return nil
 }
 
-// Serve answers SubjectList and SubjectStatus for r on nc as the micro
+// Serve answers SubjectList, SubjectStatus and SubjectRefresh for r on nc as the micro
 // service ServiceName (queue group QueueGroup) until stop is called; stop
 // drains the endpoints and returns once no request is being handled. log
 // may be nil.
 func Serve(ctx context.Context, nc *nats.Conn, prefix string, r *Runner, log *slog.Logger) (stop func() error, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	srv, err := rpc.Start(ctx, nc, rpc.Config{
 		Name:        ServiceName,
 		Description: "relay tool runner: the MCP tools a role may call, and the MCP servers' status",
@@ -136,6 +171,20 @@ func Serve(ctx context.Context, nc *nats.Conn, prefix string, r *Runner, log *sl
 		rpc.Endpoint{Name: "status", Subject: prefix + "." + SubjectStatus, ErrorBody: statusError, Handle: func(context.Context, []byte) (any, error) {
 			return r.Status(), nil
 		}},
+		rpc.Endpoint{Name: "refresh", Subject: prefix + "." + SubjectRefresh, ErrorBody: refreshError, Broadcast: true, Handle: func(_ context.Context, data []byte) (any, error) {
+			var req RefreshRequest
+			if err := json.Unmarshal(data, &req); err != nil {
+				e := rpc.Errorf(rpc.CodeBadRequest, "bad request: %v", err)
+				return refreshError(e), e
+			}
+			names, err := r.RefreshTools(req.Server)
+			if err != nil {
+				e := rpc.Errorf(rpc.CodeBadRequest, "%v", err)
+				return refreshError(e), e
+			}
+			log.Info("tool lists refreshed on request", "servers", names)
+			return RefreshResponse{Servers: names}, nil
+		}},
 	)
 	if err != nil {
 		return nil, err
@@ -144,6 +193,8 @@ func Serve(ctx context.Context, nc *nats.Conn, prefix string, r *Runner, log *sl
 }
 
 func listError(e *rpc.Error) any { return ListResponse{Tools: []ToolInfo{}, Error: e.Message} }
+
+func refreshError(e *rpc.Error) any { return RefreshResponse{Servers: []string{}, Error: e.Message} }
 
 func statusError(e *rpc.Error) any {
 	return StatusResponse{Servers: []ServerStatus{}, Error: e.Message}

@@ -25,8 +25,8 @@ import (
 func init() {
 	registerCommand(&command{
 		name:    "mcp",
-		usage:   "list|test|call|enable|disable|stop|resume|install|uninstall|bundles",
-		summary: "MCP servers of mcp.json: `list [-json]`, `test <server>`, `call <server> <tool> --args '{...}'`, `enable|disable <server>`, `stop|resume` (stop switch), `install|uninstall|bundles` (bundles)",
+		usage:   "list|test|call|enable|disable|refresh|stop|resume|install|uninstall|bundles",
+		summary: "MCP servers of mcp.json: `list [-json]`, `test <server>`, `call <server> <tool> --args '{...}'`, `enable|disable <server>`, `refresh [server]` (tool lists), `stop|resume` (stop switch), `install|uninstall|bundles` (bundles)",
 		run:     runMCP,
 	})
 }
@@ -37,6 +37,7 @@ const mcpUsage = `usage:
   relay mcp call <server> <tool> [--args '{...}'] [--role R] [--save DIR] [-v] [-json]
   relay mcp enable <server>                           re-enable (resets the health failure count)
   relay mcp disable <server> [--reason TEXT]
+  relay mcp refresh [server]                          running tool runners drop their cached tool list (of one server, or all)
   relay mcp stop | resume                             the stop switch: block / allow every new execution
 ` + bundlesUsageLines
 
@@ -61,6 +62,8 @@ func runMCP(ctx context.Context, a *app, args []string) error {
 		return mcpCall(ctx, a, ts, rest)
 	case "enable", "disable":
 		return mcpEnable(ctx, a, ts, sub == "enable", rest)
+	case "refresh":
+		return mcpRefresh(ctx, a, rest)
 	case "stop", "resume":
 		return mcpStop(ctx, a, sub == "stop")
 	}
@@ -359,6 +362,33 @@ func mcpEnable(ctx context.Context, a *app, ts *toolrunner.Settings, enable bool
 		return err
 	}
 	fmt.Fprintf(a.stdout, "%sd %s (running tool runners pick it up at once)\n", verb, name)
+	return nil
+}
+
+// mcpRefresh asks the running tool runners to drop their cached tool lists
+// (every runner instance gets the request) and prints the servers refreshed.
+func mcpRefresh(ctx context.Context, a *app, args []string) error {
+	if len(args) > 1 {
+		return &exitError{code: 2, msg: "usage: relay mcp refresh [server]"}
+	}
+	server := ""
+	if len(args) == 1 {
+		server = args[0]
+	}
+	b, err := a.clientBus(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	names, err := tools.RefreshRemote(ctx, b.Conn(), b.Prefix(), server)
+	if err != nil {
+		return &exitError{code: 1, msg: fmt.Sprintf("mcp refresh: %v", err)}
+	}
+	if len(names) == 0 {
+		fmt.Fprintln(a.stdout, "the running tool runner has no servers")
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "refreshed the tool list of %s (fetched again on next use by every running tool runner)\n", strings.Join(names, ", "))
 	return nil
 }
 

@@ -161,3 +161,47 @@ func TestMCPSwitchesWriteTheSharedState(t *testing.T) {
 		}
 	}
 }
+
+// `relay mcp refresh [server]` asks the running tool runner to drop its
+// cached tool lists: it names the runner to start when none runs, the
+// servers refreshed when one does, and an unknown server as an error.
+func TestMCPRefresh(t *testing.T) {
+	t.Parallel()
+	env, _ := tokenServer(t)
+	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
+	cli := func(args ...string) (int, string, string) {
+		var out, errb syncBuffer
+		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	if code, _, errs := cli("mcp", "refresh"); code != 1 || !strings.Contains(errs, "no tool runner answering") {
+		t.Errorf("refresh without a runner: exit %d, stderr %q; want 1 naming the runner to start", code, errs)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan int, 1)
+	var runnerLog syncBuffer
+	go func() { done <- Run(ctx, []string{"toolrunner"}, config.FromMap(env), &syncBuffer{}, &runnerLog) }()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("tool runner: exit %d\n%s", code, runnerLog.String())
+		}
+	}()
+	var (
+		code      int
+		out, errs string
+	)
+	testenv.WaitFor(t, 30*time.Second, "the tool runner to answer refresh", func() bool {
+		code, out, errs = cli("mcp", "refresh")
+		return code == 0
+	})
+	if !strings.HasPrefix(out, "refreshed the tool list of everything") {
+		t.Errorf("refresh: got %q, %s", out, errs)
+	}
+	if code, out, errs = cli("mcp", "refresh", "everything"); code != 0 || !strings.HasPrefix(out, "refreshed the tool list of everything") {
+		t.Errorf("refresh everything: exit %d, got %q, %s", code, out, errs)
+	}
+	if code, _, errs = cli("mcp", "refresh", "nosuch"); code != 1 || !strings.Contains(errs, `"nosuch"`) || !strings.Contains(errs, "unknown server") {
+		t.Errorf("refresh nosuch: exit %d, stderr %q; want 1 naming the unknown server", code, errs)
+	}
+}

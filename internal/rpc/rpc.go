@@ -172,6 +172,10 @@ type Endpoint struct {
 	// (the instance is stopping, a reply does not marshal), in the shape the
 	// endpoint's clients before micro decode. Required.
 	ErrorBody func(*Error) any
+	// Broadcast subscribes outside the queue group, so every instance
+	// handles each request (an announcement such as "drop your caches");
+	// a client's request gets the first instance's reply.
+	Broadcast bool
 }
 
 // Config configures a Server.
@@ -242,7 +246,11 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config, endpoints ...Endpoint
 	}
 	s.svc = svc
 	for _, ep := range endpoints {
-		if err := svc.AddEndpoint(ep.Name, s.handler(ep), micro.WithEndpointSubject(ep.Subject)); err != nil {
+		opts := []micro.EndpointOpt{micro.WithEndpointSubject(ep.Subject)}
+		if ep.Broadcast {
+			opts = append(opts, micro.WithEndpointQueueGroupDisabled())
+		}
+		if err := svc.AddEndpoint(ep.Name, s.handler(ep), opts...); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("add endpoint %s on %s: %w", ep.Name, ep.Subject, err)
 		}

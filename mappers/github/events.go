@@ -87,6 +87,7 @@ func (f *facts) shared(ev any) {
 func (f *facts) issues(e *gh.IssuesEvent, n int) {
 	is := e.GetIssue()
 	f.number, f.url = is.GetNumber(), is.GetHTMLURL()
+	f.issueFacts(is)
 	head := fmt.Sprintf("%s %s issue #%d in %s: %s", f.who(), f.action, is.GetNumber(), f.where(), is.GetTitle())
 	head += issueDetail(f.action, e.GetLabel(), e.GetAssignee(), e.GetMilestone())
 	f.text = withBody(head, is.GetBody(), f.action == "opened" || f.action == "edited", n)
@@ -95,6 +96,7 @@ func (f *facts) issues(e *gh.IssuesEvent, n int) {
 func (f *facts) issueComment(e *gh.IssueCommentEvent, n int) {
 	is, c := e.GetIssue(), e.GetComment()
 	f.number, f.url = is.GetNumber(), c.GetHTMLURL()
+	f.issueFacts(is)
 	kind := "issue"
 	if is != nil && is.IsPullRequest() {
 		kind = "pull request"
@@ -109,6 +111,7 @@ func (f *facts) pullRequest(e *gh.PullRequestEvent, n int) {
 	if f.number == 0 {
 		f.number = e.GetNumber()
 	}
+	f.prFacts(pr)
 	head := fmt.Sprintf("%s %s pull request #%d in %s: %s", f.who(), prVerb(f.action, pr.GetMerged(), e.GetRequestedReviewer(), e.GetRequestedTeam()), f.number, f.where(), pr.GetTitle())
 	head += issueDetail(f.action, e.GetLabel(), e.GetAssignee(), nil)
 	if f.action == "opened" || f.action == "ready_for_review" {
@@ -120,6 +123,7 @@ func (f *facts) pullRequest(e *gh.PullRequestEvent, n int) {
 func (f *facts) review(e *gh.PullRequestReviewEvent, n int) {
 	pr, rv := e.GetPullRequest(), e.GetReview()
 	f.number, f.url = pr.GetNumber(), rv.GetHTMLURL()
+	f.prFacts(pr)
 	f.text = withBody(fmt.Sprintf("%s %s pull request #%d in %s: %s", f.who(), reviewVerb(f.action, rv.GetState()), pr.GetNumber(), f.where(), pr.GetTitle()),
 		rv.GetBody(), f.action != "dismissed", n)
 }
@@ -127,6 +131,7 @@ func (f *facts) review(e *gh.PullRequestReviewEvent, n int) {
 func (f *facts) reviewComment(e *gh.PullRequestReviewCommentEvent, n int) {
 	pr, c := e.GetPullRequest(), e.GetComment()
 	f.number, f.url = pr.GetNumber(), c.GetHTMLURL()
+	f.prFacts(pr)
 	where := ""
 	if c.GetPath() != "" {
 		where = " " + c.GetPath() + " in"
@@ -138,12 +143,15 @@ func (f *facts) reviewComment(e *gh.PullRequestReviewCommentEvent, n int) {
 func (f *facts) reviewThread(e *gh.PullRequestReviewThreadEvent, _ int) {
 	pr := e.GetPullRequest()
 	f.number, f.url = pr.GetNumber(), pr.GetHTMLURL()
+	f.prFacts(pr)
 	f.text = fmt.Sprintf("%s %s a review thread on pull request #%d in %s: %s", f.who(), f.action, pr.GetNumber(), f.where(), pr.GetTitle())
 }
 
 func (f *facts) discussion(e *gh.DiscussionEvent, n int) {
 	d := e.GetDiscussion()
 	f.number, f.url = d.GetNumber(), d.GetHTMLURL()
+	f.fx.Str("title", d.GetTitle())
+	f.fx.Str("state", d.GetState())
 	head := fmt.Sprintf("%s %s discussion #%d in %s: %s", f.who(), f.action, d.GetNumber(), f.where(), d.GetTitle())
 	if c := d.GetDiscussionCategory().GetName(); c != "" {
 		head += " [" + c + "]"
@@ -154,6 +162,8 @@ func (f *facts) discussion(e *gh.DiscussionEvent, n int) {
 func (f *facts) discussionComment(e *gh.DiscussionCommentEvent, n int) {
 	d, c := e.GetDiscussion(), e.GetComment()
 	f.number, f.url = d.GetNumber(), c.GetHTMLURL()
+	f.fx.Str("title", d.GetTitle())
+	f.fx.Str("state", d.GetState())
 	f.text = withBody(fmt.Sprintf("%s %s discussion #%d in %s: %s", f.who(), commentVerb(f.action), d.GetNumber(), f.where(), d.GetTitle()),
 		c.GetBody(), f.action != "deleted", n)
 }
@@ -165,12 +175,14 @@ func (f *facts) push(e *gh.PushEvent, n int) {
 		f.actor = e.GetPusher().GetName()
 	}
 	f.url = e.GetCompare()
+	f.refFacts("", e.GetRef(), e.GetAfter())
 	f.text = pushText(f, e, n)
 }
 
 func (f *facts) release(e *gh.ReleaseEvent, n int) {
 	rel := e.GetRelease()
 	f.url = rel.GetHTMLURL()
+	f.fx.Str("tag", rel.GetTagName())
 	head := fmt.Sprintf("%s %s release %s in %s", f.who(), f.action, rel.GetTagName(), f.where())
 	if rel.GetName() != "" && rel.GetName() != rel.GetTagName() {
 		head += ": " + rel.GetName()
@@ -193,6 +205,7 @@ func firstPR(prs []*gh.PullRequest) int {
 func (f *facts) workflowRun(e *gh.WorkflowRunEvent, _ int) {
 	run := e.GetWorkflowRun()
 	f.url = run.GetHTMLURL()
+	f.branchFacts(run.GetHeadBranch(), run.GetHeadSHA())
 	if run != nil {
 		f.number = firstPR(run.PullRequests)
 	}
@@ -204,6 +217,7 @@ func (f *facts) workflowRun(e *gh.WorkflowRunEvent, _ int) {
 func (f *facts) workflowJob(e *gh.WorkflowJobEvent, _ int) {
 	job := e.GetWorkflowJob()
 	f.url = job.GetHTMLURL()
+	f.branchFacts(job.GetHeadBranch(), job.GetHeadSHA())
 	f.text = fmt.Sprintf("job %q of workflow %q %s in %s: %s on %s (%s)",
 		job.GetName(), job.GetWorkflowName(), f.action, f.where(), outcome(job.GetStatus(), job.GetConclusion()),
 		job.GetHeadBranch(), short(job.GetHeadSHA()))
@@ -212,6 +226,7 @@ func (f *facts) workflowJob(e *gh.WorkflowJobEvent, _ int) {
 func (f *facts) checkRun(e *gh.CheckRunEvent, n int) {
 	cr := e.GetCheckRun()
 	f.url = cr.GetHTMLURL()
+	f.branchFacts(cr.GetCheckSuite().GetHeadBranch(), cr.GetHeadSHA())
 	if cr != nil {
 		f.number = firstPR(cr.PullRequests)
 	}
@@ -229,6 +244,7 @@ func (f *facts) checkRun(e *gh.CheckRunEvent, n int) {
 
 func (f *facts) checkSuite(e *gh.CheckSuiteEvent, _ int) {
 	cs := e.GetCheckSuite()
+	f.branchFacts(cs.GetHeadBranch(), cs.GetHeadSHA())
 	if cs != nil {
 		f.number = firstPR(cs.PullRequests)
 	}
@@ -239,6 +255,7 @@ func (f *facts) checkSuite(e *gh.CheckSuiteEvent, _ int) {
 func (f *facts) commitComment(e *gh.CommitCommentEvent, n int) {
 	c := e.GetComment()
 	f.url = c.GetHTMLURL()
+	f.fx.Str("sha", c.GetCommitID())
 	f.text = withBody(fmt.Sprintf("%s %s commit %s in %s", f.who(), commentVerb(f.action), short(c.GetCommitID()), f.where()),
 		c.GetBody(), true, n)
 }

@@ -61,6 +61,7 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	if f.bot {
 		e.Meta.Set("bot", true)
 	}
+	f.setFacts(e)
 	return mappers.One(envelope.Inbound(envelope.ChannelGitHub, event), msgID, e), nil
 }
 
@@ -120,6 +121,7 @@ type facts struct {
 	repoURL       string
 	text          string
 	role          envelope.Role
+	fx            mappers.Facts // meta.facts beyond repository and number
 }
 
 // thread is the conversation key: the issue, pull request or discussion when
@@ -233,6 +235,7 @@ func (p *Provider) generic(f *facts, m map[string]any) {
 		if n := num(m, k, "number"); n > 0 {
 			f.number = n
 			f.url = str(m, k, "html_url")
+			f.genericFacts(m, k)
 			f.text = fmt.Sprintf("%s %s %s on %s #%d in %s: %s", f.who(), verb, f.event, strings.ReplaceAll(k, "_", " "), n, f.where(), str(m, k, "title"))
 			return
 		}
@@ -269,6 +272,7 @@ func (p *Provider) generic(f *facts, m map[string]any) {
 		what += " " + strings.TrimSpace(str(m, "ref_type")+" "+ref)
 	}
 	f.text = fmt.Sprintf("%s %s %s in %s", f.who(), verb, what, f.where())
+	f.refFacts(str(m, "ref_type"), str(m, "ref"), "")
 	if f.event == "ping" {
 		f.role = envelope.RoleSystem
 	}

@@ -232,6 +232,15 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	setIf(extra, "assignee", res.link("assignee").Title)
 	setIf(extra, "priority", res.link("priority").Title)
 	e.Meta.Set(MetaKey, mappers.TrimStrings(extra, mappers.MaxContent))
+	var fx mappers.Facts
+	fx.Int("work_package_id", m.wp)
+	fx.Str("title", m.wpSubject)
+	fx.Str("project", res.link("project").Title)
+	fx.Str("type", res.link("type").Title)
+	fx.Str("status", res.link("status").Title)
+	fx.Str("priority", res.link("priority").Title)
+	fx.Str("assignee", res.link("assignee").Title)
+	fx.SetOn(e)
 	return mappers.One(envelope.Inbound(envelope.ChannelOpenProject, event), msgID, e), nil
 }
 

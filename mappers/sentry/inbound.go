@@ -181,6 +181,7 @@ type mapped struct {
 	issueID  string // threads by SentryThread(org, issueID) when set
 	url      string
 	extra    map[string]any
+	facts    mappers.Facts // meta.facts
 }
 
 // Map turns a verified Sentry webhook into one envelope. A missing
@@ -242,6 +243,7 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	setIf(extra, "actor_type", h.Actor.Type)
 	setIf(extra, "request_id", r.Header.Get(HeaderRequestID))
 	e.Meta.Set(MetaKey, mappers.TrimStrings(extra, mappers.MaxContent))
+	m.facts.SetOn(e)
 	return mappers.One(envelope.Inbound(envelope.ChannelSentry, resource), msgID, e), nil
 }
 
@@ -305,9 +307,17 @@ func mapIssue(h *hook, actor string) (mapped, error) {
 	setIf(extra, "substatus", is.Substatus)
 	setIf(extra, "title", is.Title)
 	setIf(extra, "api_url", is.URL)
+	var fx mappers.Facts
+	fx.Str("issue_id", string(is.ID))
+	fx.Str("short_id", is.ShortID)
+	fx.Str("project", is.Project.Slug)
+	fx.Str("level", is.Level)
+	fx.Str("culprit", is.Culprit)
+	fx.Str("title", is.Title)
+	fx.Str("status", is.Status)
 	return mapped{
 		role: envelope.RoleUser, content: b.String(), objectID: string(is.ID), issueID: string(is.ID),
-		url: cmp.Or(is.WebURL, is.Permalink), extra: extra,
+		url: cmp.Or(is.WebURL, is.Permalink), extra: extra, facts: fx,
 	}, nil
 }
 
@@ -335,7 +345,7 @@ func mapEventAlert(h *hook) (mapped, error) {
 	setIf(extra, "rule", rule)
 	return mapped{
 		role: envelope.RoleUser, content: b.String(), objectID: cmp.Or(ev.EventID, string(ev.IssueID)),
-		issueID: string(ev.IssueID), url: ev.WebURL, extra: extra,
+		issueID: string(ev.IssueID), url: ev.WebURL, extra: extra, facts: eventFacts(ev),
 	}, nil
 }
 
@@ -357,8 +367,19 @@ func mapError(h *hook) (mapped, error) {
 	b.WriteString(details(ev.Level, "", ev.Culprit))
 	return mapped{
 		role: envelope.RoleUser, content: b.String(), objectID: cmp.Or(ev.EventID, string(ev.IssueID)),
-		issueID: string(ev.IssueID), url: ev.WebURL, extra: eventExtra(ev),
+		issueID: string(ev.IssueID), url: ev.WebURL, extra: eventExtra(ev), facts: eventFacts(ev),
 	}, nil
+}
+
+// eventFacts are the facts of an event: its issue, level, culprit and title
+// (an event names its project by id only, so project is left out).
+func eventFacts(ev *event) mappers.Facts {
+	var fx mappers.Facts
+	fx.Str("issue_id", string(ev.IssueID))
+	fx.Str("level", ev.Level)
+	fx.Str("culprit", ev.Culprit)
+	fx.Str("title", cmp.Or(ev.Title, ev.Message))
+	return fx
 }
 
 func eventExtra(ev *event) map[string]any {
@@ -432,9 +453,12 @@ func mapComment(h *hook, actor string) (mapped, error) {
 	setIf(extra, "comment_id", string(d.CommentID))
 	setIf(extra, "project", d.ProjectSlug)
 	setIf(extra, "comment_timestamp", d.Timestamp)
+	var fx mappers.Facts
+	fx.Str("issue_id", string(d.IssueID))
+	fx.Str("project", d.ProjectSlug)
 	return mapped{
 		role: envelope.RoleUser, content: content, objectID: cmp.Or(string(d.CommentID), string(d.IssueID)),
-		issueID: string(d.IssueID), extra: extra,
+		issueID: string(d.IssueID), extra: extra, facts: fx,
 	}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/mappers"
 )
 
 // Context is what mappings, templates and conditions read: the envelope's
@@ -20,7 +21,7 @@ var envelopeVars = []string{"id", "channel", "event", "action", "thread", "task_
 // mapper fills it, otherwise derived from meta.thread and the provider's meta
 // extra.
 var factVars = []string{
-	"repository", "owner", "repo", "number", "title", "labels", "state", "branch", "ref", "sha", // GitHub
+	"repository", "owner", "repo", "number", "title", "labels", "state", "branch", "base", "ref", "tag", "sha", // GitHub
 	"project", "level", "culprit", "issue_id", "org", "short_id", // Sentry (project, title, status also OpenProject)
 	"type", "status", "work_package_id", "host", "priority", "assignee", // OpenProject
 	"team", "slack_channel", "user", // Slack
@@ -94,12 +95,19 @@ func NewContext(e *envelope.Envelope) Context {
 			}
 		}
 	}
-	// meta.facts, when a mapper fills it, wins over what was derived.
-	if f, ok := e.Meta.Extra["facts"].(map[string]any); ok {
+	// meta.facts, when a mapper fills it, wins over what was derived. A
+	// whole number decoded from JSON (float64) becomes an int, as derived
+	// numbers are.
+	if f, ok := e.Meta.Extra[mappers.FactsKey].(map[string]any); ok {
 		for _, k := range factVars {
-			if v, ok := f[k]; ok {
-				c[k] = v
+			v, ok := f[k]
+			if !ok {
+				continue
 			}
+			if n, isNum := v.(float64); isNum && n == float64(int(n)) {
+				v = int(n)
+			}
+			c[k] = v
 		}
 	}
 	return c

@@ -96,24 +96,38 @@ func start(t testing.TB, file string, extra ...mcpconfig.Server) *rig {
 // issueOpened maps the real issues.opened example through the GitHub mapper.
 func issueOpened(t *testing.T) mappers.Item {
 	t.Helper()
+	return octokitItem(t, "issues", "opened", nil)
+}
+
+// octokitItem maps the first @octokit/webhooks-examples payload of event and
+// action through the GitHub mapper, after edit (when not nil) changes the
+// decoded payload.
+func octokitItem(t *testing.T, event, action string, edit func(p map[string]any)) mappers.Item {
+	t.Helper()
 	for _, ex := range mapperstest.OctokitExamples(t) {
-		var p struct {
-			Action string `json:"action"`
-		}
-		_ = json.Unmarshal(ex.Payload, &p)
-		if ex.Event != "issues" || p.Action != "opened" {
+		var p map[string]any
+		if err := json.Unmarshal(ex.Payload, &p); err != nil || ex.Event != event || p["action"] != action {
 			continue
 		}
+		body := ex.Payload
+		if edit != nil {
+			edit(p)
+			b, err := json.Marshal(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = b
+		}
 		h := http.Header{}
-		h.Set(github.HeaderEvent, "issues")
+		h.Set(github.HeaderEvent, event)
 		h.Set(github.HeaderDelivery, "d-"+bustest.RandomPrefix())
-		res, err := github.New(github.Config{}).Map(&mappers.Request{Header: h, Body: ex.Payload, Received: time.Now()})
+		res, err := github.New(github.Config{}).Map(&mappers.Request{Header: h, Body: body, Received: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res.Items[0]
 	}
-	t.Fatal("no issues.opened example")
+	t.Fatalf("no %s.%s example", event, action)
 	return mappers.Item{}
 }
 
@@ -409,4 +423,67 @@ hooks:
 		t.Errorf("disabled server: got %+v, want skipped naming disabled and the reason", x)
 	}
 	quiet(t, r.calls, 300*time.Millisecond, "a tool call while skipped")
+}
+
+const incidentFile = `
+hooks:
+  - name: incident-work-package
+    on: ["github.issues.labeled"]
+    if: '"incident" in labels && state == "open"'
+    actions:
+      - type: mcp
+        parameters:
+          serverId: everything
+          toolName: echo
+          parameterMappings:
+            - {toolParam: message, source: template, value: "{{.repository}}#{{.number}} {{.title}} [{{range $i, $l := .labels}}{{if $i}},{{end}}{{$l}}{{end}}]"}
+  - name: never-on-other-labels
+    on: ["github.issues.labeled"]
+    if: '"wontfix" in labels'
+    actions:
+      - type: mcp
+        parameters: {serverId: everything, toolName: echo, parameterMappings: [{toolParam: message, source: literal, value: x}]}
+`
+
+// TestHookOnLabelledIssue: the real issues.labeled example, labelled
+// "incident" as well, fires the hook whose condition reads the labels from
+// meta.facts; the unchanged example (label "bug" only) fires nothing.
+func TestHookOnLabelledIssue(t *testing.T) {
+	t.Parallel()
+	r := start(t, incidentFile)
+	r.publish(t, octokitItem(t, "issues", "labeled", nil))
+	quiet(t, r.executed, 500*time.Millisecond, "record for an issue without the incident label")
+
+	it := octokitItem(t, "issues", "labeled", func(p map[string]any) {
+		issue := p["issue"].(map[string]any)
+		incident := map[string]any{"id": 1, "name": "incident", "color": "ff0000"}
+		issue["labels"] = append(issue["labels"].([]any), incident)
+		p["label"] = incident
+	})
+	r.publish(t, it)
+	x := record(t, r.executed)
+	want := "Codertocat/Hello-World#1 Spelling error in the README file [bug,incident]"
+	if x.Hook != "incident-work-package" || x.Status != hooks.StatusSuccess || x.Params["message"] != want {
+		t.Fatalf("got %+v, want incident-work-package success with message %q", x, want)
+	}
+	quiet(t, r.executed, 300*time.Millisecond, "record of the hook on another label")
+}
+
+// TestMCPRefreshDropsHookToolLists: `relay mcp refresh` (RefreshRemote)
+// reaches the hooks worker too: the tool lists it cached to check and
+// resolve actions are dropped along with the runner's.
+func TestMCPRefreshDropsHookToolLists(t *testing.T) {
+	t.Parallel()
+	r := start(t, greetFile)
+	r.publish(t, issueOpened(t))
+	record(t, r.executed)
+	record(t, r.executed) // both actions done: nothing lists tools any more
+	if n := hooks.CachedRoles(r.svc); n != 1 {
+		t.Fatalf("cached roles after a run: got %d, want 1", n)
+	}
+	names, err := tools.RefreshRemote(t.Context(), r.b.Conn(), r.b.Prefix(), "everything")
+	if err != nil || len(names) != 1 || names[0] != "everything" {
+		t.Fatalf("refresh: got %v, %v; want [everything]", names, err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the hooks' tool lists dropped", func() bool { return hooks.CachedRoles(r.svc) == 0 })
 }

@@ -258,6 +258,13 @@ func TestContextFromGoldenEnvelopes(t *testing.T) {
 			"work_package_id": 1528, "project": "A Test Project", "type": "Task", "status": "New", "title": "Develop API"}},
 		{"../../mappers/github/testdata/golden/issues.opened.json", map[string]any{"repository": "Codertocat/Hello-World", "number": 1,
 			"actor": "Codertocat", "event": "issues", "action": "opened"}},
+		{"../../mappers/sentry/testdata/golden/error.created.json", map[string]any{"level": "error", "culprit": "?(runner)",
+			"issue_id": "1170820242", "title": "ReferenceError: blooopy is not defined"}},
+		{"../../mappers/github/testdata/golden/pull_request.opened.json", map[string]any{"repository": "Codertocat/Hello-World", "number": 2,
+			"title": "Update the README with new information.", "state": "open", "branch": "changes", "base": "master",
+			"sha": "ec26c3e57ca3a959ca5aad62de7213c562f8c821"}},
+		{"../../mappers/github/testdata/golden/push.0.json", map[string]any{"repository": "Codertocat/Hello-World",
+			"ref": "refs/tags/simple-tag", "tag": "simple-tag", "sha": "6113728f27ae82c7b1a177c8d03f9e96e0adf246"}},
 	}
 	for _, tc := range cases {
 		raw, err := os.ReadFile(tc.file)

@@ -5,8 +5,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaystation/relay/envelope"
 )
 
 // watch polls the hooks file every interval and, when its content changed
@@ -54,6 +60,9 @@ func (s *Service) reload(ctx context.Context, path string) {
 	}
 	s.SetHooks(f)
 	s.log.Info("hooks file reloaded", "file", path, "hooks", len(f.Hooks))
+	if err := s.filter(ctx, f); err != nil {
+		s.log.Warn("hooks consumer keeps its previous subjects", "err", err)
+	}
 }
 
 func digest(path string) []byte {
@@ -63,4 +72,46 @@ func digest(path string) []byte {
 	}
 	sum := sha256.Sum256(b)
 	return sum[:]
+}
+
+// filter points the durable consumer at the subjects f's triggers need (all
+// of in.> when f has none), when they differ from its current filter. A
+// consumer that does not exist yet is left to Run, which creates it with the
+// hooks in force.
+func (s *Service) filter(ctx context.Context, f *File) error {
+	want := make([]string, 0, 1)
+	for _, subj := range f.Subjects() {
+		want = append(want, s.bus.Subject(subj))
+	}
+	if len(want) == 0 {
+		want = append(want, s.bus.Subject(envelope.SubjectInbound+".>"))
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stream := s.bus.StreamName(envelope.SubjectInbound + ".>")
+	c, err := s.bus.JetStream().Consumer(cctx, stream, s.cfg.Consumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("consumer %s: %w", s.cfg.Consumer, err)
+	}
+	info, err := c.Info(cctx)
+	if err != nil {
+		return fmt.Errorf("consumer %s: %w", s.cfg.Consumer, err)
+	}
+	cfg := info.Config
+	have := cfg.FilterSubjects
+	if len(have) == 0 && cfg.FilterSubject != "" {
+		have = []string{cfg.FilterSubject}
+	}
+	if slices.Equal(slices.Sorted(slices.Values(have)), want) {
+		return nil
+	}
+	cfg.FilterSubject, cfg.FilterSubjects = "", want
+	if _, err := s.bus.JetStream().UpdateConsumer(cctx, stream, cfg); err != nil {
+		return fmt.Errorf("update consumer %s to %v: %w", s.cfg.Consumer, want, err)
+	}
+	s.log.Info("hooks consumer subjects", "subjects", want)
+	return nil
 }

@@ -5,12 +5,16 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/testenv"
 )
 
@@ -67,4 +71,80 @@ func TestReloadOnEdit(t *testing.T) {
 	if !strings.Contains(logs.String(), "edit refused; the previous hooks stay in force") {
 		t.Errorf("log: got %q, want the refusal said", logs.String())
 	}
+}
+
+func triggerFile(on ...string) string {
+	return "hooks:\n  - name: h\n    on: [" + strings.Join(on, ", ") + "]\n    actions:\n      - type: mcp\n        parameters: {serverId: s, toolName: t}\n"
+}
+
+// TestConsumerFiltersTriggerSubjects: the hooks consumer is sent only the
+// inbound subjects the triggers name (in.{channel}.{event}, once each), and
+// a reload that changes the triggers changes its filter.
+func TestConsumerFiltersTriggerSubjects(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	path := filepath.Join(t.TempDir(), "hooks.yaml")
+	if err := os.WriteFile(path, []byte(triggerFile("github.issues.opened", "github.issues.labeled", "sentry.issue.created")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.Subjects(), []string{"in.github.issues", "in.sentry.issue"}; !slices.Equal(got, want) {
+		t.Fatalf("Subjects: got %v, want %v", got, want)
+	}
+	s, err := New(t.Context(), Config{Hooks: f, Path: path, ReloadInterval: 10 * time.Millisecond, Consumer: "hooks-filter"}, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Go(t, "Run", s.Run)
+	stream := b.StreamName("in.>")
+	info := func() *jetstream.ConsumerInfo {
+		c, err := b.JetStream().Consumer(t.Context(), stream, "hooks-filter")
+		if err != nil {
+			return nil
+		}
+		ci, err := c.Info(t.Context())
+		if err != nil {
+			return nil
+		}
+		return ci
+	}
+	filter := func(ci *jetstream.ConsumerInfo) []string {
+		if ci.Config.FilterSubject != "" {
+			return []string{ci.Config.FilterSubject}
+		}
+		return ci.Config.FilterSubjects
+	}
+	testenv.WaitFor(t, 10*time.Second, "the hooks consumer", func() bool { return info() != nil })
+	if got, want := filter(info()), []string{b.Subject("in.github.issues"), b.Subject("in.sentry.issue")}; !slices.Equal(got, want) {
+		t.Fatalf("filter: got %v, want %v", got, want)
+	}
+
+	slack := func() {
+		t.Helper()
+		e := envelope.New(envelope.ChannelSlack, envelope.RoleUser, "hello")
+		e.Meta.Source = &envelope.Source{Event: "message"}
+		if _, err := b.Publish(t.Context(), envelope.Inbound(envelope.ChannelSlack, "message"), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slack()
+	if ci := info(); ci == nil || ci.NumPending != 0 || ci.NumAckPending != 0 || ci.Delivered.Stream != 0 {
+		t.Fatalf("after an in.slack.message envelope: got %+v, want nothing pending or delivered", ci)
+	}
+
+	if err := os.WriteFile(path, []byte(triggerFile("slack.message")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the filter to follow the edit", func() bool {
+		ci := info()
+		return ci != nil && slices.Equal(filter(ci), []string{b.Subject("in.slack.message")})
+	})
+	slack()
+	testenv.WaitFor(t, 10*time.Second, "the in.slack.message envelope delivered", func() bool {
+		ci := info()
+		return ci != nil && ci.Delivered.Stream > 0
+	})
 }

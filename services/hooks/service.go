@@ -33,6 +33,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -228,6 +229,13 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	defer s.caller.stop()
+	// `relay mcp refresh` reaches the tool runners on SubjectRefresh; the
+	// hooks drop their own tool lists with them (listening, not answering).
+	refresh, err := s.bus.Conn().Subscribe(s.bus.Subject(tools.SubjectRefresh), func(*nats.Msg) { s.Refresh() })
+	if err != nil {
+		return fmt.Errorf("subscribe to %s: %w", tools.SubjectRefresh, err)
+	}
+	defer func() { _ = refresh.Unsubscribe() }()
 	var wg sync.WaitGroup
 	wctx, stop := context.WithCancel(ctx)
 	defer func() { stop(); wg.Wait() }()
@@ -238,8 +246,11 @@ func (s *Service) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); s.watch(wctx, s.cfg.Path, s.cfg.ReloadInterval) }()
 	}
 	return s.bus.Consume(ctx, bus.ConsumerConfig{
-		Name:        s.cfg.Consumer,
-		Subject:     envelope.SubjectInbound + ".>",
+		Name:    s.cfg.Consumer,
+		Subject: envelope.SubjectInbound + ".>",
+		// Only the subjects the hooks' triggers name (in.{channel}.{event});
+		// all of in.> when there are no hooks. A reload re-filters.
+		Subjects:    s.hooks.Load().Subjects(),
 		Concurrency: s.cfg.Concurrency,
 		DeliverNew:  !s.cfg.FromStart,
 		// An action may wait 5 minutes for its tool; heartbeats keep it.

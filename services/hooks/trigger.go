@@ -3,6 +3,7 @@ package hooks
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/relaystation/relay/envelope"
@@ -61,4 +62,24 @@ func (t Trigger) Matches(e *envelope.Envelope) bool {
 		return false
 	}
 	return t.Action == "" || t.Action == "*" || t.Action == src.Action
+}
+
+// Subject is the inbound subject (relative to the bus prefix) of t's
+// envelopes: in.{channel}.{event}. The action is not part of subjects.
+func (t Trigger) Subject() string { return envelope.Inbound(t.Channel, t.Event) }
+
+// Subjects are the inbound subjects f's hooks need, sorted and unique: the
+// hooks consumer's filter. Nil when f has no hooks.
+func (f *File) Subjects() []string {
+	var out []string
+	for _, h := range f.Hooks {
+		if h == nil {
+			continue
+		}
+		for _, t := range h.triggers {
+			out = append(out, t.Subject())
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

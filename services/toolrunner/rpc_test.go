@@ -4,16 +4,25 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/rpc"
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 // The request/reply code of tool runners before nats.go/micro, kept here to
@@ -188,12 +197,14 @@ func TestRunnerServiceLifecycle(t *testing.T) {
 	info := discover(t, nc, f.b.Prefix()).Info
 	got := map[string]string{}
 	for _, ep := range info.Endpoints {
-		if ep.QueueGroup != tools.QueueGroup {
-			t.Errorf("endpoint %s: queue group %q, want %q", ep.Name, ep.QueueGroup, tools.QueueGroup)
+		// refresh reaches every instance: no queue group.
+		if want := tools.QueueGroup; ep.Name != "refresh" && ep.QueueGroup != want || ep.Name == "refresh" && ep.QueueGroup != "" {
+			t.Errorf("endpoint %s: queue group %q", ep.Name, ep.QueueGroup)
 		}
 		got[ep.Name] = ep.Subject
 	}
-	if len(got) != 2 || got["list"] != f.b.Subject(tools.SubjectList) || got["status"] != f.b.Subject(tools.SubjectStatus) ||
+	if len(got) != 3 || got["list"] != f.b.Subject(tools.SubjectList) || got["status"] != f.b.Subject(tools.SubjectStatus) ||
+		got["refresh"] != f.b.Subject(tools.SubjectRefresh) ||
 		info.Metadata[rpc.MetadataPrefix] != f.b.Prefix() {
 		t.Errorf("info: got %+v", info)
 	}
@@ -208,5 +219,81 @@ func TestRunnerServiceLifecycle(t *testing.T) {
 	want := "no tool runner answering on " + f.b.Subject(tools.SubjectList) + ": is `relay toolrunner` or `relay serve` running?"
 	if !errors.Is(err, tools.ErrNoRunner) || err.Error() != want {
 		t.Errorf("list without a runner: got %v, want %q", err, want)
+	}
+}
+
+// TestRefreshReachesEveryRunner: `relay mcp refresh` (RefreshRemote) drops
+// the cached tool list in every runner instance on the bus, not only in the
+// one that answers; an unknown server is an error naming it.
+func TestRefreshReachesEveryRunner(t *testing.T) {
+	t.Parallel()
+	var names atomic.Pointer[[]string]
+	names.Store(&[]string{"one"})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server {
+		s := mcp.NewServer(&mcp.Implementation{Name: "versioned", Version: "1"}, nil)
+		for _, n := range *names.Load() {
+			mcp.AddTool(s, &mcp.Tool{Name: n}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: n}}}, nil, nil
+			})
+		}
+		return s
+	}, &mcp.StreamableHTTPOptions{Stateless: true}) // stateless: no list_changed notifications
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	b := bustest.Embedded(t)
+	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['v.*']\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runners []*Service
+	for range 2 {
+		svc, err := New(t.Context(), Config{Logger: testenv.Logger(t, slog.LevelWarn), Tools: tools.Config{
+			Servers: []mcpconfig.Server{{Name: "v", Type: mcpconfig.HTTP, URL: srv.URL, ProtocolVersion: mcpconfig.DefaultProtocolVersion}},
+			Policy:  pol, AuditPath: filepath.Join(t.TempDir(), "tools.jsonl"),
+		}}, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.Go(t, "Run", svc.Run)
+		runners = append(runners, svc)
+	}
+	toolsOf := func(svc *Service) []string {
+		var out []string
+		for _, i := range svc.Runner().Tools(t.Context(), "agent") {
+			out = append(out, i.Name)
+		}
+		return out
+	}
+	for i, svc := range runners {
+		testenv.WaitFor(t, 20*time.Second, "runner ready", func() bool { return svc.Runner().Servers()[0].State == tools.StateReady })
+		if got := toolsOf(svc); !slices.Equal(got, []string{"v.one"}) {
+			t.Fatalf("runner %d: got %v, want [v.one]", i, got)
+		}
+	}
+	names.Store(&[]string{"two"})
+	for i, svc := range runners {
+		if got := toolsOf(svc); !slices.Equal(got, []string{"v.one"}) {
+			t.Fatalf("runner %d before the refresh: got %v, want the cached [v.one]", i, got)
+		}
+	}
+	nc := bustest.Connect(t, b).Conn()
+	// Both instances subscribe before Run's service is up; wait for both.
+	testenv.WaitFor(t, 10*time.Second, "two runner instances", func() bool {
+		found, err := rpc.Discover(t.Context(), nc, b.Prefix(), 200*time.Millisecond)
+		return err == nil && len(found) == 2
+	})
+	got, err := tools.RefreshRemote(t.Context(), nc, b.Prefix(), "")
+	if err != nil || !slices.Equal(got, []string{"v"}) {
+		t.Fatalf("refresh: got %v, %v; want [v]", got, err)
+	}
+	// The answer is the first runner's; the other handles the same request.
+	for i, svc := range runners {
+		testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("runner %d to list v.two", i), func() bool {
+			return slices.Equal(toolsOf(svc), []string{"v.two"})
+		})
+	}
+	var re *rpc.Error
+	if _, err := tools.RefreshRemote(t.Context(), nc, b.Prefix(), "nosuch"); !errors.As(err, &re) || !strings.Contains(err.Error(), `"nosuch"`) {
+		t.Errorf("refresh of an unknown server: got %v, want an *rpc.Error naming it", err)
 	}
 }

@@ -86,6 +86,10 @@ type Server struct {
 	// Timeout bounds one call when the policy sets no timeout budget for the
 	// server or tool (the orchestrator's "timeout"); 0 means the default.
 	Timeout time.Duration
+	// ToolsTTL is how long the runner caches the server's tool list (the
+	// entry's "ttlMs"); 0 means the server's own ttlMs, else the runner's
+	// default (5 minutes).
+	ToolsTTL time.Duration
 	// Capabilities and SchemaVersion are the orchestrator's declarations,
 	// kept for display (role capabilities live in the policy file).
 	Capabilities  []string

@@ -120,6 +120,8 @@ func TestParseErrorsNameServerAndField(t *testing.T) {
 		{"long name", `{"servers": {"` + strings.Repeat("n", 101) + `": {"command": "x"}}}`, []string{"at most 100"}},
 		{"bad timeout", `{"servers": {"a": {"command": "x", "timeout": "soon"}}}`, []string{`server "a"`, "timeout"}},
 		{"bad schemaVersion", `{"servers": {"a": {"command": "x", "schemaVersion": "v1"}}}`, []string{"schemaVersion"}},
+		{"ttlMs too short", `{"servers": {"a": {"command": "x", "ttlMs": 10}}}`, []string{`server "a"`, "ttlMs: 10 is outside 1000..86400000"}},
+		{"ttlMs not a number", `{"servers": {"a": {"command": "x", "ttlMs": "1m"}}}`, []string{`server "a"`, "ttlMs"}},
 		{"no servers", `{"globalShortcut": "x"}`, []string{"mcpServers"}},
 		{"unknown type", `{"servers": {"a": {"type": "websocket", "url": "http://x"}}}`, []string{`server "a"`, `type: unknown type "websocket"`}},
 		{"missing env var", `{"servers": {"a": {"command": "x", "env": {"K": "${env:NOPE_NOT_SET}"}}}}`, []string{`server "a"`, "env.K", "NOPE_NOT_SET"}},
@@ -323,4 +325,20 @@ func FuzzParseEnvFile(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestServerToolsTTL: an entry's ttlMs is how long its tool list is cached.
+func TestServerToolsTTL(t *testing.T) {
+	t.Parallel()
+	servers, err := Parse([]byte(`{"servers": {"a": {"command": "x", "ttlMs": 90000}, "b": {"command": "y"}}}`), Options{Lookup: lookup(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]time.Duration{}
+	for _, s := range servers {
+		got[s.Name] = s.ToolsTTL
+	}
+	if got["a"] != 90*time.Second || got["b"] != 0 {
+		t.Errorf("ToolsTTL: got %v, want a 1m30s and b 0 (the default)", got)
+	}
 }

@@ -32,8 +32,15 @@ type rawServer struct {
 	ProtocolVersion string            `json:"protocolVersion"`
 	Capabilities    []string          `json:"capabilities"`
 	Timeout         json.RawMessage   `json:"timeout"`
+	TTLMs           *int64            `json:"ttlMs"`
 	SchemaVersion   string            `json:"schemaVersion"`
 }
+
+// MinToolsTTL and MaxToolsTTL bound a server entry's ttlMs.
+const (
+	MinToolsTTL = time.Second
+	MaxToolsTTL = 24 * time.Hour
+)
 
 var (
 	nameRE          = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
@@ -168,6 +175,14 @@ func (e *entry) common(r rawServer, s *Server) {
 			e.fail("timeout", "%s is outside %s..%s", d, MinTimeout, MaxTimeout)
 		default:
 			s.Timeout = d
+		}
+	}
+	if r.TTLMs != nil {
+		d := time.Duration(*r.TTLMs) * time.Millisecond
+		if d < MinToolsTTL || d > MaxToolsTTL {
+			e.fail("ttlMs", "%d is outside %d..%d (milliseconds)", *r.TTLMs, MinToolsTTL.Milliseconds(), MaxToolsTTL.Milliseconds())
+		} else {
+			s.ToolsTTL = d
 		}
 	}
 }

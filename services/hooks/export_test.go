@@ -1,0 +1,8 @@
+package hooks
+
+// CachedRoles is how many roles' tool lists s has cached (for tests).
+func CachedRoles(s *Service) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.catalog)
+}
