@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -76,43 +77,9 @@ func TestSoak(t *testing.T) {
 	base := "http://" + env["RELAY_HTTP_ADDR"]
 	waitHTTP(t, base+"/readyz", http.StatusOK, 30*time.Second)
 
-	body := ingestbench.Payload()
-	sig := github.Sign([]byte(env["GITHUB_WEBHOOK_SECRET"]), body)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	defer client.CloseIdleConnections()
-	var sent, failed atomic.Int64
-	var firstErr atomic.Value
-	send := func() {
-		req, _ := http.NewRequest(http.MethodPost, base+"/webhooks/github", bytes.NewReader(body))
-		req.Header.Set(github.HeaderEvent, "issues")
-		req.Header.Set(github.HeaderDelivery, uuid.NewString())
-		req.Header.Set(github.HeaderHookID, "1")
-		req.Header.Set(github.HeaderSignature256, sig)
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				err = fmt.Errorf("status %d", resp.StatusCode)
-			}
-		}
-		sent.Add(1)
-		if err != nil {
-			failed.Add(1)
-			firstErr.CompareAndSwap(nil, err.Error())
-		}
-	}
-
-	// An open loop at the rate, at most 64 requests in flight.
-	jobs := make(chan struct{}, 1024)
-	var wg sync.WaitGroup
-	for range 64 {
-		wg.Go(func() {
-			for range jobs {
-				send()
-			}
-		})
-	}
-	var goroutines, rss, relayHeap, serverHeap []float64
+	snd := newSoakSender(base, env["GITHUB_WEBHOOK_SECRET"], 64)
+	defer snd.client.CloseIdleConnections()
+	var smp soakSamples
 	writeHeapProfile(t, "start")
 	startServer, _ := heapSplit()
 	tick := time.NewTicker(time.Second / time.Duration(rate))
@@ -122,56 +89,135 @@ loop:
 	for {
 		select {
 		case <-tick.C:
-			select {
-			case jobs <- struct{}{}:
-			default: // the relay is behind by more than a second of work
-				failed.Add(1)
-				firstErr.CompareAndSwap(nil, "sender backlog full")
-			}
+			snd.offer()
 		case <-sample.C:
-			goroutines = append(goroutines, float64(runtime.NumGoroutine()))
-			rss = append(rss, float64(residentBytes(t)))
-			server, relay := heapSplit()
-			serverHeap = append(serverHeap, float64(server))
-			relayHeap = append(relayHeap, float64(relay))
+			smp.take(t)
 		case <-end:
 			break loop
 		}
 	}
 	tick.Stop()
 	sample.Stop()
-	close(jobs)
-	wg.Wait()
+	snd.stop()
 	writeHeapProfile(t, "end")
 	endServer, _ := heapSplit()
 
+	sent, failed := snd.sent.Load(), snd.failed.Load()
 	t.Logf("%d webhooks at %d/s for %s, %d failed; goroutines %v; RSS MiB %v; live heap MiB: relay %v, embedded NATS server %v",
-		sent.Load(), rate, d, failed.Load(), goroutines, mib(rss), mib(relayHeap), mib(serverHeap))
-	if n := failed.Load(); n > 0 {
-		t.Errorf("%d of %d webhooks not answered 200 (first: %v)", n, sent.Load(), firstErr.Load())
+		sent, rate, d, failed, smp.goroutines, mib(smp.rss), mib(smp.relayHeap), mib(smp.serverHeap))
+	if failed > 0 {
+		t.Errorf("%d of %d webhooks not answered 200 (first: %v)", failed, sent, snd.firstErr.Load())
 	}
-	// Flat: the last third of the samples no higher than the middle third
-	// plus a margin for noise (GC timing, connection churn).
-	third := len(goroutines) / 3
+	smp.checkFlat(t)
+	grew := max(endServer-startServer, 0)
+	t.Logf("embedded NATS server heap grew %.1f MiB: %.0f bytes per webhook", float64(grew)/(1<<20), float64(grew)/float64(sent))
+	if budget := soakServerFixed + soakServerPerWebhook*sent; grew > budget {
+		t.Errorf("embedded NATS server heap grew %.1f MiB, over the budget of %.1f MiB for %d webhooks",
+			float64(grew)/(1<<20), float64(budget)/(1<<20), sent)
+	}
+}
+
+// soakSender posts signed GitHub webhooks from a pool of workers: an open
+// loop, each offer one webhook, at most the pool's size in flight.
+type soakSender struct {
+	client       *http.Client
+	url, sig     string
+	body         []byte
+	jobs         chan struct{}
+	wg           sync.WaitGroup
+	sent, failed atomic.Int64
+	firstErr     atomic.Value
+}
+
+func newSoakSender(base, secret string, workers int) *soakSender {
+	body := ingestbench.Payload()
+	s := &soakSender{
+		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}},
+		url:    base + "/webhooks/github", body: body, sig: github.Sign([]byte(secret), body),
+		jobs: make(chan struct{}, 1024),
+	}
+	for range workers {
+		s.wg.Go(func() {
+			for range s.jobs {
+				s.fail(s.send())
+			}
+		})
+	}
+	return s
+}
+
+// offer queues one webhook; a full queue (the relay more than a second of
+// work behind) counts as a failure.
+func (s *soakSender) offer() {
+	select {
+	case s.jobs <- struct{}{}:
+	default:
+		s.fail(errors.New("sender backlog full"))
+	}
+}
+
+func (s *soakSender) send() error {
+	req, _ := http.NewRequest(http.MethodPost, s.url, bytes.NewReader(s.body))
+	req.Header.Set(github.HeaderEvent, "issues")
+	req.Header.Set(github.HeaderDelivery, uuid.NewString())
+	req.Header.Set(github.HeaderHookID, "1")
+	req.Header.Set(github.HeaderSignature256, s.sig)
+	s.sent.Add(1)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+func (s *soakSender) fail(err error) {
+	if err != nil {
+		s.failed.Add(1)
+		s.firstErr.CompareAndSwap(nil, err.Error())
+	}
+}
+
+// stop waits for the webhooks in flight.
+func (s *soakSender) stop() {
+	close(s.jobs)
+	s.wg.Wait()
+}
+
+// soakSamples are the process's figures, sampled once a second.
+type soakSamples struct {
+	goroutines, rss, relayHeap, serverHeap []float64
+}
+
+func (m *soakSamples) take(t *testing.T) {
+	m.goroutines = append(m.goroutines, float64(runtime.NumGoroutine()))
+	m.rss = append(m.rss, float64(residentBytes(t)))
+	server, relay := heapSplit()
+	m.serverHeap = append(m.serverHeap, float64(server))
+	m.relayHeap = append(m.relayHeap, float64(relay))
+}
+
+// checkFlat compares the last third of the samples with the middle third,
+// with a margin for noise (GC timing, connection churn).
+func (m *soakSamples) checkFlat(t *testing.T) {
+	t.Helper()
+	third := len(m.goroutines) / 3
 	if third < 2 {
-		t.Fatalf("only %d samples", len(goroutines))
+		t.Fatalf("only %d samples", len(m.goroutines))
 	}
-	mid, last := median(goroutines[third:2*third]), median(goroutines[2*third:])
+	mid, last := median(m.goroutines[third:2*third]), median(m.goroutines[2*third:])
 	if last > mid*1.2+20 {
 		t.Errorf("goroutines grew: median %.0f in the middle third, %.0f in the last", mid, last)
 	}
 	// The heap estimate is sampled (one sample per 512 kB allocated), hence
 	// the margin: samples of a run vary by up to 1 MiB; a leak of 4 kB per
 	// webhook adds 3 MiB between the medians of the short form.
-	midHeap, lastHeap := median(relayHeap[third:2*third]), median(relayHeap[2*third:])
+	midHeap, lastHeap := median(m.relayHeap[third:2*third]), median(m.relayHeap[2*third:])
 	if lastHeap > midHeap+2<<20 {
 		t.Errorf("relay heap grew: median %.1f MiB in the middle third, %.1f MiB in the last", midHeap/(1<<20), lastHeap/(1<<20))
-	}
-	grew := max(endServer-startServer, 0)
-	t.Logf("embedded NATS server heap grew %.1f MiB: %.0f bytes per webhook", float64(grew)/(1<<20), float64(grew)/float64(sent.Load()))
-	if budget := soakServerFixed + soakServerPerWebhook*sent.Load(); grew > budget {
-		t.Errorf("embedded NATS server heap grew %.1f MiB, over the budget of %.1f MiB for %d webhooks",
-			float64(grew)/(1<<20), float64(budget)/(1<<20), sent.Load())
 	}
 }
 
