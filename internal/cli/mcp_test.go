@@ -98,8 +98,10 @@ func TestMCPListNamesTheRunningRelaysFile(t *testing.T) {
 			LastConnected time.Time `json:"last_connected"`
 		} `json:"servers"`
 	}
-	// A first attempt that timed out on a loaded machine is retried: wait
-	// for the server to be ready, as a user re-running the command would.
+	// On a loaded machine the first attempt may time out, and one `mcp list`
+	// may find the runner too slow to answer and probe instead (it says so):
+	// wait, as a user re-running the command would, for the running relay to
+	// report the server ready.
 	var got listed
 	testenv.WaitFor(t, 60*time.Second, "mcp list to show everything ready", func() bool {
 		var out, errb syncBuffer
@@ -110,7 +112,7 @@ func TestMCPListNamesTheRunningRelaysFile(t *testing.T) {
 		if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
 			t.Fatalf("%v: %s", err, out.String())
 		}
-		return len(got.Servers) == 1 && got.Servers[0].State == "ready"
+		return got.Source == "running relay" && len(got.Servers) == 1 && got.Servers[0].State == "ready"
 	})
 	if got.Config != running || got.Source != "running relay" {
 		t.Errorf("got config %q from %q, want %q from the running relay", got.Config, got.Source, running)
