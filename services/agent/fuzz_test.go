@@ -86,7 +86,7 @@ func FuzzTargetOf(f *testing.F) {
 		e := envelope.New(envelope.Channel(ch), envelope.RoleUser, "x")
 		e.Meta.Thread = thread
 		e.Meta.Set("slack", map[string]any{"channel": slackCh, "ts": ts})
-		tg, err := TargetOf(e)
+		tg, err := envelope.TargetOf(e)
 		if err != nil {
 			return
 		}

@@ -34,7 +34,7 @@ func (s *Service) newTask(ctx context.Context, id string, e *envelope.Envelope, 
 	now := time.Now().UTC()
 	t := &Task{ID: id, Status: StatusRunning, Origin: e, AgentID: s.cfg.AgentID, Role: s.cfg.Role,
 		System: s.cfg.System, TaskText: taskText(e), Created: now, Updated: now}
-	if tg, err := TargetOf(e); err == nil {
+	if tg, err := envelope.TargetOf(e); err == nil {
 		t.Target = tg
 	} else {
 		log.Debug("no answer target", "err", err)

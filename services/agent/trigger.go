@@ -27,25 +27,20 @@ var DefaultTriggers = []string{
 // (`<!-- relay:{task id} -->`); a message containing it is the relay's own.
 const OutboundMarker = "<!-- relay:"
 
-// Trigger is one rule that starts a task: an inbound envelope of Channel
-// whose meta.source has Event and, when set, Action ("*" matches anything).
-// With Mention the envelope's content must also mention the bot.
+// Trigger is one rule that starts a task: an inbound envelope of the
+// trigger's kind (envelope.Trigger). With Mention the envelope's content
+// must also mention the bot.
 //
 // Its text form is "{channel}.{event}[.{action}][:mention]", for example
 // "github.issues.opened" or "github.issue_comment.created:mention".
 type Trigger struct {
-	Channel envelope.Channel
-	Event   string
-	Action  string
+	envelope.Trigger
 	Mention bool
 }
 
 // String is the text form of t.
 func (t Trigger) String() string {
-	s := string(t.Channel) + "." + t.Event
-	if t.Action != "" {
-		s += "." + t.Action
-	}
+	s := t.Trigger.String()
 	if t.Mention {
 		s += ":mention"
 	}
@@ -53,7 +48,7 @@ func (t Trigger) String() string {
 }
 
 // ErrBadTrigger is wrapped by every error of ParseTrigger.
-var ErrBadTrigger = errors.New("bad trigger")
+var ErrBadTrigger = envelope.ErrBadTrigger
 
 // ParseTrigger reads the text form of a trigger.
 func ParseTrigger(s string) (Trigger, error) {
@@ -65,26 +60,9 @@ func ParseTrigger(s string) (Trigger, error) {
 		}
 		t.Mention, spec = true, base
 	}
-	parts := strings.Split(spec, ".")
-	if len(parts) < 2 || len(parts) > 3 {
-		return t, fmt.Errorf("%w %q: want {channel}.{event}[.{action}][:mention]", ErrBadTrigger, s)
-	}
-	for _, p := range parts {
-		if p == "" || strings.ContainsAny(p, " \t>") {
-			return t, fmt.Errorf("%w %q: empty or malformed part", ErrBadTrigger, s)
-		}
-	}
-	switch ch := envelope.Channel(parts[0]); ch {
-	case envelope.ChannelSlack, envelope.ChannelGitHub, envelope.ChannelSentry, envelope.ChannelOpenProject, envelope.ChannelInternal:
-		t.Channel = ch
-	default:
-		return t, fmt.Errorf("%w %q: channel %q is not slack, github, sentry, openproject or internal", ErrBadTrigger, s, parts[0])
-	}
-	t.Event = parts[1]
-	if len(parts) == 3 {
-		t.Action = parts[2]
-	}
-	return t, nil
+	et, err := envelope.ParseTrigger(spec)
+	t.Trigger = et
+	return t, err
 }
 
 // ParseTriggers reads a list of triggers; an empty list means DefaultTriggers.
@@ -148,10 +126,7 @@ func (m *Matcher) Match(e *envelope.Envelope) (bool, string) {
 	}
 	reason := SkipNoTrigger
 	for _, t := range m.Triggers {
-		if t.Channel != e.Channel || t.Event != src.Event {
-			continue
-		}
-		if t.Action != "" && t.Action != "*" && t.Action != src.Action {
+		if !t.Matches(e) {
 			continue
 		}
 		if t.Mention && !m.mentions(e.Content) {

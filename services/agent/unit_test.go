@@ -20,10 +20,10 @@ func TestParseTrigger(t *testing.T) {
 		want Trigger
 		err  bool
 	}{
-		{in: "slack.app_mention", want: Trigger{Channel: "slack", Event: "app_mention"}},
-		{in: "github.issues.opened", want: Trigger{Channel: "github", Event: "issues", Action: "opened"}},
-		{in: " github.issue_comment.created:mention ", want: Trigger{Channel: "github", Event: "issue_comment", Action: "created", Mention: true}},
-		{in: "sentry.issue.*", want: Trigger{Channel: "sentry", Event: "issue", Action: "*"}},
+		{in: "slack.app_mention", want: Trigger{Trigger: envelope.Trigger{Channel: "slack", Event: "app_mention"}}},
+		{in: "github.issues.opened", want: Trigger{Trigger: envelope.Trigger{Channel: "github", Event: "issues", Action: "opened"}}},
+		{in: " github.issue_comment.created:mention ", want: Trigger{Trigger: envelope.Trigger{Channel: "github", Event: "issue_comment", Action: "created"}, Mention: true}},
+		{in: "sentry.issue.*", want: Trigger{Trigger: envelope.Trigger{Channel: "sentry", Event: "issue", Action: "*"}}},
 		{in: "github", err: true},
 		{in: "jira.issue.created", err: true},
 		{in: "github..opened", err: true},
@@ -148,7 +148,7 @@ func TestTargetOf(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := TargetOf(tc.e)
+			got, err := envelope.TargetOf(tc.e)
 			if tc.want == nil {
 				if err == nil {
 					t.Fatalf("got %+v, want an error", got)

@@ -566,7 +566,7 @@ func (s *Service) reply(ctx context.Context, h *Hook, e *envelope.Envelope, x *E
 	if x.Status != StatusSuccess {
 		return "not posted: the action did not succeed"
 	}
-	t, err := targetOf(e)
+	t, err := envelope.TargetOf(e)
 	if err != nil {
 		return "not posted: " + err.Error()
 	}

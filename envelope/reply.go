@@ -1,35 +1,34 @@
-package agent
+package envelope
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/relaystation/relay/envelope"
 )
 
-// TargetOf returns where the answer to the inbound envelope e goes: the
+// TargetOf returns where the answer to the inbound envelope e goes (the
+// agent's answers and the hooks' replies alike): the
 // GitHub issue or pull request of its thread, the Slack thread (or, for a
 // slash command, the channel), the Sentry issue, or the OpenProject work
 // package. It reads meta.thread and the provider's meta extra (meta.slack,
 // meta.sentry, meta.openproject) that the mappers fill.
-func TargetOf(e *envelope.Envelope) (*envelope.Target, error) {
+func TargetOf(e *Envelope) (*Target, error) {
 	thread := e.Meta.Thread
 	_, rest, _ := strings.Cut(thread, ":")
-	var t *envelope.Target
+	var t *Target
 	switch e.Channel {
-	case envelope.ChannelGitHub:
+	case ChannelGitHub:
 		owner, repo, num, ok := parseGitHubThread(rest)
 		if !ok {
 			return nil, fmt.Errorf("github thread %q names no issue or pull request", thread)
 		}
-		t = &envelope.Target{Channel: string(envelope.ChannelGitHub), Owner: owner, Repo: repo, Number: num}
-	case envelope.ChannelSlack:
-		s := extra(e, "slack")
-		t = &envelope.Target{Channel: string(envelope.ChannelSlack), Team: str(s, "team"), SlackCh: str(s, "channel")}
-		t.ThreadTS = str(s, "thread_ts")
+		t = &Target{Channel: string(ChannelGitHub), Owner: owner, Repo: repo, Number: num}
+	case ChannelSlack:
+		s := metaExtra(e, "slack")
+		t = &Target{Channel: string(ChannelSlack), Team: metaString(s, "team"), SlackCh: metaString(s, "channel")}
+		t.ThreadTS = metaString(s, "thread_ts")
 		if t.ThreadTS == "" {
-			t.ThreadTS = str(s, "ts")
+			t.ThreadTS = metaString(s, "ts")
 		}
 		if t.SlackCh == "" {
 			// slack:{team}/{channel}/{thread_ts}
@@ -41,9 +40,9 @@ func TargetOf(e *envelope.Envelope) (*envelope.Target, error) {
 				}
 			}
 		}
-	case envelope.ChannelSentry:
-		s := extra(e, "sentry")
-		t = &envelope.Target{Channel: string(envelope.ChannelSentry), Org: str(s, "org"), IssueID: str(s, "issue_id")}
+	case ChannelSentry:
+		s := metaExtra(e, "sentry")
+		t = &Target{Channel: string(ChannelSentry), Org: metaString(s, "org"), IssueID: metaString(s, "issue_id")}
 		if org, id, ok := strings.Cut(rest, "/"); ok {
 			if t.Org == "" {
 				t.Org = org
@@ -52,14 +51,14 @@ func TargetOf(e *envelope.Envelope) (*envelope.Target, error) {
 				t.IssueID = id
 			}
 		}
-	case envelope.ChannelOpenProject:
+	case ChannelOpenProject:
 		// openproject:{host}/work_packages/{id}
 		host, idStr, ok := strings.Cut(rest, "/work_packages/")
 		id, err := strconv.Atoi(idStr)
 		if !ok || err != nil {
 			return nil, fmt.Errorf("openproject thread %q names no work package", thread)
 		}
-		t = &envelope.Target{Channel: string(envelope.ChannelOpenProject), Host: host, WorkPackageID: id}
+		t = &Target{Channel: string(ChannelOpenProject), Host: host, WorkPackageID: id}
 	default:
 		return nil, fmt.Errorf("no answer target for channel %q", e.Channel)
 	}
@@ -83,12 +82,12 @@ func parseGitHubThread(s string) (owner, repo string, num int, ok bool) {
 	return owner, repo, num, true
 }
 
-func extra(e *envelope.Envelope, key string) map[string]any {
+func metaExtra(e *Envelope, key string) map[string]any {
 	m, _ := e.Meta.Extra[key].(map[string]any)
 	return m
 }
 
-func str(m map[string]any, key string) string {
+func metaString(m map[string]any, key string) string {
 	switch v := m[key].(type) {
 	case string:
 		return v
