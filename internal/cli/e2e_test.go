@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -93,15 +94,24 @@ func toolName(req *fakes.ChatRequest, suffix string) string {
 	return ""
 }
 
-// stackEnv is the relay's environment for a stack on the given fakes.
+// stackEnv is the relay's environment for a stack on the given fakes, with
+// the real everything server over stdio.
 func stackEnv(t testing.TB, sl *fakes.Slack, gh *fakes.GitHub, llm *fakes.LLM) map[string]string {
-	dir := t.TempDir()
 	mcp := fmt.Sprintf(`{"servers": {"everything": {"command": %q, "args": ["stdio"]}}}`, testenv.NPMBin(t, "mcp-server-everything"))
-	policy := "roles:\n  - role: agent\n    capabilities: [\"everything.*\"]\n"
-	must(t, os.WriteFile(filepath.Join(dir, "mcp.json"), []byte(mcp), 0o600))
-	must(t, os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(policy), 0o600))
 	env := embeddedEnv(t)
-	for k, v := range map[string]string{
+	maps.Copy(env, loopEnv(t, mcp, sl, gh, llm))
+	return env
+}
+
+// loopEnv is what the whole loop needs on the given fakes: the MCP servers of
+// mcpJSON with a policy that lets the agent call them, webhook secrets,
+// provider APIs, the model and the approvals channel.
+func loopEnv(t testing.TB, mcpJSON string, sl *fakes.Slack, gh *fakes.GitHub, llm *fakes.LLM) map[string]string {
+	dir := t.TempDir()
+	policy := "roles:\n  - role: agent\n    capabilities: [\"everything.*\"]\n"
+	must(t, os.WriteFile(filepath.Join(dir, "mcp.json"), []byte(mcpJSON), 0o600))
+	must(t, os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(policy), 0o600))
+	return map[string]string{
 		"RELAY_MCP_CONFIG":       filepath.Join(dir, "mcp.json"),
 		"RELAY_POLICY":           filepath.Join(dir, "policy.yaml"),
 		"GITHUB_WEBHOOK_SECRET":  e2eGHSecret,
@@ -116,10 +126,7 @@ func stackEnv(t testing.TB, sl *fakes.Slack, gh *fakes.GitHub, llm *fakes.LLM) m
 		"LLM_MODEL":              "scripted",
 		"RELAY_AGENT_MENTION":    "@relay-bot",
 		"RELAY_LOG_LEVEL":        "warn",
-	} {
-		env[k] = v
 	}
-	return env
 }
 
 func must(t testing.TB, err error) {

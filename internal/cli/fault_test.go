@@ -170,29 +170,10 @@ func faultEnv(t *testing.T, sl *fakes.Slack, gh *fakes.GitHub, llm *fakes.LLM, n
 		})
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
 	t.Cleanup(srv.Close)
-	dir := t.TempDir()
-	mcpJSON := fmt.Sprintf(`{"servers": {"everything": {"type": "http", "url": %q}}}`, srv.URL)
-	policy := "roles:\n  - role: agent\n    capabilities: [\"everything.*\"]\n"
-	must(t, os.WriteFile(filepath.Join(dir, "mcp.json"), []byte(mcpJSON), 0o600))
-	must(t, os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(policy), 0o600))
-	return map[string]string{
-		"NATS_URL":               natsURL,
-		"RELAY_LOG_FORMAT":       "json",
-		"RELAY_LOG_LEVEL":        "warn",
-		"RELAY_MCP_CONFIG":       filepath.Join(dir, "mcp.json"),
-		"RELAY_POLICY":           filepath.Join(dir, "policy.yaml"),
-		"GITHUB_WEBHOOK_SECRET":  e2eGHSecret,
-		"SLACK_SIGNING_SECRET":   e2eSlackSec,
-		"GITHUB_API_URL":         gh.URL(),
-		"GITHUB_TOKEN":           "ghp_e2etoken000000000000000000000000000",
-		"SLACK_API_URL":          sl.URL(),
-		"SLACK_BOT_TOKEN":        "xoxb-e2e-token",
-		"SLACK_APPROVAL_CHANNEL": e2eChannel,
-		"SLACK_APPROVERS":        e2eApprover,
-		"LLM_BASE_URL":           llm.URL(),
-		"LLM_MODEL":              "scripted",
-		"RELAY_AGENT_MENTION":    "@relay-bot",
-	}
+	env := loopEnv(t, fmt.Sprintf(`{"servers": {"everything": {"type": "http", "url": %q}}}`, srv.URL), sl, gh, llm)
+	env["NATS_URL"] = natsURL
+	env["RELAY_LOG_FORMAT"] = "json"
+	return env
 }
 
 // phaseResult is what one phase counted.
