@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,12 +56,15 @@ func readInteraction(e *envelope.Envelope) (*interaction, error) {
 // ourAction returns the first approval button of the interaction and the task
 // id it carries, or "" when the click is not on an approval message.
 func (ia *interaction) ourAction() (action, task string) {
+	return ia.button(ActionApprove, ActionEdit, ActionReject)
+}
+
+// button returns the first action of the interaction whose id is one of ids,
+// with the non-empty value it carries, or "" for none.
+func (ia *interaction) button(ids ...string) (action, value string) {
 	for _, a := range ia.Actions {
-		switch a.ActionID {
-		case ActionApprove, ActionEdit, ActionReject:
-			if v, ok := a.Value.(string); ok && v != "" {
-				return a.ActionID, v
-			}
+		if v, ok := a.Value.(string); ok && v != "" && slices.Contains(ids, a.ActionID) {
+			return a.ActionID, v
 		}
 	}
 	return "", ""

@@ -224,15 +224,7 @@ func (s *Service) expireQuestion(ctx context.Context, data []byte) (any, error) 
 // questionAction returns the question button of an interaction and the
 // question id it carries.
 func (ia *interaction) questionAction() (action, id string) {
-	for _, a := range ia.Actions {
-		switch a.ActionID {
-		case ActionElicitAnswer, ActionElicitDecline, ActionElicitCancel:
-			if v, ok := a.Value.(string); ok && v != "" {
-				return a.ActionID, v
-			}
-		}
-	}
-	return "", ""
+	return ia.button(ActionElicitAnswer, ActionElicitDecline, ActionElicitCancel)
 }
 
 // mayAnswer reports whether user may answer q: the person the call acts
