@@ -12,26 +12,41 @@ import (
 // durable consumer of every stream.
 func backlog(ctx context.Context, js jetstream.JetStream) (int, error) {
 	total := 0
+	err := durables(ctx, js, func(ci *jetstream.ConsumerInfo) {
+		total += int(ci.NumPending) + ci.NumAckPending
+	})
+	return total, err
+}
+
+// delivered is the number of messages each durable consumer was sent so far.
+func delivered(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	err := durables(ctx, js, func(ci *jetstream.ConsumerInfo) { out[ci.Name] = ci.Delivered.Consumer })
+	return out, err
+}
+
+// durables calls f with the info of every durable consumer of every stream.
+func durables(ctx context.Context, js jetstream.JetStream, f func(*jetstream.ConsumerInfo)) error {
 	names := js.StreamNames(ctx)
 	for name := range names.Name() {
 		st, err := js.Stream(ctx, name)
 		if err != nil {
-			return 0, fmt.Errorf("stream %s: %w", name, err)
+			return fmt.Errorf("stream %s: %w", name, err)
 		}
 		list := st.ListConsumers(ctx)
 		for ci := range list.Info() {
 			if ci.Config.Durable != "" {
-				total += int(ci.NumPending) + ci.NumAckPending
+				f(ci)
 			}
 		}
 		if err := list.Err(); err != nil {
-			return 0, fmt.Errorf("consumers of %s: %w", name, err)
+			return fmt.Errorf("consumers of %s: %w", name, err)
 		}
 	}
 	if err := names.Err(); err != nil {
-		return 0, fmt.Errorf("streams: %w", err)
+		return fmt.Errorf("streams: %w", err)
 	}
-	return total, nil
+	return nil
 }
 
 // quietPolls is how many polls in a row must find no backlog: a handler that

@@ -3,6 +3,7 @@ package servebench
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"time"
 )
@@ -74,6 +75,7 @@ func (r *Report) Write(w io.Writer) {
 		if t.Agent {
 			row(w, "suggestions", each(rs, func(x Result) float64 { return float64(x.Suggestions) }), "%.0f")
 		}
+		deliveries(w, rs)
 		if t.Agent && !t.Hot {
 			row(w, "webhook->suggestion p50 ms", each(rs, func(x Result) float64 { return ms(pct(x.Loop, 50)) }), "%.1f")
 			row(w, "webhook->suggestion p99 ms", each(rs, func(x Result) float64 { return ms(pct(x.Loop, 99)) }), "%.1f")
@@ -107,4 +109,21 @@ func row(w io.Writer, name string, vs []float64, format string) {
 		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
 	fmt.Fprintf(w, "  %-32s "+format+"  ["+format+"-"+format+"]\n", name, med, s[0], s[len(s)-1])
+}
+
+// deliveries prints the messages each durable consumer was sent per accepted
+// webhook (median over the runs): the work a consumer is handed, including
+// envelopes it then ignores.
+func deliveries(w io.Writer, rs []Result) {
+	names := map[string]bool{}
+	for _, r := range rs {
+		for n := range r.Delivered {
+			names[n] = true
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		row(w, "  deliveries/webhook "+n, each(rs, func(x Result) float64 {
+			return float64(x.Delivered[n]) / float64(max(1, x.Accept.Requests))
+		}), "%.2f")
+	}
 }

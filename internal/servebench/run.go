@@ -30,6 +30,9 @@ type Result struct {
 	// acceptance-to-suggestion latencies (distinct threads only).
 	Suggestions int
 	Loop        []time.Duration
+	// Delivered is how many messages each durable consumer was sent over
+	// the child's life until the drain (startup's few included).
+	Delivered map[string]uint64
 }
 
 // CPUPer1000 is the CPU time per 1,000 accepted webhooks.
@@ -101,6 +104,9 @@ func load(ctx context.Context, cfg Config, t Target, c *child, js jetstream.JetS
 		return Result{}, err
 	}
 	res.Drain, res.CPU = d.after, d.cpu-cpu0
+	if res.Delivered, err = delivered(ctx, js); err != nil {
+		return Result{}, err
+	}
 	res.Suggestions, res.Loop = s.loop()
 	if t.Hot {
 		res.Loop = nil // one issue: the latency of its first suggestion says nothing

@@ -249,8 +249,8 @@ func (s *Service) Run(ctx context.Context) error {
 		Name:    s.cfg.Consumer,
 		Subject: envelope.SubjectInbound + ".>",
 		// Only the subjects the hooks' triggers name (in.{channel}.{event});
-		// all of in.> when there are no hooks. A reload re-filters.
-		Subjects:    s.hooks.Load().Subjects(),
+		// none when there are no hooks. A reload re-filters.
+		Subjects:    subjects(s.hooks.Load()),
 		Concurrency: s.cfg.Concurrency,
 		DeliverNew:  !s.cfg.FromStart,
 		// An action may wait 5 minutes for its tool; heartbeats keep it.
