@@ -133,14 +133,16 @@ func (s *Service) filter(ctx context.Context, f *File) error {
 }
 
 // restart replaces the durable consumer with one of cfg that starts at new
-// envelopes. The running pull loop fetches by name, so it carries on with
+// envelopes (at the stream's start with FromStart). The running pull loop fetches by name, so it carries on with
 // the new consumer after one failed pull.
 func (s *Service) restart(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
 	js := s.bus.JetStream()
 	if err := js.DeleteConsumer(ctx, stream, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("replace consumer %s: %w", cfg.Durable, err)
 	}
-	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverNewPolicy, 0, nil
+	if !s.cfg.FromStart {
+		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverNewPolicy, 0, nil
+	}
 	if _, err := js.CreateOrUpdateConsumer(ctx, stream, cfg); err != nil {
 		return fmt.Errorf("recreate consumer %s on %v: %w", cfg.Durable, cfg.FilterSubjects, err)
 	}

@@ -163,43 +163,53 @@ func publishSlack(t *testing.T, b *bus.Bus) uint64 {
 
 // TestNoHooksConsumerIsSentNothing: with no hooks the consumer filters on a
 // subject no envelope uses, so it is sent no inbound envelope to ignore; the
-// reload that adds hooks starts them at new envelopes, without the ones that
-// passed while there were none.
+// first hooks, added by a reload or present at a restart, start at new
+// envelopes, without the ones that passed while there were none.
 func TestNoHooksConsumerIsSentNothing(t *testing.T) {
 	t.Parallel()
-	b := bustest.Embedded(t)
-	path := filepath.Join(t.TempDir(), "hooks.yaml")
-	if err := os.WriteFile(path, []byte("hooks: []\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(t.Context(), Config{Hooks: &File{}, Path: path, ReloadInterval: 10 * time.Millisecond, Consumer: "hooks-none"}, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Go(t, "Run", s.Run)
-	info := func() *jetstream.ConsumerInfo { return consumerInfo(t, b, "hooks-none") }
-	testenv.WaitFor(t, 10*time.Second, "the hooks consumer", func() bool { return info() != nil })
-	if got, want := filter(info()), []string{b.Subject(noHooksSubject)}; !slices.Equal(got, want) {
-		t.Fatalf("filter without hooks: got %v, want %v", got, want)
-	}
-	publishSlack(t, b)
-	if ci := info(); ci.Delivered.Consumer != 0 || ci.NumPending != 0 || ci.NumAckPending != 0 {
-		t.Fatalf("without hooks: got %d delivered, %d pending, %d unacknowledged; want none", ci.Delivered.Consumer, ci.NumPending, ci.NumAckPending)
-	}
-
-	if err := os.WriteFile(path, []byte(triggerFile("slack.message")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, 10*time.Second, "the filter to follow the edit", func() bool {
-		ci := info()
-		return ci != nil && slices.Equal(filter(ci), []string{b.Subject("in.slack.message")})
-	})
-	fresh := publishSlack(t, b)
-	testenv.WaitFor(t, 10*time.Second, "the new envelope delivered", func() bool {
-		ci := info()
-		return ci != nil && ci.Delivered.Stream >= fresh
-	})
-	if ci := info(); ci.Delivered.Consumer != 1 {
-		t.Errorf("after the reload: got %d deliveries, want 1 (the new envelope, not the old one again)", ci.Delivered.Consumer)
+	for _, how := range []string{"reload", "restart"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			b := bustest.Embedded(t)
+			path := filepath.Join(t.TempDir(), "hooks.yaml")
+			must := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			must(os.WriteFile(path, []byte("hooks: []\n"), 0o600))
+			start := func(f *File) func() {
+				s, err := New(t.Context(), Config{Hooks: f, Path: path, ReloadInterval: 10 * time.Millisecond, Consumer: "hooks-none"}, b)
+				must(err)
+				return testenv.Go(t, "Run", s.Run)
+			}
+			info := func() *jetstream.ConsumerInfo { return consumerInfo(t, b, "hooks-none") }
+			hasFilter := func(want ...string) func() bool {
+				return func() bool { ci := info(); return ci != nil && slices.Equal(filter(ci), want) }
+			}
+			stop := start(&File{})
+			testenv.WaitFor(t, 10*time.Second, "the consumer on "+noHooksSubject, hasFilter(b.Subject(noHooksSubject)))
+			publishSlack(t, b)
+			if ci := info(); ci.Delivered.Consumer != 0 || ci.NumPending != 0 || ci.NumAckPending != 0 {
+				t.Fatalf("without hooks: got %d delivered, %d pending, %d unacknowledged; want none", ci.Delivered.Consumer, ci.NumPending, ci.NumAckPending)
+			}
+			must(os.WriteFile(path, []byte(triggerFile("slack.message")), 0o600))
+			if how == "restart" {
+				stop()
+				f, err := Load(path)
+				must(err)
+				start(f)
+			}
+			testenv.WaitFor(t, 10*time.Second, "the filter to follow the hooks", hasFilter(b.Subject("in.slack.message")))
+			fresh := publishSlack(t, b)
+			testenv.WaitFor(t, 10*time.Second, "the new envelope delivered", func() bool {
+				ci := info()
+				return ci != nil && ci.Delivered.Stream >= fresh
+			})
+			if ci := info(); ci.Delivered.Consumer != 1 {
+				t.Errorf("got %d deliveries, want 1 (the new envelope, not the old one again)", ci.Delivered.Consumer)
+			}
+		})
 	}
 }

@@ -245,6 +245,11 @@ func (s *Service) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.watch(wctx, s.cfg.Path, s.cfg.ReloadInterval) }()
 	}
+	// A consumer left on noHooksSubject by an earlier run is recreated at
+	// new envelopes before the hooks in force filter it.
+	if err := s.filter(ctx, s.hooks.Load()); err != nil {
+		s.log.Warn("hooks consumer not re-filtered before start", "err", err)
+	}
 	return s.bus.Consume(ctx, bus.ConsumerConfig{
 		Name:    s.cfg.Consumer,
 		Subject: envelope.SubjectInbound + ".>",
