@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -19,7 +20,33 @@ import (
 // memory worker's context lookup.
 //
 //	go test ./internal/cli -run '^$' -bench WebhookToSuggestion -benchtime 1000x
+//
+// The Burn variant runs the same with a child process looping on one core
+// (pinned to CPU 0 with taskset where there is one), as other work on the
+// machine would.
 func BenchmarkWebhookToSuggestion(b *testing.B) {
+	b.Run("idle", func(b *testing.B) { benchLoop(b) })
+	b.Run("burn", func(b *testing.B) {
+		burnCore(b)
+		benchLoop(b)
+	})
+}
+
+// burnCore keeps one core busy with a child process until the benchmark ends.
+func burnCore(b *testing.B) {
+	args := []string{"sh", "-c", "while :; do :; done"}
+	if path, err := exec.LookPath("taskset"); err == nil {
+		args = append([]string{path, "-c", "0"}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start the CPU burner: %v", err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+}
+
+// benchLoop drives the loop at 100 tasks/s and reports its latencies.
+func benchLoop(b *testing.B) {
 	s := startStack(b, nil)
 	var mu sync.Mutex
 	done := make(chan struct{}, b.N+16)

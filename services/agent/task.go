@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -147,10 +148,33 @@ func (t *Task) refIDs() []string {
 	return out
 }
 
+// clone is a copy of t whose changes (its fields, appended messages, call
+// states, lease, failure) do not reach t. What never changes once set is
+// shared: the origin envelope, the offered tools' parameter schemas and the
+// calls' argument maps. (It was a JSON round trip of the whole task, which
+// with the tools' schemas made it the agent's largest cost per envelope.)
 func (t *Task) clone() *Task {
-	b, _ := json.Marshal(t)
-	var c Task
-	_ = json.Unmarshal(b, &c)
+	c := *t
+	c.Target = clonePtr(t.Target)
+	c.Refs = slices.Clone(t.Refs)
+	c.Tools = slices.Clone(t.Tools)
+	c.Messages = slices.Clone(t.Messages)
+	for i := range c.Messages {
+		c.Messages[i].ToolCalls = slices.Clone(c.Messages[i].ToolCalls)
+	}
+	c.Calls = slices.Clone(t.Calls)
+	c.UnknownRefs = slices.Clone(t.UnknownRefs)
+	c.Failure = clonePtr(t.Failure)
+	c.Lease = clonePtr(t.Lease)
+	return &c
+}
+
+// clonePtr is a pointer to a copy of *p; nil for nil.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
 	return &c
 }
 
