@@ -12,7 +12,7 @@ import (
 	"github.com/relaystation/relay/internal/servebench"
 )
 
-const benchUsage = "usage: relay bench ingest [-c N] [-d 5s] [-rate 1000] [-n N] | relay bench serve [-rate 1000] [-d 10s] [-runs 3] [-agent] [-hot] [-cpuprofile DIR]"
+const benchUsage = "usage: relay bench ingest [-c N] [-d 5s] [-rate 1000] [-n N] | relay bench serve [-rate 1000] [-d 10s] [-runs 3] [-agent] [-hot] [-baseline BIN] [-cpuprofile DIR]"
 
 func init() {
 	registerCommand(&command{
@@ -81,10 +81,14 @@ func benchServe(ctx context.Context, a *app, args []string) error {
 	fs.StringVar(&cfg.ProfileDir, "cpuprofile", "", "directory for a CPU profile of every run's relay process")
 	withAgent := fs.Bool("agent", false, "add the whole relay with the agent drafting a suggestion per task (instant model)")
 	hotOnly := fs.Bool("hot", false, "only the gateway and the hot-thread targets")
+	baseline := fs.String("baseline", "", "another relay binary whose whole-relay targets run beside these, interleaved (before/after)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	cfg.Targets = benchTargets(*withAgent, *hotOnly)
+	if *baseline != "" {
+		cfg.Targets = append(cfg.Targets, servebench.WithBinary(cfg.Targets[1:], *baseline, "baseline")...)
+	}
 	bin, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("bench serve: the relay binary to run: %w", err)

@@ -79,7 +79,11 @@ func startChild(ctx context.Context, cfg Config, t Target, dir, profile string, 
 	if profile != "" {
 		args = []string{"bench", "proc", "-cpuprofile", profile, t.Service}
 	}
-	c := &child{cmd: exec.Command(cfg.Binary, args...), logs: &tail{}, exited: make(chan struct{})}
+	bin := cfg.Binary
+	if t.Binary != "" {
+		bin = t.Binary
+	}
+	c := &child{cmd: exec.Command(bin, args...), logs: &tail{}, exited: make(chan struct{})}
 	c.cmd.Env = env
 	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
 	for _, kv := range env {
@@ -91,7 +95,7 @@ func startChild(ctx context.Context, cfg Config, t Target, dir, profile string, 
 		}
 	}
 	if err := c.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s %s: %w", cfg.Binary, t.Service, err)
+		return nil, fmt.Errorf("start %s %s: %w", bin, t.Service, err)
 	}
 	go func() { c.err = c.cmd.Wait(); close(c.exited) }()
 	if err := c.waitReady(ctx, time.Minute); err != nil {

@@ -44,6 +44,20 @@ type Target struct {
 	// suggestion per task and approvals posts it to Slack; without it the
 	// agent is off, as in a relay without LLM_BASE_URL.
 	Agent bool
+	// Binary, when set, runs this relay executable instead of
+	// Config.Binary (a baseline build to compare with, in the same run).
+	Binary string
+}
+
+// WithBinary returns the targets run with another relay executable, their
+// names marked with label.
+func WithBinary(ts []Target, bin, label string) []Target {
+	out := make([]Target, len(ts))
+	for i, t := range ts {
+		t.Binary, t.Name = bin, t.Name+" ["+label+"]"
+		out[i] = t
+	}
+	return out
 }
 
 // Targets are the three the command compares by default, in the order each

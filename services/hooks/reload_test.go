@@ -46,12 +46,7 @@ func TestReloadOnEdit(t *testing.T) {
 	t.Parallel()
 	b := bustest.Embedded(t)
 	path := filepath.Join(t.TempDir(), "hooks.yaml")
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	must := mustOf(t)
 	must(os.WriteFile(path, []byte(hookFile("first")), 0o600))
 	f, err := Load(path)
 	must(err)
@@ -172,12 +167,7 @@ func TestNoHooksConsumerIsSentNothing(t *testing.T) {
 			t.Parallel()
 			b := bustest.Embedded(t)
 			path := filepath.Join(t.TempDir(), "hooks.yaml")
-			must := func(err error) {
-				t.Helper()
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
+			must := mustOf(t)
 			must(os.WriteFile(path, []byte("hooks: []\n"), 0o600))
 			start := func(f *File) func() {
 				s, err := New(t.Context(), Config{Hooks: f, Path: path, ReloadInterval: 10 * time.Millisecond, Consumer: "hooks-none"}, b)
@@ -211,5 +201,15 @@ func TestNoHooksConsumerIsSentNothing(t *testing.T) {
 				t.Errorf("got %d deliveries, want 1 (the new envelope, not the old one again)", ci.Delivered.Consumer)
 			}
 		})
+	}
+}
+
+// mustOf is a check that ends t on any error.
+func mustOf(t *testing.T) func(error) {
+	return func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
