@@ -2,6 +2,8 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,5 +63,59 @@ func BenchmarkClone(b *testing.B) {
 	t := cloneFixture()
 	for range b.N {
 		_ = t.clone()
+	}
+}
+
+// bigTask is cloneFixture with a long origin and a dozen offered tools, the
+// size of a real task.
+func bigTask() *Task {
+	t := cloneFixture()
+	t.Origin.Content = strings.Repeat("issue body text ", 200)
+	for i := range 12 {
+		t.Tools = append(t.Tools, OfferedTool{Tool: "s.t", ToolSpec: ToolSpec{Name: fmt.Sprintf("tool%d", i),
+			Description: strings.Repeat("describes ", 20), Parameters: map[string]any{"type": "object",
+				"properties": map[string]any{"a": map[string]any{"type": "string"}, "b": map[string]any{"type": "number"}},
+				"required":   []any{"a"}}}})
+	}
+	return t
+}
+
+// TestTaskCodecMatchesEncodingJSON: the bucket's codec and encoding/json
+// read each other's output to the same task.
+func TestTaskCodecMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	task := bigTask()
+	std, err := json.Marshal(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, err := encodeTask(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var viaStd Task
+	if err := json.Unmarshal(ours, &viaStd); err != nil {
+		t.Fatalf("encoding/json cannot read the codec's output: %v", err)
+	}
+	viaOurs, err := decodeTask(std)
+	if err != nil {
+		t.Fatalf("the codec cannot read encoding/json's output: %v", err)
+	}
+	for name, got := range map[string]*Task{"encodeTask then encoding/json": &viaStd, "encoding/json then decodeTask": viaOurs} {
+		if again, _ := json.Marshal(got); string(again) != string(std) {
+			t.Errorf("%s: got\n%s\nwant\n%s", name, again, std)
+		}
+	}
+	if _, err := decodeTask([]byte(`{"id": 5}`)); err == nil {
+		t.Error("decodeTask of a bad task: got nil error")
+	}
+}
+
+// BenchmarkTaskCodec: the encode and decode of a task every step makes.
+func BenchmarkTaskCodec(b *testing.B) {
+	t := bigTask()
+	for range b.N {
+		raw, _ := encodeTask(t)
+		_, _ = decodeTask(raw)
 	}
 }
