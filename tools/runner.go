@@ -754,8 +754,7 @@ func (r *Runner) call(ctx context.Context, req *Request, server, tool string) (r
 		return res
 	}
 	timeout := r.cfg.Policy.TimeoutOr(server, tool, c.cfg.Timeout)
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("the call's %s limit passed (the timeout of %s.%s: a policy budget, the server's \"timeout\", else %s)",
-		timeout, server, tool, mcpconfig.DefaultTimeout))
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, &callTimeout{limit: timeout, server: server, tool: tool})
 	defer cancel()
 	ctx = withCall(ctx, req, tool)
 	defer func() { res.SamplingTokens = int(callOf(ctx).tokens.Load()) }()
@@ -799,6 +798,18 @@ func (r *Runner) call(ctx context.Context, req *Request, server, tool string) (r
 	}
 	c.fill(res, cr, out)
 	return res
+}
+
+// callTimeout is the cause of a call's context ending at its time limit.
+// Its message is built only when read, not on every call.
+type callTimeout struct {
+	limit        time.Duration
+	server, tool string
+}
+
+func (e *callTimeout) Error() string {
+	return fmt.Sprintf("the call's %s limit passed (the timeout of %s.%s: a policy budget, the server's \"timeout\", else %s)",
+		e.limit, e.server, e.tool, mcpconfig.DefaultTimeout)
 }
 
 // retry sends the call, repeating it while that is safe: a call that never

@@ -14,7 +14,7 @@ func init() {
 	registerCommand(&command{
 		name:    "bench",
 		usage:   "ingest",
-		summary: "load-test a component on loopback (`bench ingest [-c N] [-d 5s] [-rate 1000] [-n N]`)",
+		summary: "load-test a component on loopback (`bench ingest [-c N] [-d 5s] [-rate 1000] [-n N] [-nats URL] [-cpuprofile F]`)",
 		run:     runBench,
 	})
 }
@@ -24,7 +24,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	if len(args) == 0 || args[0] != "ingest" {
-		return &exitError{code: 2, msg: "usage: relay bench ingest [-c N] [-d 5s] [-rate 1000] [-n N]"}
+		return &exitError{code: 2, msg: "usage: relay bench ingest [-c N] [-d 5s] [-rate 1000] [-n N] [-nats URL] [-cpuprofile F]"}
 	}
 	fs := flag.NewFlagSet("bench ingest", flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
@@ -33,6 +33,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	fs.DurationVar(&cfg.Duration, "d", 0, "duration of each phase (default 5s, at most 1m)")
 	fs.IntVar(&cfg.Rate, "rate", 1000, "requests/s of the fixed-rate phase (at most 20000)")
 	fs.IntVar(&cfg.MaxRequests, "n", 0, "cap on requests per phase (default 200000)")
+	fs.StringVar(&cfg.NATSURL, "nats", "", "publish to this external NATS server (its own stream prefix, deleted after) instead of an embedded one")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the saturation phase's process to this file")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -49,7 +50,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 		defer pprof.StopCPUProfile()
 	}
 	cfg.Logger = a.log
-	fmt.Fprintln(a.stderr, "relay bench ingest: embedded JetStream and gateway on 127.0.0.1, 4 phases...")
+	fmt.Fprintln(a.stderr, "relay bench ingest: JetStream and gateway on 127.0.0.1, 5 phases...")
 	rep, err := ingestbench.Run(ctx, cfg)
 	if err != nil {
 		return err
