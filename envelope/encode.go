@@ -3,6 +3,7 @@ package envelope
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -113,7 +114,7 @@ func (m *Meta) appendJSON(b []byte) ([]byte, error) {
 		if slices.ContainsFunc(kvs[:known], func(kv metaKV) bool { return kv.key == k }) {
 			continue
 		}
-		enc, err := json.Marshal(v)
+		enc, err := appendValue(nil, v)
 		if err != nil {
 			return nil, fmt.Errorf("meta %s: %w", k, err)
 		}
@@ -215,14 +216,89 @@ func appendMap(b []byte, key string, m map[string]any) ([]byte, error) {
 	if len(m) == 0 {
 		return b, nil
 	}
-	v, err := json.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("tool_call.%s: %w", key, err)
-	}
 	b = append(b, `,"`...)
 	b = append(b, key...)
 	b = append(b, `":`...)
-	return append(b, v...), nil
+	b, err := appendValue(b, m)
+	if err != nil {
+		return nil, fmt.Errorf("tool_call.%s: %w", key, err)
+	}
+	return b, nil
+}
+
+// appendValue writes v as encoding/json does. The shapes mappers and tools
+// build (strings, bools, ints, lists, objects with sorted keys, null) are
+// written directly; anything else, floats included, goes through
+// encoding/json.
+func appendValue(b []byte, v any) ([]byte, error) {
+	switch x := v.(type) {
+	case nil:
+		return append(b, "null"...), nil
+	case string:
+		return appendString(b, x), nil
+	case bool:
+		return strconv.AppendBool(b, x), nil
+	case int:
+		return strconv.AppendInt(b, int64(x), 10), nil
+	case int64:
+		return strconv.AppendInt(b, x, 10), nil
+	case []any:
+		return appendList(b, x)
+	case []string:
+		if x == nil {
+			return append(b, "null"...), nil
+		}
+		b = append(b, '[')
+		for i, s := range x {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, s)
+		}
+		return append(b, ']'), nil
+	case map[string]any:
+		return appendObject(b, x)
+	}
+	enc, err := json.Marshal(v)
+	return append(b, enc...), err
+}
+
+func appendList(b []byte, l []any) ([]byte, error) {
+	if l == nil {
+		return append(b, "null"...), nil
+	}
+	b = append(b, '[')
+	for i, v := range l {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = appendValue(b, v); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, ']'), nil
+}
+
+// appendObject writes m with its keys sorted, as encoding/json writes a map.
+func appendObject(b []byte, m map[string]any) ([]byte, error) {
+	if m == nil {
+		return append(b, "null"...), nil
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, k)
+		b = append(b, ':')
+		var err error
+		if b, err = appendValue(b, m[k]); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
 }
 
 const hexDigits = "0123456789abcdef"

@@ -336,7 +336,8 @@ func TestMetaMarshalMatchesReflection(t *testing.T) {
 	for name, m := range map[string]envelope.Meta{
 		"known only": {MCPVersion: "1.0.0", Thread: "github:o/r#1", Source: &envelope.Source{Event: "issues", URL: "https://x/<a>&"}, Budget: &envelope.Budget{Tokens: 3, Limit: 9}},
 		"extras": {Thread: "t", Budget: &envelope.Budget{Tokens: 1},
-			Extra: map[string]any{"facts": map[string]any{"repository": "o/r", "labels": []any{"bug"}}, "bot": true, "a": "<x>", "zz": 1.5}},
+			Extra: map[string]any{"facts": map[string]any{"repository": "o/r", "labels": []any{"bug", nil, 2.5e21}, "number": 7, "big": int64(-3)},
+				"bot": true, "a": "<x>", "zz": 1.5, "list": []string{"a\u2028"}, "none": []string(nil), "nomap": map[string]any(nil), "n": nil}},
 		"extra named as an unset known field": {TaskID: "task", Extra: map[string]any{"thread": "from extra"}},
 		"empty":                               {},
 	} {

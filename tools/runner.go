@@ -843,6 +843,31 @@ func (r *Runner) retry(ctx context.Context, c *conn, entry *toolEntry, tool stri
 		}
 		return nil, backoff.Permanent(err)
 	}
+	// The first attempt runs before any retry machinery is built: most calls
+	// succeed at once. A failed one is handed to the retry loop as its first
+	// attempt (the retry window starts after it).
+	cr, err := op()
+	if err != nil {
+		cr, err = r.retryAfter(ctx, op, cr, err)
+	}
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrConnection) {
+		err = ctxErr(ctx)
+	}
+	return cr, err
+}
+
+// retryAfter continues a call whose first attempt (cr, err) failed: the
+// backoff loop takes that outcome as its first attempt's and goes on
+// calling op while the error is not permanent.
+func (r *Runner) retryAfter(ctx context.Context, op backoff.Operation[*mcp.CallToolResult], cr *mcp.CallToolResult, err error) (*mcp.CallToolResult, error) {
+	first := true
+	again := func() (*mcp.CallToolResult, error) {
+		if first {
+			first = false
+			return cr, err
+		}
+		return op()
+	}
 	b := &backoff.ExponentialBackOff{
 		InitialInterval:     r.cfg.RetryBackoff,
 		RandomizationFactor: 0.1,
@@ -850,11 +875,7 @@ func (r *Runner) retry(ctx context.Context, c *conn, entry *toolEntry, tool stri
 		MaxInterval:         2 * time.Second,
 	}
 	b.Reset()
-	cr, err := backoff.Retry(ctx, op, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(r.cfg.RetryWindow), backoff.WithMaxTries(0))
-	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrConnection) {
-		err = ctxErr(ctx)
-	}
-	return cr, err
+	return backoff.Retry(ctx, again, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(r.cfg.RetryWindow), backoff.WithMaxTries(0))
 }
 
 // invoke sends one tools/call. sent reports whether it left the runner.
