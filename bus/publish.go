@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,8 +54,9 @@ var ErrInvalidEnvelope = errors.New("invalid envelope")
 // *envelope.ValidationError. Without a deadline on ctx, the bus's publish
 // timeout applies.
 func (b *Bus) Publish(ctx context.Context, subject string, e *envelope.Envelope, opts ...PublishOption) (PublishResult, error) {
-	msg, err := b.buildMsg(subject, e, opts)
-	if err != nil {
+	msg := syncMsgs.Get().(*nats.Msg)
+	defer putSyncMsg(msg)
+	if err := b.buildMsg(msg, subject, e, opts); err != nil {
 		return PublishResult{}, err
 	}
 	res, err := b.publishMsg(ctx, b.StreamName(subject), msg)
@@ -73,8 +75,10 @@ func (b *Bus) Publish(ctx context.Context, subject string, e *envelope.Envelope,
 // reports the ack or the error; PublishAsyncComplete tells when every publish
 // was acked.
 func (b *Bus) PublishAsync(ctx context.Context, subject string, e *envelope.Envelope, opts ...PublishOption) (jetstream.PubAckFuture, error) {
-	msg, err := b.buildMsg(subject, e, opts)
-	if err != nil {
+	// An async message stays with its future (which resends it), so it is
+	// never reused.
+	msg := &nats.Msg{Header: make(nats.Header, 8)}
+	if err := b.buildMsg(msg, subject, e, opts); err != nil {
 		return nil, err
 	}
 	f, err := b.publishAsync(ctx, msg)
@@ -129,8 +133,21 @@ func (b *Bus) stalled(err error) error {
 // PublishAsyncComplete is closed when every PublishAsync so far was acknowledged.
 func (b *Bus) PublishAsyncComplete() <-chan struct{} { return b.js.PublishAsyncComplete() }
 
-// buildMsg validates e and builds its NATS message.
-func (b *Bus) buildMsg(subject string, e *envelope.Envelope, opts []PublishOption) (*nats.Msg, error) {
+// syncMsgs are the messages of synchronous publishes, reused: once
+// PublishMsg returned, the client holds no reference to its message.
+var syncMsgs = sync.Pool{New: func() any { return &nats.Msg{Header: make(nats.Header, 8)} }}
+
+// putSyncMsg empties msg, keeping its header map, and returns it to the pool.
+func putSyncMsg(msg *nats.Msg) {
+	h := msg.Header
+	clear(h)
+	*msg = nats.Msg{Header: h}
+	syncMsgs.Put(msg)
+}
+
+// buildMsg validates e and fills msg (empty, with an empty header map) with
+// its subject, body and headers.
+func (b *Bus) buildMsg(msg *nats.Msg, subject string, e *envelope.Envelope, opts []PublishOption) error {
 	err := envelope.Check(e)
 	var data []byte
 	if err == nil {
@@ -138,7 +155,7 @@ func (b *Bus) buildMsg(subject string, e *envelope.Envelope, opts []PublishOptio
 	}
 	if err != nil {
 		b.countPublish(b.StreamName(subject), resultInvalid)
-		return nil, fmt.Errorf("publish %s to %s: %w: %w", e.ID, subject, ErrInvalidEnvelope, err)
+		return fmt.Errorf("publish %s to %s: %w: %w", e.ID, subject, ErrInvalidEnvelope, err)
 	}
 	var o publishOpts
 	for _, opt := range opts {
@@ -150,15 +167,15 @@ func (b *Bus) buildMsg(subject string, e *envelope.Envelope, opts []PublishOptio
 	abs := b.Subject(subject)
 	if err := checkSubject(abs); err != nil {
 		b.countPublish(b.StreamName(subject), resultInvalid)
-		return nil, fmt.Errorf("publish %s: %w", e.ID, err)
+		return fmt.Errorf("publish %s: %w", e.ID, err)
 	}
-	msg := &nats.Msg{Subject: abs, Data: data, Header: make(nats.Header, 7+len(o.header))}
+	msg.Subject, msg.Data = abs, data
 	envelope.EncodeHeader(e, msg.Header)
 	for k, v := range o.header {
 		msg.Header.Set(k, v)
 	}
 	msg.Header.Set(jetstream.MsgIDHeader, o.msgID)
-	return msg, nil
+	return nil
 }
 
 // publishMsg publishes an already built message and records metrics.

@@ -244,18 +244,6 @@ func appendValue(b []byte, v any) ([]byte, error) {
 		return strconv.AppendInt(b, x, 10), nil
 	case []any:
 		return appendList(b, x)
-	case []string:
-		if x == nil {
-			return append(b, "null"...), nil
-		}
-		b = append(b, '[')
-		for i, s := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, s)
-		}
-		return append(b, ']'), nil
 	case map[string]any:
 		return appendObject(b, x)
 	}
