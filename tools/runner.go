@@ -901,11 +901,19 @@ func (r *Runner) invoke(ctx context.Context, c *conn, tool string, args map[stri
 func (c *conn) fill(res *Result, cr *mcp.CallToolResult, out *jsonschema.Schema) {
 	rd := c.redactor
 	var texts []string
+	// one is the redacted text of a lone text block: the joined text is
+	// then that block's, and is not redacted a second time.
+	var one struct {
+		text      string
+		redacted  bool
+		available bool
+	}
 	res.Content = make([]any, 0, len(cr.Content))
 	for _, blk := range cr.Content {
 		if tc, ok := blk.(*mcp.TextContent); ok && tc.Meta == nil && tc.Annotations == nil {
 			texts = append(texts, tc.Text)
 			t, red := rd.String(tc.Text)
+			one.text, one.redacted, one.available = t, red, len(texts) == 1
 			res.Redacted = res.Redacted || red
 			res.Content = append(res.Content, map[string]any{"type": "text", "text": t})
 			continue
@@ -924,8 +932,13 @@ func (c *conn) fill(res *Result, cr *mcp.CallToolResult, out *jsonschema.Schema)
 		res.Redacted = res.Redacted || red
 		res.Content = append(res.Content, v)
 	}
-	text := strings.Join(texts, "\n")
-	text, redacted := rd.String(text)
+	var text string
+	var redacted bool
+	if len(texts) == 1 && one.available {
+		text, redacted = one.text, one.redacted
+	} else {
+		text, redacted = rd.String(strings.Join(texts, "\n"))
+	}
 	res.Text = text
 	res.Redacted = res.Redacted || redacted
 	if cr.StructuredContent != nil {

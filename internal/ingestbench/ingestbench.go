@@ -147,6 +147,8 @@ type Report struct {
 	Rate        int
 	// Bus says where JetStream ran: "embedded" or the external server's URL.
 	Bus string
+	// Prefix is the run's subject prefix; its streams are named after it.
+	Prefix string
 }
 
 // Write prints the report as a table.
@@ -221,7 +223,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return err
 	}
 
-	rep := &Report{BodyBytes: len(payload), Concurrency: cfg.Concurrency, Rate: cfg.Rate, Bus: where}
+	rep := &Report{BodyBytes: len(payload), Concurrency: cfg.Concurrency, Rate: cfg.Rate, Bus: where, Prefix: b.Prefix()}
 	// Warm up connections, the stream files and the schema compiler.
 	if _, err := closedLoop(ctx, "warm-up", cfg.Concurrency, time.Second, 2000, webhook); err != nil {
 		return nil, err
