@@ -1,6 +1,7 @@
 // Package ingestbench is the load generator behind `relay bench ingest`: it
-// starts an embedded JetStream and the webhook gateway on loopback, posts
-// signed GitHub `issues` webhooks to it and measures, in one run:
+// starts an embedded JetStream (or uses an external server, Config.NATSURL)
+// and the webhook gateway on loopback, posts signed GitHub `issues` webhooks
+// to it and measures, in one run, with the process's CPU time per phase:
 //
 //   - saturation: requests/s with a fixed number of concurrent clients, and
 //     the p50/p99 latency there;
