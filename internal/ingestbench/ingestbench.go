@@ -159,7 +159,7 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "%-34s %10s %8s %10s %10s %10s %8s %14s\n", "phase", "requests", "errors", "req/s", "p50", "p99", "max", "CPU/1,000 req")
 	for _, p := range []Phase{r.Saturation, r.FixedRate, r.HTTPCeiling, r.NATSCeiling, r.BothCeiling} {
 		fmt.Fprintf(w, "%-34s %10d %8d %10.0f %10s %10s %8s %14s\n", p.Name, p.Requests, p.Errors, p.PerSecond(),
-			round(p.P50), round(p.P99), round(p.Max), p.CPUPer1000().Round(time.Millisecond/10))
+			Round(p.P50), Round(p.P99), Round(p.Max), p.CPUPer1000().Round(time.Millisecond/10))
 	}
 	fmt.Fprintln(w, "\n(CPU is the whole process: gateway, load generator and, when embedded, the NATS server.)")
 	ceiling := min(r.HTTPCeiling.PerSecond(), r.NATSCeiling.PerSecond())
@@ -171,7 +171,9 @@ func (r *Report) Write(w io.Writer) {
 	}
 }
 
-func round(d time.Duration) time.Duration {
+// Round rounds a latency for a report: to 1 ms above a second, 10 µs above a
+// millisecond, 1 µs below.
+func Round(d time.Duration) time.Duration {
 	switch {
 	case d > time.Second:
 		return d.Round(time.Millisecond)
@@ -232,7 +234,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if rep.Saturation, err = closedLoop(ctx, "gateway at saturation", cfg.Concurrency, cfg.Duration, cfg.MaxRequests, webhook); err != nil {
 		return nil, err
 	}
-	if rep.FixedRate, err = openLoop(ctx, fmt.Sprintf("gateway at %d/s", cfg.Rate), cfg.Rate, cfg.Duration, cfg.MaxRequests, webhook); err != nil {
+	if rep.FixedRate, err = OpenLoop(ctx, fmt.Sprintf("gateway at %d/s", cfg.Rate), cfg.Rate, cfg.Duration, cfg.MaxRequests, webhook); err != nil {
 		return nil, err
 	}
 	if rep.HTTPCeiling, err = closedLoop(ctx, "ceiling: HTTP read body + 202", cfg.Concurrency, cfg.Duration, cfg.MaxRequests, null); err != nil {
@@ -395,9 +397,9 @@ func closedLoop(ctx context.Context, name string, n int, d time.Duration, max in
 	return p, nil
 }
 
-// openLoop sends op at a fixed rate for d (at most max ops); each latency is
+// OpenLoop sends op at a fixed rate for d (at most max ops); each latency is
 // measured from the op's scheduled time.
-func openLoop(ctx context.Context, name string, rate int, d time.Duration, max int, op func(context.Context) error) (Phase, error) {
+func OpenLoop(ctx context.Context, name string, rate int, d time.Duration, max int, op func(context.Context) error) (Phase, error) {
 	total := min(int(d.Seconds()*float64(rate)), max)
 	interval := time.Second / time.Duration(rate)
 	lat := make([]time.Duration, total)
