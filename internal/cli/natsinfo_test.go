@@ -132,11 +132,7 @@ func TestMemoryCommandsNameTheirServer(t *testing.T) {
 			t.Errorf("memory worker: exit %d\n%s", code, workerLog.String())
 		}
 	}()
-	cli := func(args ...string) (int, string, string) {
-		var out, errb syncBuffer
-		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
-		return code, out.String(), errb.String()
-	}
+	cli := cliRunner(t, env)
 	const thread = "github:acme/widgets#7"
 	var code int
 	var out, errOut string

@@ -68,11 +68,8 @@ func publish(t *testing.T, b *bus.Bus, subject string, e *envelope.Envelope) {
 	}
 }
 
-func newEnv(thread string, role envelope.Role, content string) *envelope.Envelope {
-	e := envelope.New(envelope.ChannelGitHub, role, content)
-	e.Meta.Thread = thread
-	return e
-}
+// newEnv is memtest.Envelope under this package's name for it.
+var newEnv = memtest.Envelope
 
 // TestWorkerEmbedded runs the worker on the embedded defaults and talks to it
 // over the bus like the agent in another process would.
