@@ -38,12 +38,17 @@ func cliRunner(t *testing.T, env map[string]string) func(args ...string) (int, s
 // dropped), until stop or the end of the test. stop cancels it and returns
 // its exit code; it may be called more than once.
 func serveRelay(t *testing.T, env map[string]string, stderr io.Writer) (stop func() int) {
+	return runRelay(t, env, nil, stderr)
+}
+
+// runRelay is serveRelay for the command args (a single service, say).
+func runRelay(t *testing.T, env map[string]string, args []string, stderr io.Writer) (stop func() int) {
 	if stderr == nil {
 		stderr = &syncBuffer{}
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int, 1)
-	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, stderr) }()
+	go func() { done <- Run(ctx, args, config.FromMap(env), &syncBuffer{}, stderr) }()
 	var once sync.Once
 	var code int
 	stop = func() int {

@@ -122,13 +122,10 @@ func tokenServer(t *testing.T) (env map[string]string, wantStderr string) {
 func TestMemoryCommandsNameTheirServer(t *testing.T) {
 	t.Parallel()
 	env, wantStderr := tokenServer(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan int, 1)
 	var workerLog syncBuffer
-	go func() { done <- Run(ctx, []string{"memory"}, config.FromMap(env), &syncBuffer{}, &workerLog) }()
+	stop := runRelay(t, env, []string{"memory"}, &workerLog)
 	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
+		if code := stop(); code != 0 {
 			t.Errorf("memory worker: exit %d\n%s", code, workerLog.String())
 		}
 	}()
