@@ -436,6 +436,14 @@ func checkWriterOrder(t *testing.T, texts []string, writers, each int) {
 // idFolder folds all but the newest turn once the session passes at bytes;
 // its summary is the previous one plus the folded turns' contents, so a test
 // can tell that every turn was folded once and in order.
+// folding opens a store with the default options, a new thread, and an
+// idFolder at bytes that counts its calls.
+func folding(t *testing.T, newStore Factory, at int) (session.Store, string, session.Folder, *atomic.Int64) {
+	t.Helper()
+	calls := new(atomic.Int64)
+	return open(t, newStore, session.Options{}), thread(), idFolder(at, calls), calls
+}
+
 func idFolder(at int, calls *atomic.Int64) session.Folder {
 	return session.Folder{At: at, Fold: func(_ context.Context, s *session.Session) (int, string, error) {
 		calls.Add(1)
@@ -450,11 +458,8 @@ func idFolder(at int, calls *atomic.Int64) session.Folder {
 }
 
 func testAppendFold(t *testing.T, newStore Factory) {
-	s := open(t, newStore, session.Options{})
+	s, th, f, calls := folding(t, newStore, 40)
 	ctx := t.Context()
-	th := thread()
-	var calls atomic.Int64
-	f := idFolder(40, &calls)
 	ts := appendTurns(t, s, th, f, "turn %05d", 0, 3) // 3 × 10 bytes: under At, no fold
 	if calls.Load() != 0 {
 		t.Fatalf("Fold asked %d times under At, want 0", calls.Load())
@@ -555,11 +560,8 @@ func testRedelivered(t *testing.T, newStore Factory) {
 // (repeats inside the batch and turns appended before are reported as not
 // added), and the fold applies once to the whole batch.
 func testAppendFoldBatch(t *testing.T, newStore Factory) {
-	s := open(t, newStore, session.Options{})
+	s, th, f, calls := folding(t, newStore, 45)
 	ctx := t.Context()
-	th := thread()
-	var calls atomic.Int64
-	f := idFolder(45, &calls)
 	mk := func(i int) session.Turn { return userTurn("turn %05d", i) }
 	first := appendTurns(t, s, th, f, "turn %05d", 0, 1)[0]
 	batch := []session.Turn{mk(1), mk(2), first, mk(3)}
