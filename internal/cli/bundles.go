@@ -91,8 +91,7 @@ func mcpUninstall(ctx context.Context, a *app, args []string) error {
 // changeBundle runs `relay mcp install|uninstall` (verb) on its one bundle
 // argument, with the flags both take (-set only for install).
 func changeBundle(ctx context.Context, a *app, args []string, verb, forceHelp string) error {
-	fs := flag.NewFlagSet("mcp "+verb, flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("mcp " + verb)
 	config := fs.String("config", "", "mcp.json to edit (default RELAY_MCP_CONFIG, else ./mcp.json)")
 	set := kvFlags{}
 	if verb == "install" {
@@ -141,8 +140,7 @@ func (a *app) printResult(in *bundle.Installer, res *bundle.Result, verb string)
 }
 
 func mcpBundles(_ context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("mcp bundles", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("mcp bundles")
 	config := fs.String("config", "", "mcp.json (default RELAY_MCP_CONFIG, else ./mcp.json)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if _, err := parseArgs(fs, args); err != nil {

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"strconv"
 	"time"
@@ -38,8 +37,7 @@ func runDLQ(ctx context.Context, a *app, args []string) error {
 }
 
 func dlqList(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("dlq list", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("dlq list")
 	limit := fs.Int("n", 0, "show at most N dead letters (0: all)")
 	asJSON := fs.Bool("json", false, "print a JSON array of the dead letters")
 	if err := fs.Parse(args); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"slices"
@@ -112,8 +111,7 @@ func hooksClient(ctx context.Context, a *app, f *hooks.File) (*hooks.Service, fu
 }
 
 func hooksValidate(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("hooks validate", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("hooks validate")
 	offline := fs.Bool("offline", false, "do not ask a running tool runner for the tools")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -156,8 +154,7 @@ func hooksValidate(ctx context.Context, a *app, args []string) error {
 }
 
 func hooksList(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("hooks list", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("hooks list")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -213,8 +210,7 @@ func hooksTest(ctx context.Context, a *app, args []string) error {
 		return &exitError{code: 2, msg: "usage: relay hooks test NAME --envelope FILE [--run]"}
 	}
 	name := args[0]
-	fs := flag.NewFlagSet("hooks test", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("hooks test")
 	file := fs.String("envelope", "", "a JSON envelope (or a golden file's {\"envelope\": ...})")
 	run := fs.Bool("run", false, "also call the tools (through the running tool runner)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -308,8 +304,7 @@ func readEnvelopeFile(path string) (*envelope.Envelope, error) {
 }
 
 func hooksLog(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("hooks log", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("hooks log")
 	n := fs.Int("n", 20, "the last N records (0: all)")
 	hook := fs.String("hook", "", "only this hook's records")
 	asJSON := fs.Bool("json", false, "print a JSON array")

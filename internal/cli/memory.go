@@ -67,8 +67,7 @@ func runMemoryCLI(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	cmd, args := args[0], args[1:]
-	fs := flag.NewFlagSet("memory "+cmd, flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("memory " + cmd)
 	thread := fs.String("thread", "", "thread key, e.g. github:owner/repo#12")
 	var run func(c *remote.Client, text string) error
 	switch cmd {

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"time"
 
@@ -21,8 +20,7 @@ func init() {
 }
 
 func runServices(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("services", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("services")
 	asJSON := fs.Bool("json", false, "print one JSON array of instances, {info, stats} each ([] when none)")
 	all := fs.Bool("all", false, "every micro service on the NATS server, not only this relay's (bus prefix)")
 	wait := fs.Duration("wait", time.Second, "how long to gather answers")
