@@ -148,7 +148,7 @@ type rawPolicy struct {
 		Members      Members  `json:"members"`
 	} `json:"roles"`
 	Bindings []rawBinding `json:"bindings"`
-	Budgets map[string]struct {
+	Budgets  map[string]struct {
 		RPS         float64 `json:"rps"`
 		Burst       int     `json:"burst"`
 		Concurrency int     `json:"concurrency"`
