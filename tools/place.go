@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
@@ -37,4 +38,20 @@ func verbOf(readOnly bool) string {
 		return "read-only: " + mcpconfig.VerbRead
 	}
 	return "not read-only: " + mcpconfig.VerbWrite
+}
+
+// ValidateArgs checks arguments against a listed tool's inputSchema, as a
+// call would, so a caller can say what is wrong before publishing the call.
+func ValidateArgs(ti ToolInfo, args map[string]any) error {
+	s, err := compileToolSchema(ti.Name+"/input.json", ti.InputSchema)
+	if err != nil {
+		return nil // the runner logs a schema that does not compile and calls anyway
+	}
+	if args == nil {
+		args = map[string]any{}
+	}
+	if err := validate(s, args); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArguments, err)
+	}
+	return nil
 }
