@@ -52,7 +52,7 @@ type runOrigin struct {
 // runState travels in meta.agent.code_run of the call and its answer.
 type runState struct {
 	Run     ToolRun          `json:"run"`
-	Origin  string           `json:"origin"` // the message's envelope id
+	Origin  string           `json:"origin"` // runKey of the message
 	Actor   string           `json:"actor"`  // "slack:U…" or "github:login"
 	Target  *envelope.Target `json:"target"`
 	Refused bool             `json:"refused,omitempty"`
@@ -97,6 +97,24 @@ func (s *Service) runOriginOf(e *envelope.Envelope) (runOrigin, bool) {
 	return o, o.actor != ""
 }
 
+// runKey identifies the message a run comes from, the same for every
+// envelope of it: Slack sends a mention in a bound channel as both
+// app_mention and message, one run; a redelivered webhook is the same run.
+func runKey(e *envelope.Envelope) string {
+	if e.Channel == envelope.ChannelSlack {
+		if ts := slackExtra(e, "ts"); ts != "" {
+			return "slack:" + slackExtra(e, "channel") + ":" + ts
+		}
+		if id := slackExtra(e, "trigger_id"); id != "" {
+			return "slack:command:" + id
+		}
+	}
+	if src := e.Meta.Source; src != nil && src.DeliveryID != "" {
+		return string(e.Channel) + ":" + src.DeliveryID
+	}
+	return e.ID
+}
+
 func slackExtra(e *envelope.Envelope, key string) string {
 	m, _ := e.Meta.Extra[slackmapper.MetaKey].(map[string]any)
 	v, _ := m[key].(string)
@@ -122,7 +140,7 @@ func (s *Service) handleRun(ctx context.Context, m *bus.Message) (bool, error) {
 	if err != nil {
 		return true, bus.Permanent(fmt.Errorf("code run in %s: %w", o.e.ID, err))
 	}
-	st := runState{Origin: o.e.ID, Actor: o.provider + ":" + o.actor, Target: target}
+	st := runState{Origin: runKey(o.e), Actor: o.provider + ":" + o.actor, Target: target}
 	log := s.log.With("envelope_id", o.e.ID, "thread", o.e.Meta.Thread, "actor", st.Actor)
 	if list.role == "" {
 		// The runner refuses it and audits permission_denied; the answer
@@ -136,7 +154,7 @@ func (s *Service) handleRun(ctx context.Context, m *bus.Message) (bool, error) {
 	st.Run = run
 	if err != nil {
 		log.Info("bad code block", "err", err)
-		return true, s.postRun(ctx, st, "run-error:"+o.e.ID, fmt.Sprintf(":warning: %v", err))
+		return true, s.postRun(ctx, st, "run-error:"+st.Origin, fmt.Sprintf(":warning: %v", err))
 	}
 	log.Info("code run", "tool", run.Name(), "role", list.role)
 	return true, s.publishRun(ctx, o, st, list.role)
@@ -238,7 +256,7 @@ func listOrNone(l []string) string {
 // (meta.actor, meta.agent.id) with their role, the thread key its run id.
 func (s *Service) publishRun(ctx context.Context, o runOrigin, st runState, role string) error {
 	e := o.e.Reply(o.e.Channel, envelope.RoleAssistant, "run "+st.Run.Name()+" for "+st.Actor)
-	e.ID = derivedID("relay-run:" + o.e.ID)
+	e.ID = derivedID("relay-run:" + st.Origin)
 	e.Context = nil
 	e.Meta.Set("actor", st.Actor)
 	e.Meta.Set("run_id", o.e.Meta.Thread)
@@ -247,8 +265,8 @@ func (s *Service) publishRun(ctx context.Context, o runOrigin, st runState, role
 		return bus.Permanent(err)
 	}
 	e.Meta.Set("agent", map[string]any{"id": st.Actor, "role": role, metaRun: state})
-	e.ToolCall = &envelope.ToolCall{ID: "run-" + o.e.ID, Name: st.Run.Name(), Args: st.Run.Args}
-	if _, err := s.bus.Publish(ctx, envelope.SubjectToolCall, e, bus.WithMsgID("run:"+o.e.ID)); err != nil {
+	e.ToolCall = &envelope.ToolCall{ID: "run-" + e.ID, Name: st.Run.Name(), Args: st.Run.Args}
+	if _, err := s.bus.Publish(ctx, envelope.SubjectToolCall, e, bus.WithMsgID("run:"+st.Origin)); err != nil {
 		return fmt.Errorf("publish code run of %s: %w", o.e.ID, err)
 	}
 	return nil

@@ -2,13 +2,16 @@ package agent
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/slack-go/slack"
 
 	"github.com/relaystation/relay/bus"
@@ -114,22 +117,28 @@ func startToolRunner(t *testing.T, b *bus.Bus, policy string, names ...string) *
 	return pol
 }
 
-// slackMessage is a Slack message event as the mapper writes it.
+// slackSeq numbers the test's Slack messages (each its own ts).
+var slackSeq atomic.Int64
+
+// slackMessage is a Slack message event as the mapper writes it, in the
+// thread 1700000123.000200.
 func slackMessage(event, channel, user, text string) *envelope.Envelope {
 	e := envelope.New(envelope.ChannelSlack, envelope.RoleUser, "<@"+user+"> mentioned the app in <#"+channel+">: "+text)
-	ts := "1700000123.000200"
-	e.Meta.Thread = envelope.SlackThread("T0ACME", channel, ts)
+	ts := fmt.Sprintf("1700000200.%06d", slackSeq.Add(1))
+	e.Meta.Thread = envelope.SlackThread("T0ACME", channel, "1700000123.000200")
 	e.Meta.Source = &envelope.Source{Event: event, DeliveryID: "Ev" + channel + user, Actor: user}
-	e.Meta.Set("slack", map[string]any{"team": "T0ACME", "channel": channel, "ts": ts, "user": user, "bot": false, "edit": false})
+	e.Meta.Set("slack", map[string]any{"team": "T0ACME", "channel": channel, "ts": ts, "thread_ts": "1700000123.000200", "user": user, "bot": false, "edit": false})
 	return e
 }
 
 // slashRun is a `/relay run ...` slash command as the mapper writes it.
 func slashRun(channel, user, text string) *envelope.Envelope {
 	e := envelope.New(envelope.ChannelSlack, envelope.RoleUser, "<@"+user+"> ran /relay run "+text)
-	e.Meta.Thread = envelope.SlackThread("T0ACME", channel, "cmd-123.456")
-	e.Meta.Source = &envelope.Source{Event: "command", Action: "/relay", DeliveryID: "123.456", Actor: user}
-	e.Meta.Set("slack", map[string]any{"team": "T0ACME", "channel": channel, "user": user, "command": "/relay", "text": "run " + text, "bot": false, "edit": false})
+	trigger := fmt.Sprintf("123.%d", slackSeq.Add(1))
+	e.Meta.Thread = envelope.SlackThread("T0ACME", channel, "cmd-"+trigger)
+	e.Meta.Source = &envelope.Source{Event: "command", Action: "/relay", DeliveryID: trigger, Actor: user}
+	e.Meta.Set("slack", map[string]any{"team": "T0ACME", "channel": channel, "user": user, "command": "/relay", "text": "run " + text,
+		"trigger_id": trigger, "bot": false, "edit": false})
 	return e
 }
 
@@ -164,6 +173,16 @@ func TestCodeBlockRuns(t *testing.T) {
 		{"JSON as a code block", "in.slack.app_mention", slackMessage("app_mention", "C0DEV", "U0ONCALL", "```everything\ntool: get-structured-content\nlocation: Chicago\n```"),
 			wantSlackThread("1700000123.000200", "```json", "\"temperature\"")},
 	}
+	t.Run("a mention in a bound channel, sent as app_mention and as message, runs once", func(t *testing.T) {
+		m := slackMessage("app_mention", "C0DEV", "U0ONCALL", "<@UBOT> ```everything\ntool: echo\nmessage: once\n```")
+		dup := *m
+		dup.ID = uuid.NewString()
+		dup.Meta.Source = &envelope.Source{Event: "message", DeliveryID: "Ev-other", Actor: "U0ONCALL"}
+		h.publish(t, "in.slack.app_mention", m)
+		h.publish(t, "in.slack.message", &dup)
+		wantSlackThread("1700000123.000200", "Echo: once")(t, h.nextOut(t))
+		// A second run would be the next envelope the table's first case reads.
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h.publish(t, tt.subject, tt.in)
