@@ -45,6 +45,15 @@ func (s *Service) handleRunResult(ctx context.Context, e *envelope.Envelope, st 
 			s.log.Warn("run output not uploaded to Slack; only its summary is posted", "origin", st.Origin, "file", r.file.name, "err", err)
 		}
 	}
+	if st.MessageTS != "" && s.cfg.Slack != nil {
+		text := slackmapper.Mrkdwn(r.text, nil)
+		_, _, _, err := s.cfg.Slack.UpdateMessageContext(ctx, st.Target.SlackCh, st.MessageTS, slack.MsgOptionText(text, false),
+			slack.MsgOptionBlocks(slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, clip.Chars(text, 3000), false, false), nil, nil)))
+		if err == nil {
+			return nil
+		}
+		s.log.Warn("running message not updated; posting the result as a new message", "origin", st.Origin, "err", slackmapper.Classify("chat.update", err))
+	}
 	return s.postRun(ctx, st, key, r.text)
 }
 
@@ -187,11 +196,7 @@ func str(v any) string { s, _ := v.(string); return s }
 // uploadRunFile attaches a file to the run's Slack thread
 // (files.getUploadURLExternal, the upload, files.completeUploadExternal).
 func (s *Service) uploadRunFile(ctx context.Context, st runState, f *runFile) error {
-	up, ok := s.cfg.Slack.(SlackUploader)
-	if !ok {
-		return fmt.Errorf("the Slack client cannot upload files")
-	}
-	_, err := up.UploadFileContext(ctx, slack.UploadFileParameters{
+	_, err := s.cfg.Slack.UploadFileContext(ctx, slack.UploadFileParameters{
 		Reader: bytes.NewReader(f.data), FileSize: len(f.data), Filename: f.name, Title: f.title,
 		Channel: st.Target.SlackCh, ThreadTimestamp: st.Target.ThreadTS,
 	})
@@ -199,10 +204,4 @@ func (s *Service) uploadRunFile(ctx context.Context, st runState, f *runFile) er
 		return slackmapper.Classify("files.completeUploadExternal", err)
 	}
 	return nil
-}
-
-// SlackUploader uploads files (files.getUploadURLExternal and
-// files.completeUploadExternal); *slack.Client implements it.
-type SlackUploader interface {
-	UploadFileContext(ctx context.Context, params slack.UploadFileParameters) (*slack.FileSummary, error)
 }

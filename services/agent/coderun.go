@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -33,11 +34,15 @@ const SubjectOutPrefix = "out."
 const metaRun = "code_run"
 
 // SlackAPI is what code-block runs ask of Slack: user-group membership
-// (usergroups.users.list) and ephemeral refusals (chat.postEphemeral).
-// *slack.Client implements it.
+// (usergroups.users.list), ephemeral refusals (chat.postEphemeral), the
+// running message with its Cancel button (chat.postMessage) that the result
+// replaces (chat.update), and file uploads. *slack.Client implements it.
 type SlackAPI interface {
 	GetUserGroupMembersContext(ctx context.Context, group string, options ...slack.GetUserGroupMembersOption) ([]string, error)
 	PostEphemeralContext(ctx context.Context, channelID, userID string, options ...slack.MsgOption) (string, error)
+	PostMessageContext(ctx context.Context, channelID string, options ...slack.MsgOption) (string, string, error)
+	UpdateMessageContext(ctx context.Context, channelID, timestamp string, options ...slack.MsgOption) (string, string, string, error)
+	UploadFileContext(ctx context.Context, params slack.UploadFileParameters) (*slack.FileSummary, error)
 }
 
 // runOrigin is a message that asks for a run.
@@ -56,6 +61,9 @@ type runState struct {
 	Actor   string           `json:"actor"`  // "slack:U…" or "github:login"
 	Target  *envelope.Target `json:"target"`
 	Refused bool             `json:"refused,omitempty"`
+	// MessageTS is the Slack message showing the run with its Cancel
+	// button, which the result replaces; "" when none was posted.
+	MessageTS string `json:"message_ts,omitempty"`
 }
 
 // runOriginOf returns the run request e makes, or false when e is not one:
@@ -157,6 +165,7 @@ func (s *Service) handleRun(ctx context.Context, m *bus.Message) (bool, error) {
 		return true, s.postRun(ctx, st, "run-error:"+st.Origin, fmt.Sprintf(":warning: %v", err))
 	}
 	log.Info("code run", "tool", run.Name(), "role", list.role)
+	st.MessageTS = s.postRunning(ctx, st, log)
 	return true, s.publishRun(ctx, o, st, list.role)
 }
 
@@ -256,7 +265,7 @@ func listOrNone(l []string) string {
 // (meta.actor, meta.agent.id) with their role, the thread key its run id.
 func (s *Service) publishRun(ctx context.Context, o runOrigin, st runState, role string) error {
 	e := o.e.Reply(o.e.Channel, envelope.RoleAssistant, "run "+st.Run.Name()+" for "+st.Actor)
-	e.ID = derivedID("relay-run:" + st.Origin)
+	e.ID = runCallID(st)
 	e.Context = nil
 	e.Meta.Set("actor", st.Actor)
 	e.Meta.Set("run_id", o.e.Meta.Thread)
@@ -270,6 +279,33 @@ func (s *Service) publishRun(ctx context.Context, o runOrigin, st runState, role
 		return fmt.Errorf("publish code run of %s: %w", o.e.ID, err)
 	}
 	return nil
+}
+
+// runCallID is the id of a run's tool-call envelope: its execution id.
+func runCallID(st runState) string { return derivedID("relay-run:" + st.Origin) }
+
+// postRunning posts the Slack message that shows a run while it runs, with
+// a Cancel button carrying the execution id; it returns its ts, or "" when
+// there is no Slack client or the post failed (the result is then posted as
+// a new message).
+func (s *Service) postRunning(ctx context.Context, st runState, log *slog.Logger) string {
+	t := st.Target
+	if s.cfg.Slack == nil || t.Channel != string(envelope.ChannelSlack) {
+		return ""
+	}
+	who := st.Actor[strings.IndexByte(st.Actor, ':')+1:]
+	text := fmt.Sprintf(":hourglass_flowing_sand: Running `%s` for <@%s>…", st.Run.Name(), who)
+	button := slack.NewButtonBlockElement(slackmapper.ActionCancelRun, runCallID(st), slack.NewTextBlockObject(slack.PlainTextType, "Cancel", false, false))
+	button.Style = slack.StyleDanger
+	blocks := slack.MsgOptionBlocks(
+		slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil),
+		slack.NewActionBlock("relay_run", button))
+	_, ts, err := s.cfg.Slack.PostMessageContext(ctx, t.SlackCh, slack.MsgOptionText(text, false), blocks, slack.MsgOptionTS(t.ThreadTS))
+	if err != nil {
+		log.Warn("running message not posted; the result will be a new message", "err", slackmapper.Classify("chat.postMessage", err))
+		return ""
+	}
+	return ts
 }
 
 func toMap(v any) (map[string]any, error) {

@@ -19,6 +19,7 @@ import (
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/internal/testenv"
+	slackmapper "github.com/relaystation/relay/mappers/slack"
 	"github.com/relaystation/relay/services/toolrunner"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
@@ -56,6 +57,8 @@ type runHarness struct {
 	slack *fakes.Slack
 	out   <-chan *envelope.Envelope
 	audit <-chan *envelope.Envelope
+	// updates counts the chat.update calls nextPost has returned.
+	updates int
 }
 
 func setupRuns(t *testing.T, script ...reply) *runHarness {
@@ -82,6 +85,38 @@ func setupRuns(t *testing.T, script ...reply) *runHarness {
 func (h *runHarness) nextOut(t *testing.T) *envelope.Envelope {
 	t.Helper()
 	return receive(t, h.out, "out.>")
+}
+
+// nextPost returns the next answer to a run: an envelope on out.>, or a
+// chat.update of a running message (as an envelope with its Slack target:
+// the running message's channel and thread).
+func (h *runHarness) nextPost(t *testing.T) *envelope.Envelope {
+	t.Helper()
+	var got *envelope.Envelope
+	testenv.WaitFor(t, 30*time.Second, "an answer on out.> or a chat.update", func() bool {
+		select {
+		case got = <-h.out:
+			return true
+		default:
+		}
+		ups := h.slack.Calls("chat.update")
+		if len(ups) == h.updates {
+			return false
+		}
+		up := ups[h.updates]
+		h.updates++
+		got = envelope.New(envelope.ChannelSlack, envelope.RoleAssistant, up.Params["text"])
+		tg := &envelope.Target{Channel: "slack", SlackCh: up.Params["channel"], ThreadTS: "(running message not found)"}
+		for _, p := range h.slack.Calls("chat.postMessage") {
+			if p.Params["_ts"] == up.Params["ts"] {
+				tg.ThreadTS = p.Params["thread_ts"]
+				wantParts(t, p.Params["blocks"], []string{slackmapper.ActionCancelRun, runCallIDFromBlocks(p.Params["blocks"])})
+			}
+		}
+		got.Meta.SetTarget(tg)
+		return true
+	})
+	return got
 }
 
 // startToolRunner runs the real tool runner on b under the policy, with one
@@ -161,7 +196,7 @@ func TestCodeBlockRuns(t *testing.T) {
 		{"slash command by a user-group member", "in.slack.command", slashRun("C0DEV", "U0INGROUP", "```\ntool: echo\nmessage: from a command\n```"),
 			wantSlackThread("", "Echo: from a command")},
 		{"message in a bound channel, Slack escaping undone", "in.slack.message", slackMessage("message", "C0DEV", "U0ONCALL", "```everything\ntool: echo\nmessage: a &lt;b&gt; &amp; c\n```"),
-			wantSlackThread("1700000123.000200", "Echo: a <b> & c")},
+			wantSlackThread("1700000123.000200", "Echo: a &lt;b&gt; &amp; c")},
 		{"bad arguments", "in.slack.app_mention", slackMessage("app_mention", "C0DEV", "U0ONCALL", "```everything\ntool: get-sum\na: two\nb: 1\n```"),
 			wantSlackThread("1700000123.000200", ":warning:", "everything.get-sum", "invalid arguments")},
 		{"server not bound to the channel", "in.slack.app_mention", slackMessage("app_mention", "C0OPS", "U0ONCALL", echoBlock),
@@ -171,7 +206,7 @@ func TestCodeBlockRuns(t *testing.T) {
 		{"GitHub comment", "in.github.issue_comment", githubRunComment("octocat", echoBlock),
 			wantGitHub("Echo: hello from Slack")},
 		{"JSON as a code block", "in.slack.app_mention", slackMessage("app_mention", "C0DEV", "U0ONCALL", "```everything\ntool: get-structured-content\nlocation: Chicago\n```"),
-			wantSlackThread("1700000123.000200", "```json", "\"temperature\"")},
+			wantSlackThread("1700000123.000200", "```", "\"temperature\"")},
 	}
 	t.Run("a mention in a bound channel, sent as app_mention and as message, runs once", func(t *testing.T) {
 		m := slackMessage("app_mention", "C0DEV", "U0ONCALL", "<@UBOT> ```everything\ntool: echo\nmessage: once\n```")
@@ -180,13 +215,13 @@ func TestCodeBlockRuns(t *testing.T) {
 		dup.Meta.Source = &envelope.Source{Event: "message", DeliveryID: "Ev-other", Actor: "U0ONCALL"}
 		h.publish(t, "in.slack.app_mention", m)
 		h.publish(t, "in.slack.message", &dup)
-		wantSlackThread("1700000123.000200", "Echo: once")(t, h.nextOut(t))
+		wantSlackThread("1700000123.000200", "Echo: once")(t, h.nextPost(t))
 		// A second run would be the next envelope the table's first case reads.
 	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h.publish(t, tt.subject, tt.in)
-			tt.check(t, h.nextOut(t))
+			tt.check(t, h.nextPost(t))
 		})
 	}
 	if n := h.llm.count(); n != 0 {
@@ -242,10 +277,10 @@ func TestCodeBlockFiles(t *testing.T) {
 	t.Parallel()
 	h := setupRuns(t)
 	h.publish(t, "in.slack.app_mention", slackMessage("app_mention", "C0DEV", "U0ONCALL", "```everything\ntool: get-tiny-image\n```"))
-	wantSlackThread("1700000123.000200", "image attached")(t, h.nextOut(t))
+	wantSlackThread("1700000123.000200", "image attached")(t, h.nextPost(t))
 	long := strings.Repeat("0123456789", 80)
 	h.publish(t, "in.slack.app_mention", slackMessage("app_mention", "C0DEV", "U0ONCALL", "```everything\ntool: echo\nmessage: "+long+"\n```"))
-	wantSlackThread("1700000123.000200", "returned 1 lines, 806 characters", "full output attached")(t, h.nextOut(t))
+	wantSlackThread("1700000123.000200", "returned 1 lines, 806 characters", "full output attached")(t, h.nextPost(t))
 	ups := h.slack.Uploads()
 	if len(ups) != 2 {
 		t.Fatalf("got %d uploads, want the image and the long output", len(ups))
@@ -283,7 +318,7 @@ func TestCodeBlockRefused(t *testing.T) {
 		t.Errorf("got ephemeral %v, want a refusal to U0NOBODY in C0DEV", c.Params)
 	}
 	h.publish(t, "in.github.issue_comment", githubRunComment("stranger", echoBlock))
-	wantGitHub("stranger holds no role", "`everything.echo` was not run")(t, h.nextOut(t))
+	wantGitHub("stranger holds no role", "`everything.echo` was not run")(t, h.nextPost(t))
 }
 
 // TestBindingsLimitAgentTools checks that the agent offers the model only
@@ -302,4 +337,18 @@ func TestBindingsLimitAgentTools(t *testing.T) {
 			t.Errorf("in %s: offered %v, want only %s's tools", c.channel, names, c.server)
 		}
 	}
+}
+
+// runCallIDFromBlocks is the Cancel button's value: the execution id, a UUID.
+func runCallIDFromBlocks(blocks string) string {
+	i := strings.Index(blocks, `"value":"`)
+	if i < 0 {
+		return "(no button value)"
+	}
+	v := blocks[i+len(`"value":"`):]
+	v, _, _ = strings.Cut(v, `"`)
+	if uuid.Validate(v) != nil {
+		return "(button value is not an execution id)"
+	}
+	return v
 }
