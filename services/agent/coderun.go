@@ -123,6 +123,16 @@ func runKey(e *envelope.Envelope) string {
 	return e.ID
 }
 
+// switchCommand reports whether e is `/relay stop` or `/relay resume`, which
+// the approvals worker answers; the model never sees them.
+func switchCommand(e *envelope.Envelope) bool {
+	if e.Channel != envelope.ChannelSlack || e.Meta.Source == nil || e.Meta.Source.Event != "command" {
+		return false
+	}
+	verb := strings.ToLower(strings.TrimSpace(slackExtra(e, "text")))
+	return verb == "stop" || verb == "resume"
+}
+
 func slackExtra(e *envelope.Envelope, key string) string {
 	m, _ := e.Meta.Extra[slackmapper.MetaKey].(map[string]any)
 	v, _ := m[key].(string)

@@ -25,6 +25,9 @@ func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 	if ran, err := s.handleRun(ctx, m); ran {
 		return err
 	}
+	if switchCommand(e) {
+		return nil // `/relay stop|resume`: the approvals worker's
+	}
 	ok, why := s.match.Match(e)
 	if ok && s.tasks == nil {
 		ok, why = false, "no model configured"
