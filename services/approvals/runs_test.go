@@ -81,6 +81,12 @@ func TestStopSwitchFromSlack(t *testing.T) {
 		s, err := st.Load(t.Context())
 		return err == nil && s.Stop
 	}
+	// The commands consumer starts at new messages (old commands are never
+	// replayed): wait until it exists.
+	testenv.WaitFor(t, 10*time.Second, "the commands consumer", func() bool {
+		_, err := h.bus.JetStream().Consumer(t.Context(), h.bus.StreamName(approvals.SubjectCommands), "approvals-commands")
+		return err == nil
+	})
 	h.command("U0INTRUDER", "stop")
 	testenv.WaitFor(t, 10*time.Second, "a refusal", func() bool { return len(h.slack.Calls("chat.postEphemeral")) == 1 })
 	if stopped() {
