@@ -277,8 +277,14 @@ func (s *Service) publishRun(ctx context.Context, o runOrigin, st runState, role
 	e := o.e.Reply(o.e.Channel, envelope.RoleAssistant, "run "+st.Run.Name()+" for "+st.Actor)
 	e.ID = runCallID(st)
 	e.Context = nil
+	// The thread key is the run id (the tool runner's audit run id and
+	// session-limit key default to the task id and the thread).
+	e.Meta.TaskID = o.e.Meta.Thread
 	e.Meta.Set("actor", st.Actor)
 	e.Meta.Set("run_id", o.e.Meta.Thread)
+	if o.provider == mcpconfig.ProviderSlack {
+		e.Meta.Set("acts_for", o.actor) // the person answers the server's questions
+	}
 	state, err := toMap(st)
 	if err != nil {
 		return bus.Permanent(err)
