@@ -97,7 +97,7 @@ func SplitTool(name string) (server, tool string, ok bool) {
 
 // DefaultPolicy grants nothing: without a policy file every call is denied.
 func DefaultPolicy() *Policy {
-	return &Policy{Roles: map[string][]Capability{}, Members: map[string]Members{}, Budgets: map[string]Budget{}, Limits: Limits{Concurrency: DefaultConcurrency}}
+	return &Policy{Roles: map[string][]Capability{}, Budgets: map[string]Budget{}, Limits: Limits{Concurrency: DefaultConcurrency}}
 }
 
 // Allowed reports whether role may call server.tool as far as the name
@@ -200,6 +200,7 @@ func ParsePolicy(data []byte) (*Policy, error) {
 		return nil, &ValidationError{Reason: err.Error()}
 	}
 	p := DefaultPolicy()
+	p.Members = map[string]Members{}
 	var errs []error
 	fail := func(field, format string, args ...any) {
 		errs = append(errs, &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)})
