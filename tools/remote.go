@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/relaystation/relay/internal/rpc"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 // Request/reply subjects the runner answers, relative to the bus prefix.
@@ -35,9 +36,11 @@ const (
 	ServiceName = "relay-toolrunner"
 )
 
-// ListRequest asks for the tools of a role.
+// ListRequest asks for the tools of a role, at a place when At is set (a
+// binding there limits the servers; runners before bindings ignore it).
 type ListRequest struct {
-	Role string `json:"role"`
+	Role string              `json:"role"`
+	At   *mcpconfig.Location `json:"at,omitempty"`
 }
 
 // ListResponse answers ListRequest. Error is set (and the reply also carries
@@ -93,8 +96,18 @@ const remoteTimeout = 5 * time.Second
 // It understands runners on micro and the ones before (see package
 // internal/rpc); an error a runner answered with is an *rpc.Error either way.
 func ListRemote(ctx context.Context, nc Requester, prefix, role string) ([]ToolInfo, error) {
+	return ListRemoteAt(ctx, nc, prefix, role, mcpconfig.Location{})
+}
+
+// ListRemoteAt is ListRemote at a place (Runner.ToolsAt); a zero Location
+// is ListRemote.
+func ListRemoteAt(ctx context.Context, nc Requester, prefix, role string, at mcpconfig.Location) ([]ToolInfo, error) {
+	req := ListRequest{Role: role}
+	if !at.IsZero() {
+		req.At = &at
+	}
 	var resp ListResponse
-	if err := request(ctx, nc, prefix+"."+SubjectList, ListRequest{Role: role}, &resp); err != nil {
+	if err := request(ctx, nc, prefix+"."+SubjectList, req, &resp); err != nil {
 		return nil, err
 	}
 	if resp.Error != "" { // a runner before micro: the error is only in the body
@@ -162,7 +175,11 @@ func Serve(ctx context.Context, nc *nats.Conn, prefix string, r *Runner, log *sl
 				e := rpc.Errorf(rpc.CodeBadRequest, "bad request: %v", err)
 				return listError(e), e
 			}
-			resp := ListResponse{Tools: r.Tools(ctx, req.Role)}
+			var at mcpconfig.Location
+			if req.At != nil {
+				at = *req.At
+			}
+			resp := ListResponse{Tools: r.ToolsAt(ctx, req.Role, at)}
 			if resp.Tools == nil {
 				resp.Tools = []ToolInfo{}
 			}

@@ -521,23 +521,7 @@ func (r *Runner) autoDisable(ctx context.Context, c *conn, failures int, err err
 // Tools lists the tools role may call, from every ready server, in server
 // then tool order. Servers that cannot list are left out.
 func (r *Runner) Tools(ctx context.Context, role string) []ToolInfo {
-	var out []ToolInfo
-	for _, c := range r.list() {
-		name := c.cfg.Name
-		if c.isDisabled() {
-			continue
-		}
-		list, err := c.cachedTools(ctx)
-		if err != nil {
-			continue
-		}
-		for _, e := range list {
-			if r.cfg.Policy.Allowed(role, name, e.info.Tool) {
-				out = append(out, e.info)
-			}
-		}
-	}
-	return out
+	return r.ToolsAt(ctx, role, mcpconfig.Location{})
 }
 
 // AllTools lists every tool of every ready server, unfiltered (operators).
@@ -765,6 +749,10 @@ func (r *Runner) call(ctx context.Context, req *Request, server, tool string) (r
 			err = ctxErr(ctx)
 		}
 		res.Err = err
+		return res
+	}
+	if !req.Operator && !r.cfg.Policy.AllowedTool(req.Caller.Role, server, tool, entry.info.ReadOnly) {
+		res.Err = fmt.Errorf("%w: role %s lacks capability %s.%s (the tool is %s)", ErrPermissionDenied, req.Caller.Role, server, tool, verbOf(entry.info.ReadOnly))
 		return res
 	}
 	in, out := entry.schemas()

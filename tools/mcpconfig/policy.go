@@ -26,6 +26,12 @@ const (
 type Policy struct {
 	// Roles maps a role to its capabilities.
 	Roles map[string][]Capability
+	// RoleOrder lists the roles in file order (RoleOf picks the first).
+	RoleOrder []string
+	// Members maps a role to the people who hold it.
+	Members map[string]Members
+	// Bindings map places to servers, in file order.
+	Bindings []Binding
 	// Budgets are keyed by server ("github") or tool ("github.create_issue").
 	Budgets map[string]Budget
 	// Limits are global.
@@ -54,7 +60,8 @@ type Limits struct {
 	Stop bool
 }
 
-// Capability is one granted pattern: "<server>.<tool>", "<server>.*" or "*.*".
+// Capability is one granted pattern: "<server>.<tool>", "<server>.*",
+// "<server>.read", "<server>.write" or "*.*".
 type Capability struct {
 	Server string // "*" only in "*.*"
 	Tool   string // "*" for every tool of Server
@@ -93,13 +100,16 @@ func DefaultPolicy() *Policy {
 	return &Policy{Roles: map[string][]Capability{}, Budgets: map[string]Budget{}, Limits: Limits{Concurrency: DefaultConcurrency}}
 }
 
-// Allowed reports whether role may call server.tool. An empty role is never allowed.
+// Allowed reports whether role may call server.tool as far as the name
+// tells: an exact or "*" grant, or a verb grant ("<server>.read",
+// "<server>.write") of the server, which AllowedTool decides once the
+// tool's annotations are known. An empty role is never allowed.
 func (p *Policy) Allowed(role, server, tool string) bool {
 	if role == "" {
 		return false
 	}
 	for _, c := range p.Roles[role] {
-		if c.Matches(server, tool) {
+		if c.Matches(server, tool) || ((c.Tool == VerbRead || c.Tool == VerbWrite) && (c.Server == "*" || c.Server == server)) {
 			return true
 		}
 	}
@@ -135,8 +145,10 @@ type rawPolicy struct {
 		Role         string   `json:"role"`
 		Description  string   `json:"description"`
 		Capabilities []string `json:"capabilities"`
+		Members      Members  `json:"members"`
 	} `json:"roles"`
-	Budgets map[string]struct {
+	Bindings []rawBinding `json:"bindings"`
+	Budgets  map[string]struct {
 		RPS         float64 `json:"rps"`
 		Burst       int     `json:"burst"`
 		Concurrency int     `json:"concurrency"`
@@ -188,6 +200,7 @@ func ParsePolicy(data []byte) (*Policy, error) {
 		return nil, &ValidationError{Reason: err.Error()}
 	}
 	p := DefaultPolicy()
+	p.Members = map[string]Members{}
 	var errs []error
 	fail := func(field, format string, args ...any) {
 		errs = append(errs, &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)})
@@ -206,8 +219,14 @@ func ParsePolicy(data []byte) (*Policy, error) {
 			}
 			caps = append(caps, c)
 		}
+		if len(role.Capabilities) == 0 {
+			fail(fmt.Sprintf("roles[%d].capabilities", i), "role %q grants nothing: list at least one capability", role.Role)
+		}
 		p.Roles[role.Role] = caps
+		p.RoleOrder = append(p.RoleOrder, role.Role)
+		p.Members[role.Role] = role.Members
 	}
+	p.addBindings(r.Bindings, fail)
 	for key, b := range r.Budgets {
 		field := "budgets." + key
 		bud := Budget{RPS: b.RPS, Burst: b.Burst, Concurrency: b.Concurrency, DailyQuota: b.DailyQuota}
