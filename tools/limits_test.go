@@ -3,11 +3,14 @@ package tools
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/internal/rpc"
 	"github.com/relaystation/relay/internal/testenv"
 )
 
@@ -113,5 +116,47 @@ func TestMemoryLimitsSlotWait(t *testing.T) {
 	rel()
 	if err := <-got; err != nil {
 		t.Fatalf("waiting caller: got %v, want the released slot", err)
+	}
+}
+
+// TestCancelReachesTheOwningRunner: two runners share a LimitStore and
+// serve on one bus; a cancel that reaches the runner not running the
+// execution is forwarded to its owner, and ActiveRemote lists it from either.
+func TestCancelReachesTheOwningRunner(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	shared := NewMemoryLimits()
+	dir := t.TempDir()
+	runners := make([]*Runner, 2)
+	for i := range runners {
+		cfg := fastConfig(t, helperServer(t, "h", dir))
+		cfg.Policy = policy(t, allowAll)
+		cfg.Limits = shared
+		runners[i] = startRunner(t, cfg)
+		stop, err := Serve(t.Context(), bustest.Connect(t, b).Conn(), b.Prefix(), runners[i], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = stop() })
+	}
+	owner, other := runners[0], runners[1]
+	done := make(chan *Result, 1)
+	go func() {
+		done <- owner.Call(t.Context(), Request{CallID: "remote-slow", Tool: "h.slow", Args: map[string]any{"ms": 20000}, Caller: Caller{Role: "agent"}})
+	}()
+	nc := b.Conn()
+	testenv.WaitFor(t, 10*time.Second, "the execution listed over the bus", func() bool {
+		es, err := ActiveRemote(t.Context(), nc, b.Prefix())
+		return err == nil && len(es) == 1 && es[0].ID == "remote-slow" && es[0].Owner == owner.ID()
+	})
+	if err := other.cancelAnywhere(t.Context(), nc, b.Prefix(), CancelRequest{ID: "remote-slow", Actor: "bob"}); err != nil {
+		t.Fatalf("cancel through the other runner: %v", err)
+	}
+	if res := <-done; res.Status != StatusCancelled || res.CancelledBy != "bob" {
+		t.Errorf("got %s (%v) by %q, want cancelled by bob", res.Status, res.Err, res.CancelledBy)
+	}
+	var re *rpc.Error
+	if err := CancelRemote(t.Context(), nc, b.Prefix(), "remote-slow", "bob"); !errors.As(err, &re) || !strings.Contains(re.Message, "no active execution remote-slow") {
+		t.Errorf("cancel of a finished execution: got %v, want an error saying it is not active", err)
 	}
 }
