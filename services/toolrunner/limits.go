@@ -1,6 +1,7 @@
 package toolrunner
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -94,20 +95,34 @@ func OpenLimits(ctx context.Context, b *bus.Bus, leaseTTL time.Duration, log *sl
 
 func countKey(key string) string { return "c." + base64.RawURLEncoding.EncodeToString([]byte(key)) }
 
-// Count implements tools.LimitStore.
+// Count implements tools.LimitStore. The counters are changed at once
+// (one round trip in all when no other runner counted since); when one
+// fails, the others are taken back.
 func (l *KVLimits) Count(ctx context.Context, counters []tools.Counter) (func(), error) {
-	for i, c := range counters {
-		err := l.add(ctx, countKey(c.Key), 1, c.Limit)
-		if err == nil {
-			continue
+	errs := make([]error, len(counters))
+	var wg sync.WaitGroup
+	for i, c := range counters[1:] {
+		wg.Go(func() { errs[i+1] = l.add(ctx, countKey(c.Key), 1, c.Limit) })
+	}
+	errs[0] = l.add(ctx, countKey(counters[0].Key), 1, counters[0].Limit)
+	wg.Wait()
+	var failed error
+	for i, err := range errs {
+		switch {
+		case err == nil:
+		case errors.Is(err, errFull):
+			failed = cmp.Or(failed, counters[i].Full)
+		default:
+			failed = cmp.Or(failed, fmt.Errorf("count %s: %w", counters[i].Key, err))
 		}
-		for _, d := range counters[:i] {
-			l.undo(countKey(d.Key))
+	}
+	if failed != nil {
+		for i, err := range errs {
+			if err == nil {
+				l.undo(countKey(counters[i].Key))
+			}
 		}
-		if errors.Is(err, errFull) {
-			return nil, c.Full
-		}
-		return nil, fmt.Errorf("count %s: %w", c.Key, err)
+		return nil, failed
 	}
 	return func() {
 		for _, c := range counters {

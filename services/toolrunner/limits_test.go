@@ -3,6 +3,9 @@ package toolrunner
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,4 +144,52 @@ func TestDeadRunnerSlotsExpire(t *testing.T) {
 		es, err := live.Active(t.Context())
 		return err == nil && len(es) == 0
 	})
+}
+
+// TestSharedCountIsExact: callers racing in two processes on one quota get
+// exactly its limit, and a refusal takes back the other counts of the call.
+func TestSharedCountIsExact(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	stores := make([]*KVLimits, 2)
+	for i := range stores {
+		var err error
+		if stores[i], err = OpenLimits(t.Context(), bustest.Connect(t, b), 0, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full := errors.New("quota full")
+	const limit, callers = 7, 20
+	var wg sync.WaitGroup
+	var ok atomic.Int32
+	for i := range callers {
+		wg.Go(func() {
+			_, err := stores[i%2].Count(t.Context(), []tools.Counter{
+				{Key: "session.t" + strconv.Itoa(i), Limit: 1, Full: errors.New("session full")},
+				{Key: "quota.2026-11-23.svc", Limit: limit, Full: full},
+			})
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case !errors.Is(err, full):
+				t.Errorf("caller %d: got %v, want the quota's error", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := ok.Load(); got != limit {
+		t.Fatalf("got %d calls counted, want %d", got, limit)
+	}
+	// The refused callers' sessions were taken back: each may count once more
+	// (their quota is used up, so count their sessions alone).
+	refused := 0
+	for i := range callers {
+		_, err := stores[0].Count(t.Context(), []tools.Counter{{Key: "session.t" + strconv.Itoa(i), Limit: 1, Full: full}})
+		if err == nil {
+			refused++
+		}
+	}
+	if refused != callers-limit {
+		t.Errorf("got %d sessions free again, want the %d refused callers'", refused, callers-limit)
+	}
 }
