@@ -106,7 +106,7 @@ func TestLimitsAcrossRunnersAndRestart(t *testing.T) {
 func TestDeadRunnerSlotsExpire(t *testing.T) {
 	t.Parallel()
 	b := bustest.Embedded(t)
-	const ttl = 900 * time.Millisecond
+	const ttl = 2 * time.Second
 	dying := bustest.Connect(t, b)
 	dead, err := OpenLimits(t.Context(), dying, ttl, nil)
 	if err != nil {
@@ -121,7 +121,7 @@ func TestDeadRunnerSlotsExpire(t *testing.T) {
 	}
 	// The lease is renewed while its holder lives: after several TTLs it
 	// still holds the only slot.
-	ctx, cancel := context.WithTimeout(t.Context(), 3*ttl)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*ttl)
 	_, err = live.Acquire(ctx, tools.Execution{ID: "blocked"}, 1)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
