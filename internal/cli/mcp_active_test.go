@@ -51,13 +51,18 @@ func auditRecords(t *testing.T, path string) []tools.Record {
 
 // TestMCPCallStopSwitchAndStandalone: with a NATS server reachable, `relay
 // mcp call` and `relay mcp test` obey the shared stop switch (exit 1, a
-// message naming it, an audit record); without one they run standalone and
-// say on stderr what they could not check.
+// message naming it, an audit record) and count in the shared daily quota;
+// without one they run standalone and say on stderr what they could not check.
 func TestMCPCallStopSwitchAndStandalone(t *testing.T) {
 	t.Parallel()
 	env, _ := tokenServer(t)
 	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
 	env["RELAY_AUDIT_LOG"] = filepath.Join(t.TempDir(), "audit.jsonl")
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(pol, []byte("budgets:\n  everything.echo: {daily_quota: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env["RELAY_POLICY"] = pol
 	cli := cliIn(t, env)
 	echo := []string{"mcp", "call", "everything", "echo", "--args", `{"message": "hi"}`}
 	if code, out, errs := cli("mcp", "stop"); code != 0 {
@@ -77,9 +82,13 @@ func TestMCPCallStopSwitchAndStandalone(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "hi") || strings.Contains(errs, "standalone") {
 		t.Errorf("call after resume: exit %d, stdout %q, stderr %q; want the echo, no standalone warning", code, out, errs)
 	}
+	code, _, errs = cli(echo...)
+	if code != 1 || !strings.Contains(errs, "status rate_limited") || !strings.Contains(errs, "budget everything.echo allows 1 calls a day") {
+		t.Errorf("second call on a quota of 1: exit %d, stderr %q; want exit 1, rate_limited by the shared quota", code, errs)
+	}
 	recs := auditRecords(t, env["RELAY_AUDIT_LOG"])
-	if len(recs) != 2 || recs[0].Status != tools.StatusDisabled || recs[1].Status != tools.StatusSuccess {
-		t.Fatalf("audit: got %+v, want the refused and the successful call", recs)
+	if len(recs) != 3 || recs[0].Status != tools.StatusDisabled || recs[1].Status != tools.StatusSuccess || recs[2].Status != tools.StatusRateLimited {
+		t.Fatalf("audit: got %+v, want the calls refused by the stop switch, run, refused by the quota", recs)
 	}
 	for _, r := range recs {
 		if r.AgentID != "cli" || r.RunID == "" || r.RunID == r.ExecutionID || !strings.HasPrefix(r.Actor, "cli:") || r.Role != "operator" {
