@@ -40,7 +40,10 @@ func BenchmarkSharedLimits(b *testing.B) {
 	args := map[string]any{"message": "benchmark"}
 	req := tools.Request{Tool: "svc.echo", Args: args, Thread: "bench:thread", Caller: tools.Caller{Role: "agent"}}
 	paths := []func() error{
-		func() error { _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: args}); return err },
+		func() error {
+			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: args})
+			return err
+		},
 		func() error { return mem.Call(ctx, req).Err },
 		func() error { return shared.Call(ctx, req).Err },
 	}
