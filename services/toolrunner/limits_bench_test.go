@@ -2,8 +2,6 @@ package toolrunner
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -23,7 +21,7 @@ import (
 //
 //	go test ./services/toolrunner -run '^$' -bench SharedLimits -benchtime 2000x
 func BenchmarkSharedLimits(b *testing.B) {
-	url := benchServer(b)
+	url, _ := mcpServer(b)
 	bb := bustest.Embedded(b)
 	kv, err := OpenLimits(context.Background(), bb, 0, nil)
 	if err != nil {
@@ -71,37 +69,12 @@ func BenchmarkSharedLimits(b *testing.B) {
 	b.ReportMetric(p50s[2]-p50s[1], "shared-added-µs")
 }
 
-func benchServer(b *testing.B) string {
-	b.Helper()
-	s := mcp.NewServer(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
-	mcp.AddTool(s, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in msgIn) (*mcp.CallToolResult, any, error) {
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "Echo: " + in.Message}}}, nil, nil
-	})
-	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
-	b.Cleanup(srv.Close)
-	return srv.URL
-}
-
 func benchRunner(b *testing.B, url string, lim tools.LimitStore) *tools.Runner {
 	b.Helper()
-	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['svc.*']\nbudgets:\n  svc.echo: {daily_quota: 1000000000}\nlimits: {perSession: -1}\n"))
+	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['svc.*']\nbudgets:\n  svc.echo: {daily_quota: 1000000000}\n"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	pol.Limits.PerSession = 1 << 30 // counted, never reached
-	r, err := tools.New(tools.Config{Servers: []mcpconfig.Server{{Name: "svc", Type: mcpconfig.HTTP, URL: url, ProtocolVersion: mcpconfig.DefaultProtocolVersion}},
-		Policy: pol, Limits: lim, HealthInterval: time.Minute})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = r.Close() })
-	if err := r.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if p := r.WaitReady(ctx); len(p) > 0 {
-		b.Fatalf("not ready: %+v", r.Servers())
-	}
-	return r
+	return svcRunner(b, url, pol, lim, nil)
 }

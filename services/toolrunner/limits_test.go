@@ -20,8 +20,7 @@ import (
 // KVLimits, the in-process svc MCP server at url.
 func limitRunner(t *testing.T, b *bus.Bus, url, policy string, now func() time.Time) *tools.Runner {
 	t.Helper()
-	peer := bustest.Connect(t, b)
-	lim, err := OpenLimits(t.Context(), peer, 0, nil)
+	lim, err := OpenLimits(t.Context(), bustest.Connect(t, b), 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,19 +28,25 @@ func limitRunner(t *testing.T, b *bus.Bus, url, policy string, now func() time.T
 	if err != nil {
 		t.Fatal(err)
 	}
+	return svcRunner(t, url, pol, lim, now)
+}
+
+// svcRunner starts a runner on the svc server at url and waits until it is ready.
+func svcRunner(tb testing.TB, url string, pol *mcpconfig.Policy, lim tools.LimitStore, now func() time.Time) *tools.Runner {
+	tb.Helper()
 	r, err := tools.New(tools.Config{Servers: []mcpconfig.Server{{Name: "svc", Type: mcpconfig.HTTP, URL: url, ProtocolVersion: mcpconfig.DefaultProtocolVersion}},
 		Policy: pol, Limits: lim, Now: now, HealthInterval: time.Minute})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = r.Close() })
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
+	tb.Cleanup(func() { _ = r.Close() })
+	if err := r.Start(context.Background()); err != nil {
+		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if p := r.WaitReady(ctx); len(p) > 0 {
-		t.Fatalf("not ready: %+v", r.Servers())
+		tb.Fatalf("not ready: %+v", r.Servers())
 	}
 	return r
 }
