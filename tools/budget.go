@@ -125,8 +125,10 @@ func (b *budgets) acquireSlot(ctx context.Context, e Execution) (func(), error) 
 	switch {
 	case err == nil:
 		return release, nil
-	case ctx.Err() == context.DeadlineExceeded:
+	case err == context.DeadlineExceeded: // the wait for a slot, not a store failure it wrapped
 		return nil, fmt.Errorf("%w: all %d execution slots (policy limits.concurrency) stayed taken until the call's timeout", ErrLimitExceeded, n)
+	case ctx.Err() == context.DeadlineExceeded:
+		return nil, fmt.Errorf("%w: no execution slot: %w", ErrTimeout, err)
 	case ctx.Err() != nil:
 		return nil, ctxErr(ctx)
 	}

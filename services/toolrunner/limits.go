@@ -102,9 +102,9 @@ func (l *KVLimits) Count(ctx context.Context, counters []tools.Counter) (func(),
 	errs := make([]error, len(counters))
 	var wg sync.WaitGroup
 	for i, c := range counters[1:] {
-		wg.Go(func() { errs[i+1] = l.add(ctx, countKey(c.Key), 1, c.Limit) })
+		wg.Go(func() { errs[i+1] = l.count(ctx, countKey(c.Key), c.Limit) })
 	}
-	errs[0] = l.add(ctx, countKey(counters[0].Key), 1, counters[0].Limit)
+	errs[0] = l.count(ctx, countKey(counters[0].Key), counters[0].Limit)
 	wg.Wait()
 	var failed error
 	for i, err := range errs {
@@ -135,6 +135,32 @@ var errFull = errors.New("at its limit")
 
 // maxSeen bounds the remembered counts.
 const maxSeen = 10000
+
+// count adds one to key, retrying while the bus fails (a NATS server
+// restarting) until ctx ends.
+func (l *KVLimits) count(ctx context.Context, key string, limit int) error {
+	var err error
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		if err = l.add(ctx, key, 1, limit); err == nil || errors.Is(err, errFull) || ctx.Err() != nil {
+			return err
+		}
+		if !pause(ctx, wait) {
+			return err
+		}
+	}
+}
+
+// pause waits d, or until ctx ends (false).
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
 
 // undo takes one count back; it must not be lost to the call's end, so it
 // has its own deadline.
@@ -219,26 +245,21 @@ func (l *KVLimits) Acquire(ctx context.Context, e tools.Execution, slots int) (f
 	if err != nil {
 		return nil, fmt.Errorf("encode execution %s: %w", e.ID, err)
 	}
-	wait := 10 * time.Millisecond
-	for {
+	var failed error // the last bus failure: retried, it may be a restart
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		key, rev, err := l.take(ctx, v, slots)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, err
-		}
-		if key != "" {
+		if err == nil && key != "" {
 			return l.hold(key, v, rev), nil
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
+		if err != nil && ctx.Err() == nil {
+			failed = err
 		}
-		wait = min(2*wait, 500*time.Millisecond)
+		if !pause(ctx, wait) {
+			if failed != nil {
+				return nil, fmt.Errorf("%w (last failure: %w)", ctx.Err(), failed)
+			}
+			return nil, ctx.Err()
+		}
 	}
 }
 
