@@ -648,7 +648,8 @@ type Result struct {
 }
 
 // Map is the result as tool_call.result: content, text, structured,
-// status, redacted, duration_ms and, on failure, error.
+// status, redacted, duration_ms and, on failure, error (and cancelled_by
+// when someone cancelled it).
 func (res *Result) Map() map[string]any {
 	m := map[string]any{
 		"status":      string(res.Status),
@@ -669,6 +670,9 @@ func (res *Result) Map() map[string]any {
 	}
 	if res.SamplingTokens > 0 {
 		m["sampling_tokens"] = res.SamplingTokens
+	}
+	if res.CancelledBy != "" {
+		m["cancelled_by"] = res.CancelledBy
 	}
 	return m
 }

@@ -129,6 +129,12 @@ func TestMCPActiveAndCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	// /readyz waits for the first connect attempt only; on a loaded machine
+	// it may have failed, and the runner reconnects: wait for the server.
+	testenv.WaitFor(t, 60*time.Second, "everything ready in the running relay", func() bool {
+		st, err := tools.StatusRemote(t.Context(), b.Conn(), b.Prefix())
+		return err == nil && len(st.Servers) == 1 && st.Servers[0].State == tools.StateReady
+	})
 	failed := make(chan *envelope.Envelope, 1)
 	sub, err := b.Conn().Subscribe(b.Subject(envelope.SubjectToolFailed), func(m *nats.Msg) {
 		if e, err := envelope.Parse(m.Data); err == nil {
@@ -173,8 +179,8 @@ func TestMCPActiveAndCancel(t *testing.T) {
 	}
 	select {
 	case res := <-failed:
-		if st, _ := res.ToolCall.Result["status"].(string); st != string(tools.StatusCancelled) {
-			t.Errorf("result: got status %q (%v), want cancelled", st, res.ToolCall.Result)
+		if st, _ := res.ToolCall.Result["status"].(string); st != string(tools.StatusCancelled) || res.ToolCall.Result["cancelled_by"] != "U0ALICE" {
+			t.Errorf("result: got status %q (%v), want cancelled by U0ALICE", st, res.ToolCall.Result)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no tool.failed result after the cancel")

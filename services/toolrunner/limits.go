@@ -59,8 +59,10 @@ type seenCount struct {
 	rev uint64
 }
 
-// CountBucket and ActiveBucket return the bucket names for a bus prefix.
-func CountBucket(prefix string) string  { return bucketName(prefix, "TOOLCOUNTS") }
+// CountBucket returns the name of the count bucket for a bus prefix.
+func CountBucket(prefix string) string { return bucketName(prefix, "TOOLCOUNTS") }
+
+// ActiveBucket returns the name of the slot bucket for a bus prefix.
 func ActiveBucket(prefix string) string { return bucketName(prefix, "TOOLACTIVE") }
 
 // OpenLimits creates or opens the limit buckets of b. leaseTTL 0 is
