@@ -203,13 +203,7 @@ func Serve(ctx context.Context, nc *nats.Conn, prefix string, r *Runner, log *sl
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	srv, err := rpc.Start(ctx, nc, rpc.Config{
-		Name:        ServiceName,
-		Description: "relay tool runner: the MCP tools a role may call, and the MCP servers' status",
-		Prefix:      prefix,
-		QueueGroup:  QueueGroup,
-		Logger:      log,
-	},
+	eps := append([]rpc.Endpoint{
 		rpc.Endpoint{Name: "list", Subject: prefix + "." + SubjectList, ErrorBody: listError, Handle: func(ctx context.Context, data []byte) (any, error) {
 			var req ListRequest
 			if err := json.Unmarshal(data, &req); err != nil {
@@ -222,6 +216,41 @@ func Serve(ctx context.Context, nc *nats.Conn, prefix string, r *Runner, log *sl
 			}
 			return resp, nil
 		}},
+		rpc.Endpoint{Name: "status", Subject: prefix + "." + SubjectStatus, ErrorBody: statusError, Handle: func(context.Context, []byte) (any, error) {
+			return r.Status(), nil
+		}},
+		rpc.Endpoint{Name: "refresh", Subject: prefix + "." + SubjectRefresh, ErrorBody: refreshError, Broadcast: true, Handle: func(_ context.Context, data []byte) (any, error) {
+			var req RefreshRequest
+			if err := json.Unmarshal(data, &req); err != nil {
+				e := rpc.Errorf(rpc.CodeBadRequest, "bad request: %v", err)
+				return refreshError(e), e
+			}
+			names, err := r.RefreshTools(req.Server)
+			if err != nil {
+				e := rpc.Errorf(rpc.CodeBadRequest, "%v", err)
+				return refreshError(e), e
+			}
+			log.Info("tool lists refreshed on request", "servers", names)
+			return RefreshResponse{Servers: names}, nil
+		}},
+	}, execEndpoints(nc, prefix, r)...)
+	srv, err := rpc.Start(ctx, nc, rpc.Config{
+		Name:        ServiceName,
+		Description: "relay tool runner: the MCP tools a role may call, the MCP servers' status, the running executions",
+		Prefix:      prefix,
+		QueueGroup:  QueueGroup,
+		Logger:      log,
+	}, eps...)
+	if err != nil {
+		return nil, err
+	}
+	return srv.Stop, nil
+}
+
+// execEndpoints list and cancel executions: active and cancel in the queue
+// group, cancel-owned on the runner's own subject.
+func execEndpoints(nc *nats.Conn, prefix string, r *Runner) []rpc.Endpoint {
+	return []rpc.Endpoint{
 		rpc.Endpoint{Name: "active", Subject: prefix + "." + SubjectActive, ErrorBody: activeError, Handle: func(ctx context.Context, _ []byte) (any, error) {
 			es, err := r.Active(ctx)
 			if err != nil {
@@ -241,28 +270,7 @@ func Serve(ctx context.Context, nc *nats.Conn, prefix string, r *Runner, log *sl
 				return nil
 			})
 		}},
-		rpc.Endpoint{Name: "status", Subject: prefix + "." + SubjectStatus, ErrorBody: statusError, Handle: func(context.Context, []byte) (any, error) {
-			return r.Status(), nil
-		}},
-		rpc.Endpoint{Name: "refresh", Subject: prefix + "." + SubjectRefresh, ErrorBody: refreshError, Broadcast: true, Handle: func(_ context.Context, data []byte) (any, error) {
-			var req RefreshRequest
-			if err := json.Unmarshal(data, &req); err != nil {
-				e := rpc.Errorf(rpc.CodeBadRequest, "bad request: %v", err)
-				return refreshError(e), e
-			}
-			names, err := r.RefreshTools(req.Server)
-			if err != nil {
-				e := rpc.Errorf(rpc.CodeBadRequest, "%v", err)
-				return refreshError(e), e
-			}
-			log.Info("tool lists refreshed on request", "servers", names)
-			return RefreshResponse{Servers: names}, nil
-		}},
-	)
-	if err != nil {
-		return nil, err
 	}
-	return srv.Stop, nil
 }
 
 // ownerSubject is where the runner id takes cancels of its own executions.

@@ -303,36 +303,11 @@ func mcpCall(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 	}
 	sh, closeShared := a.openShared(ctx, "call")
 	defer closeShared()
-	cfg := ts.Runner
-	if sh != nil {
-		cfg.State, cfg.Limits = stopOnly{sh.state}, sh.limits
-	}
-	s.Disabled = false // an operator may call a disabled server directly
-	cfg.Servers = []mcpconfig.Server{s}
-	cfg.Logger = a.log
-	cfg.StderrLevel = slog.LevelDebug // a server's stderr is noise in a CLI's output
-	if *verbose {
-		cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	cfg.Elicitor = terminalElicitor(a)
-	r, err := tools.New(cfg)
+	r, err := callRunner(ctx, a, ts, s, sh, *verbose)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	if err := r.Start(ctx); err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	var pending []string
-	if !r.Stopped() { // stopped: the call is refused (and audited) without the server
-		pending = r.WaitReady(wctx)
-	}
-	cancel()
-	if len(pending) > 0 {
-		st := r.Servers()[0]
-		return &exitError{code: 1, msg: fmt.Sprintf("server %s is %s: %s", s.Name, st.State, st.LastError)}
-	}
 	res := r.Call(ctx, tools.Request{Tool: s.Name + "." + tool, Args: targs, Caller: tools.Caller{AgentID: "cli", Role: *role}, Operator: *role == "",
 		RunID: uuid.NewString(), Actor: cliActor(),
 		Progress: func(p tools.ProgressEvent) {
@@ -358,6 +333,43 @@ func mcpCall(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 		return &exitError{code: 1, msg: fmt.Sprintf("%s (status %s)", res.Err, res.Status)}
 	}
 	return nil
+}
+
+// callRunner starts a runner on server s alone for `relay mcp call`, on
+// the shared stop switch and limits when sh is set, and waits until s is
+// ready (not when the stop switch refuses the call anyway).
+func callRunner(ctx context.Context, a *app, ts *toolrunner.Settings, s mcpconfig.Server, sh *sharedTools, verbose bool) (*tools.Runner, error) {
+	cfg := ts.Runner
+	if sh != nil {
+		cfg.State, cfg.Limits = stopOnly{sh.state}, sh.limits
+	}
+	s.Disabled = false // an operator may call a disabled server directly
+	cfg.Servers = []mcpconfig.Server{s}
+	cfg.Logger = a.log
+	cfg.StderrLevel = slog.LevelDebug // a server's stderr is noise in a CLI's output
+	if verbose {
+		cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	cfg.Elicitor = terminalElicitor(a)
+	r, err := tools.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Start(ctx); err != nil {
+		_ = r.Close()
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if r.Stopped() { // the call is refused (and audited) without the server
+		return r, nil
+	}
+	if pending := r.WaitReady(wctx); len(pending) > 0 {
+		st := r.Servers()[0]
+		_ = r.Close()
+		return nil, &exitError{code: 1, msg: fmt.Sprintf("server %s is %s: %s", s.Name, st.State, st.LastError)}
+	}
+	return r, nil
 }
 
 func mcpEnable(ctx context.Context, a *app, ts *toolrunner.Settings, enable bool, args []string) error {
