@@ -102,8 +102,7 @@ func (b *budgets) admit(ctx context.Context, e Execution) (release func(), err e
 func (b *budgets) counters(e Execution, ls []*limit, keys []string) []Counter {
 	var out []Counter
 	if n := b.policy.Limits.PerSession; e.Thread != "" && n > 0 {
-		out = append(out, Counter{Key: "session." + e.Thread, Limit: n,
-			Full: fmt.Errorf("%w: thread %s reached its session limit of %d executions (policy limits.perSession)", ErrLimitExceeded, e.Thread, n)})
+		out = append(out, Counter{Key: "session." + e.Thread, Limit: n, Full: &sessionFull{thread: e.Thread, limit: n}})
 	}
 	var day string
 	for i, l := range ls {
@@ -117,6 +116,19 @@ func (b *budgets) counters(e Execution, ls []*limit, keys []string) []Counter {
 	}
 	return out
 }
+
+// sessionFull is the error of a thread at its session limit. Its message
+// is built only when read, not on every call.
+type sessionFull struct {
+	thread string
+	limit  int
+}
+
+func (e *sessionFull) Error() string {
+	return fmt.Sprintf("%s: thread %s reached its session limit of %d executions (policy limits.perSession)", ErrLimitExceeded, e.thread, e.limit)
+}
+
+func (e *sessionFull) Unwrap() error { return ErrLimitExceeded }
 
 // acquireSlot takes one of the global concurrency slots for e.
 func (b *budgets) acquireSlot(ctx context.Context, e Execution) (func(), error) {
