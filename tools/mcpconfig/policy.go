@@ -19,6 +19,8 @@ const (
 	MinTimeout         = time.Second
 	MaxTimeout         = 5 * time.Minute
 	DefaultConcurrency = 25
+	// DefaultPerSession is the default per-thread session limit.
+	DefaultPerSession = 25
 )
 
 // Policy is the parsed policy file: who may call what, and how much.
@@ -56,6 +58,10 @@ type Budget struct {
 type Limits struct {
 	// Concurrency bounds executions across all servers; default 25.
 	Concurrency int
+	// PerSession bounds the executions of one thread (the specification's
+	// session limit, counted across runner processes); default 25, -1
+	// unlimited.
+	PerSession int
 	// Stop blocks every new execution.
 	Stop bool
 }
@@ -97,7 +103,7 @@ func SplitTool(name string) (server, tool string, ok bool) {
 
 // DefaultPolicy grants nothing: without a policy file every call is denied.
 func DefaultPolicy() *Policy {
-	return &Policy{Roles: map[string][]Capability{}, Budgets: map[string]Budget{}, Limits: Limits{Concurrency: DefaultConcurrency}}
+	return &Policy{Roles: map[string][]Capability{}, Budgets: map[string]Budget{}, Limits: Limits{Concurrency: DefaultConcurrency, PerSession: DefaultPerSession}}
 }
 
 // Allowed reports whether role may call server.tool as far as the name
@@ -157,6 +163,7 @@ type rawPolicy struct {
 	} `json:"budgets"`
 	Limits struct {
 		Concurrency int  `json:"concurrency"`
+		PerSession  *int `json:"perSession"`
 		Stop        bool `json:"stop"`
 	} `json:"limits"`
 }
@@ -247,6 +254,9 @@ func ParsePolicy(data []byte) (*Policy, error) {
 	}
 	if r.Limits.Concurrency > 0 {
 		p.Limits.Concurrency = r.Limits.Concurrency
+	}
+	if r.Limits.PerSession != nil {
+		p.Limits.PerSession = *r.Limits.PerSession
 	}
 	p.Limits.Stop = r.Limits.Stop
 	if len(errs) > 0 {
