@@ -33,7 +33,10 @@ func (s *Service) actionRoutes(mux *http.ServeMux) {
 // (the form's "back" field, a console path) with the notice.
 func (s *Service) act(a action) func(http.ResponseWriter, *http.Request, *session) {
 	return func(w http.ResponseWriter, r *http.Request, sess *session) {
-		notice, err := a(r.Context(), r, sess)
+		// A browser that navigates away must not cut an action short.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+		defer cancel()
+		notice, err := a(ctx, r, sess)
 		status := http.StatusSeeOther
 		if err != nil {
 			notice, status = "Failed: "+err.Error(), http.StatusSeeOther
@@ -63,9 +66,7 @@ func (s *Service) decide(ctx context.Context, r *http.Request, sess *session) (s
 	default:
 		return "", fmt.Errorf("unknown decision %q", verb)
 	}
-	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	resp, err := approvalrpc.Decide(rctx, s.bus.Conn(), s.bus.Prefix(), req)
+	resp, err := approvalrpc.Decide(ctx, s.bus.Conn(), s.bus.Prefix(), req)
 	if err != nil {
 		return "", err
 	}
