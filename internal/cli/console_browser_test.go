@@ -232,4 +232,6 @@ func consoleSwitch(t *testing.T, tab context.Context, base string) {
 	waitText(t, tab, "#server-everything .state", "ready")
 }
 
-func urlQueryEscapeTest(s string) string { return strings.NewReplacer("#", "%23", ":", "%3A", "/", "%2F").Replace(s) }
+func urlQueryEscapeTest(s string) string {
+	return strings.NewReplacer("#", "%23", ":", "%3A", "/", "%2F").Replace(s)
+}

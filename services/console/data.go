@@ -118,7 +118,7 @@ func (s *Service) toolsData(ctx context.Context, q url.Values) (map[string]any, 
 	audit := strings.TrimSpace(q.Get("audit"))
 	return map[string]any{
 		"Status": st, "Error": errText(err), "CanSwitch": s.cfg.Tools != nil,
-		"Hooks":  s.hub.filter(50, func(e *Event) bool { return e.Subject == "hook.executed" }),
+		"Hooks": s.hub.filter(50, func(e *Event) bool { return e.Subject == "hook.executed" }),
 		"Audit": s.hub.filter(100, func(e *Event) bool {
 			return strings.HasPrefix(e.Subject, "audit.") && (audit == "" || bytes.Contains(bytes.ToLower(e.Raw), []byte(strings.ToLower(audit))))
 		}),
