@@ -148,7 +148,8 @@ func TestTokenSignInAndCSRF(t *testing.T) {
 		}
 	}
 	csrf := c.csrf("/dlq")
-	for name, form := range map[string]url.Values{"no token": {}, "wrong token": {"csrf": {"0" + csrf[1:]}}} {
+	wrong := strings.Map(func(r rune) rune { return map[bool]rune{true: 'a', false: '0'}[r == '0'] }, csrf[:1]) + csrf[1:]
+	for name, form := range map[string]url.Values{"no token": {}, "wrong token": {"csrf": {wrong}}} {
 		if code, _, _ := c.do(http.MethodPost, "/dlq/replay-all", form); code != http.StatusForbidden {
 			t.Errorf("POST with %s: %d, want 403", name, code)
 		}

@@ -64,22 +64,34 @@ func newHub(b *bus.Bus, size int, now func() time.Time) *hub {
 	return &hub{bus: b, size: size, now: now, ids: map[string]bool{}, changed: make(chan struct{})}
 }
 
-// start subscribes to every subject of the bus prefix (but rpc.*) and loads
-// the streams' last envelopes; stop unsubscribes.
+// start subscribes to the subjects of the IN and WORK streams and loads
+// their last envelopes; stop unsubscribes. It never subscribes to rpc.*: a
+// subscriber there would hide "no responders" from every requester.
 func (h *hub) start(ctx context.Context) (stop func(), err error) {
-	sub, err := h.bus.Conn().Subscribe(h.bus.Prefix()+".>", func(m *nats.Msg) {
-		h.add(h.bus.Relative(m.Subject), m.Data, h.now())
-	})
-	if err != nil {
-		return nil, fmt.Errorf("console: subscribe to %s.>: %w", h.bus.Prefix(), err)
+	var subs []*nats.Subscription
+	stop = func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}
+	for _, root := range append([]string{"in"}, bus.WorkRoots()...) {
+		subj := h.bus.Subject(root + ".>")
+		sub, err := h.bus.Conn().Subscribe(subj, func(m *nats.Msg) {
+			h.add(h.bus.Relative(m.Subject), m.Data, h.now())
+		})
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("console: subscribe to %s: %w", subj, err)
+		}
+		subs = append(subs, sub)
 	}
 	for _, rel := range []string{"in.x", "agent.x"} { // the IN and WORK streams
 		if err := h.load(ctx, h.bus.StreamName(rel)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			_ = sub.Unsubscribe()
+			stop()
 			return nil, err
 		}
 	}
-	return func() { _ = sub.Unsubscribe() }, nil
+	return stop, nil
 }
 
 // load adds the last envelopes of a stream, in stream order.
@@ -125,9 +137,6 @@ func (h *hub) load(ctx context.Context, stream string) error {
 
 // add records an envelope (anything else, and repeats, are ignored).
 func (h *hub) add(subject string, data []byte, at time.Time) {
-	if strings.HasPrefix(subject, "rpc.") {
-		return
-	}
 	e, err := envelope.Parse(data)
 	if err != nil {
 		return
@@ -165,7 +174,7 @@ func (h *hub) wait() <-chan struct{} {
 	return h.changed
 }
 
-// select_ returns the events keep accepts, newest first, at most limit.
+// filter returns the events keep accepts, newest first, at most limit.
 func (h *hub) filter(limit int, keep func(*Event) bool) []*Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
