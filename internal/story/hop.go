@@ -142,13 +142,17 @@ func toolHop(h *Hop, e *envelope.Envelope, what string) {
 func approvalHop(h *Hop, e *envelope.Envelope) {
 	h.Kind = KindApproval
 	var a struct {
-		Status    string `json:"status"`
-		DecidedBy string `json:"decided_by"`
-		EditedBy  string `json:"edited_by"`
-		Reason    string `json:"reason"`
+		Status    string    `json:"status"`
+		DecidedBy string    `json:"decided_by"`
+		EditedBy  string    `json:"edited_by"`
+		Reason    string    `json:"reason"`
+		DecidedAt time.Time `json:"decided_at"`
 	}
 	if !metaAs(e, "approval", &a) {
 		return
+	}
+	if !a.DecidedAt.IsZero() {
+		h.Time = a.DecidedAt // the click, not the record published after the answer
 	}
 	h.Actor = a.DecidedBy
 	s := a.Status
@@ -244,4 +248,18 @@ func TraceID(traceparent string) string {
 		return ""
 	}
 	return parts[1]
+}
+
+// NewRecord returns a step record (a system envelope) of the task, thread
+// and webhook of `of`, with the record under meta[key]: what the agent
+// publishes on SubjectModelCall and outbound on SubjectPosted.
+func NewRecord(of *envelope.Meta, content, key string, record any) *envelope.Envelope {
+	e := envelope.New(envelope.ChannelInternal, envelope.RoleSystem, content)
+	e.Meta.TaskID, e.Meta.Thread = of.TaskID, of.Thread
+	if of.Source != nil {
+		src := *of.Source
+		e.Meta.Source = &src
+	}
+	e.Meta.Set(key, record)
+	return e
 }
