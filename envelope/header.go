@@ -9,6 +9,10 @@ const (
 	HeaderChannel = "Relay-Channel"
 	HeaderRole    = "Relay-Role"
 	HeaderVersion = "Relay-Mcp-Version"
+	// HeaderDelivery is meta.source.delivery_id: the provider's delivery id
+	// of the webhook the envelope came from (or answers), so `relay trace`
+	// finds a delivery's story by scanning headers only.
+	HeaderDelivery = "Relay-Delivery-Id"
 )
 
 // EncodeHeader writes e's header fields into h (a nats.Header or any
@@ -25,11 +29,15 @@ func EncodeHeader(e *Envelope, h map[string][]string) {
 	set(HeaderChannel, string(e.Channel))
 	set(HeaderRole, string(e.Role))
 	set(HeaderVersion, e.Meta.MCPVersion)
+	if e.Meta.Source != nil {
+		set(HeaderDelivery, e.Meta.Source.DeliveryID)
+	}
 }
 
 // HeaderFields is what a header carries about an envelope.
 type HeaderFields struct {
 	ID, Thread, TaskID, Version string
+	Delivery                    string
 	Channel                     Channel
 	Role                        Role
 }
@@ -43,11 +51,12 @@ func DecodeHeader(h map[string][]string) HeaderFields {
 		return ""
 	}
 	return HeaderFields{
-		ID:      get(HeaderID),
-		Thread:  get(HeaderThread),
-		TaskID:  get(HeaderTask),
-		Version: get(HeaderVersion),
-		Channel: Channel(get(HeaderChannel)),
-		Role:    Role(get(HeaderRole)),
+		ID:       get(HeaderID),
+		Thread:   get(HeaderThread),
+		TaskID:   get(HeaderTask),
+		Version:  get(HeaderVersion),
+		Delivery: get(HeaderDelivery),
+		Channel:  Channel(get(HeaderChannel)),
+		Role:     Role(get(HeaderRole)),
 	}
 }

@@ -177,6 +177,12 @@ func startStack(t testing.TB, mod func(map[string]string)) *stack {
 // scenario marker in its title, and returns the issue's target string.
 func (s *stack) issueOpened(number int, scenario string) string {
 	s.t.Helper()
+	return s.issueOpenedAs(number, scenario, uuid.NewString())
+}
+
+// issueOpenedAs is issueOpened with the given X-GitHub-Delivery.
+func (s *stack) issueOpenedAs(number int, scenario, delivery string) string {
+	s.t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "..", "testdata", "npm", "node_modules", "@octokit", "webhooks-examples",
 		"api.github.com", "issues", "opened.payload.json"))
 	if err != nil {
@@ -194,7 +200,7 @@ func (s *stack) issueOpened(number int, scenario string) string {
 	req, _ := http.NewRequest(http.MethodPost, s.base+"/webhooks/github", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(github.HeaderEvent, "issues")
-	req.Header.Set(github.HeaderDelivery, uuid.NewString())
+	req.Header.Set(github.HeaderDelivery, delivery)
 	req.Header.Set(github.HeaderHookID, "42")
 	req.Header.Set(github.HeaderSignature256, github.Sign([]byte(e2eGHSecret), body))
 	resp, err := http.DefaultClient.Do(req)

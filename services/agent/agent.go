@@ -83,6 +83,9 @@ type Config struct {
 	// Model answers chat requests. Nil turns the agent off: Run logs so and
 	// waits for ctx.
 	Model Model
+	// ModelName is the model asked for (LLM_MODEL), named in the task.step
+	// records and the model-call spans.
+	ModelName string
 	// Tools lists the MCP tools of Role; nil offers only retrieve_docs.
 	Tools ToolLister
 	// Memory gives session context, long-term memories and retrieve_docs;

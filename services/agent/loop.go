@@ -345,6 +345,7 @@ func (s *Service) think(ctx context.Context, t *Task) (*Task, error) {
 	}
 	start := time.Now()
 	comp, err := s.cfg.Model.Complete(ctx, n.Messages, specs)
+	s.publishStep(ctx, n, comp, err, time.Since(start))
 	if err != nil {
 		if ctx.Err() != nil {
 			s.metrics.llm.WithLabelValues("cancelled").Observe(time.Since(start).Seconds())
