@@ -189,7 +189,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// Story: every hop of the webhook, on one timeline.
 	do(t, tab, 20*time.Second, "open the story", chromedp.Navigate(base+"/story?id="+urlQueryEscapeTest(thread)))
-	for _, kind := range []string{"inbound", "tool", "suggestion", "approval", "outbound"} {
+	for _, kind := range []string{"webhook", "model_call", "tool_call", "tool_result", "suggestion", "approval", "outbound"} {
 		do(t, tab, 30*time.Second, "the "+kind+" hop", chromedp.Query(".hop-"+kind, chromedp.NodeVisible))
 	}
 	screenshot(t, tab, "story")

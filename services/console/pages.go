@@ -132,6 +132,7 @@ func (s *Service) live(p page) func(http.ResponseWriter, *http.Request, *session
 		last := ""
 		for {
 			changed := s.hub.wait()
+			rendered := time.Now()
 			if frag, err := s.fragment(r.Context(), p, q, sess); err == nil && string(frag) != last {
 				last = string(frag)
 				writeEvent(w, "fragment", last)
@@ -143,9 +144,18 @@ func (s *Service) live(p page) func(http.ResponseWriter, *http.Request, *session
 			case <-changed:
 			case <-tick.C:
 			}
+			// A busy bus re-renders a page at most every liveInterval.
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(time.Until(rendered.Add(liveInterval))):
+			}
 		}
 	}
 }
+
+// liveInterval is the shortest time between two renders of a live page.
+const liveInterval = 300 * time.Millisecond
 
 // writeEvent writes one server-sent event, a data line per line of data.
 func writeEvent(w http.ResponseWriter, name, data string) {
@@ -176,6 +186,7 @@ var funcs = template.FuncMap{
 		}
 		return "+" + d.Round(time.Millisecond).String()
 	},
+	"took": func(d time.Duration) string { return d.Round(time.Millisecond).String() },
 	"short": func(s string) string {
 		if len(s) > 8 {
 			return s[:8]
