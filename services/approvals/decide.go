@@ -13,8 +13,8 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/relaystation/relay/bus"
-	"github.com/relaystation/relay/internal/telemetry"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/telemetry"
 )
 
 // interaction is what the worker reads of meta.slack of an interaction
