@@ -52,6 +52,7 @@ type stack struct {
 	llm   *fakes.LLM
 	nc    *nats.Conn
 	stop  func()
+	logs  *syncBuffer // the relay's log
 }
 
 // attach connects the stack's test client to the NATS server at url and
@@ -149,6 +150,7 @@ func startStack(t testing.TB, mod func(map[string]string)) *stack {
 	s.base = "http://" + s.env["RELAY_HTTP_ADDR"]
 	ctx, cancel := context.WithCancel(context.Background())
 	var logs syncBuffer
+	s.logs = &logs
 	done := make(chan int, 1)
 	go func() { done <- Run(ctx, []string{"serve"}, config.FromMap(s.env), &syncBuffer{}, &logs) }()
 	var once sync.Once

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,6 +82,7 @@ func TestTracing(t *testing.T) {
 	s := startStack(t, func(env map[string]string) {
 		env["OTEL_EXPORTER_OTLP_ENDPOINT"] = rcv.srv.URL
 		env["OTEL_SERVICE_NAME"] = "relay-test"
+		env["RELAY_LOG_LEVEL"] = "info"
 	})
 	delivery := uuid.NewString()
 	s.click(e2eApprover, s.approvalPost(s.issueOpenedAs(3001, "approve", delivery)), "approve")
@@ -103,6 +105,11 @@ func TestTracing(t *testing.T) {
 	}
 	s.stop() // flushes the spans
 	checkSpans(t, rcv.trace(id))
+	if !slices.ContainsFunc(strings.Split(s.logs.String(), "\n"), func(l string) bool {
+		return strings.Contains(l, `"msg":"posted"`) && strings.Contains(l, `"trace_id":"`+id+`"`)
+	}) {
+		t.Errorf("no log line of the post carries trace_id %s", id)
+	}
 }
 
 // checkSpans checks that one trace holds each kind of span the relay opens.
