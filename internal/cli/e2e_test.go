@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,6 +52,7 @@ type stack struct {
 	llm   *fakes.LLM
 	nc    *nats.Conn
 	stop  func()
+	logs  *syncBuffer // the relay's log
 }
 
 // attach connects the stack's test client to the NATS server at url and
@@ -148,19 +150,11 @@ func startStack(t testing.TB, mod func(map[string]string)) *stack {
 	s.base = "http://" + s.env["RELAY_HTTP_ADDR"]
 	ctx, cancel := context.WithCancel(context.Background())
 	var logs syncBuffer
+	s.logs = &logs
 	done := make(chan int, 1)
 	go func() { done <- Run(ctx, []string{"serve"}, config.FromMap(s.env), &syncBuffer{}, &logs) }()
-	s.stop = func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("relay exited %d; log:\n%s", code, logs.String())
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("relay did not stop in 30s")
-		}
-	}
+	var once sync.Once
+	s.stop = func() { once.Do(func() { stopRelay(t, cancel, done, &logs) }) }
 	t.Cleanup(func() {
 		s.stop()
 		if t.Failed() {
@@ -171,6 +165,19 @@ func startStack(t testing.TB, mod func(map[string]string)) *stack {
 	// The agent offers MCP tools once the runner has its session.
 	s.attach(t, "nats://"+s.env["RELAY_NATS_LISTEN"])
 	return s
+}
+
+// stopRelay stops a relay started by startStack (its stop, once).
+func stopRelay(t testing.TB, cancel func(), done chan int, logs *syncBuffer) {
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("relay exited %d; log:\n%s", code, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("relay did not stop in 30s")
+	}
 }
 
 // issueOpened posts a real issues.opened webhook for issue number with the

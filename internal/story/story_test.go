@@ -3,6 +3,7 @@ package story_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ import (
 
 // loop publishes the envelopes of one webhook's story the way the services
 // do, and returns the inbound envelope.
-func loop(t *testing.T, b *bus.Bus, delivery, thread string) *envelope.Envelope {
+func loop(t testing.TB, b *bus.Bus, delivery, thread string) *envelope.Envelope {
 	t.Helper()
 	in := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "Crash on start\nstack...")
 	in.Meta.Thread = thread
@@ -58,7 +59,7 @@ func loop(t *testing.T, b *bus.Bus, delivery, thread string) *envelope.Envelope 
 	return in
 }
 
-func pub(t *testing.T, b *bus.Bus, subject string, e *envelope.Envelope, opts ...bus.PublishOption) {
+func pub(t testing.TB, b *bus.Bus, subject string, e *envelope.Envelope, opts ...bus.PublishOption) {
 	t.Helper()
 	if _, err := b.Publish(t.Context(), subject, e, opts...); err != nil {
 		t.Fatal(err)
@@ -162,5 +163,39 @@ func TestBuildNotFound(t *testing.T) {
 		Now: func() time.Time { return time.Now().Add(time.Hour) }})
 	if !errors.Is(err, story.ErrNotFound) {
 		t.Fatalf("outside the window: got %v, want ErrNotFound", err)
+	}
+}
+
+// BenchmarkBuild is a lookup (by delivery id, and by task id, which also
+// derives each webhook's task id) behind n unrelated webhooks: the cost of
+// the header scan.
+//
+//	go test ./internal/story -run '^$' -bench Build -benchtime 10x
+func BenchmarkBuild(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		bb := bustest.Embedded(b)
+		for i := range n {
+			e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "noise")
+			e.Meta.Thread = fmt.Sprintf("github:o/r#%d", i+10)
+			if _, err := bb.PublishAsync(b.Context(), "in.github.issues", e); err != nil {
+				b.Fatal(err)
+			}
+		}
+		<-bb.PublishAsyncComplete()
+		in := loop(b, bb, "d-1", "github:o/r#1")
+		for _, q := range []struct{ name, id string }{{"delivery", "d-1"}, {"task", envelope.TaskOf(in.ID)}} {
+			b.Run(fmt.Sprintf("noise=%d/%s", n, q.name), func(b *testing.B) {
+				var scanned int
+				for range b.N {
+					s, err := story.Build(b.Context(), bb, q.id)
+					if err != nil {
+						b.Fatal(err)
+					}
+					scanned = s.Scanned
+				}
+				b.ReportMetric(float64(scanned), "scanned")
+				b.ReportMetric(float64(scanned)/(b.Elapsed().Seconds()/float64(b.N)), "msgs/s")
+			})
+		}
 	}
 }

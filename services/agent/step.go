@@ -7,7 +7,23 @@ import (
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/internal/story"
+	"github.com/relaystation/relay/internal/telemetry"
 )
+
+// askModel asks the model, in a model-call span when tracing.
+func (s *Service) askModel(ctx context.Context, msgs []Message, specs []ToolSpec) (*Completion, error) {
+	if !telemetry.Enabled() {
+		return s.cfg.Model.Complete(ctx, msgs, specs)
+	}
+	ctx, span := telemetry.ModelCall(ctx, s.cfg.ModelName)
+	comp, err := s.cfg.Model.Complete(ctx, msgs, specs)
+	if comp != nil {
+		telemetry.EndModelCall(span, comp.Model, comp.PromptTokens, comp.CompletionTokens, err)
+	} else {
+		telemetry.EndModelCall(span, "", 0, 0, err)
+	}
+	return comp, err
+}
 
 // publishStep records one model call on task.step (story.SubjectModelCall):
 // the model, the step, its token counts, how long it took and what it

@@ -181,6 +181,7 @@ func (s *Service) HandleSuggestion(ctx context.Context, m *bus.Message) error {
 		return bus.Permanent(fmt.Errorf("suggestion %s: %w", e.ID, ErrEmptySuggestion))
 	}
 	now := s.now()
+	traceparent := m.Header.Get("traceparent") // the approved answer continues the suggestion's trace
 	var busy bool
 	rec, err := s.store.mutate(ctx, task, func(r *Record) (*Record, error) {
 		busy = false
@@ -189,13 +190,13 @@ func (s *Service) HandleSuggestion(ctx context.Context, m *bus.Message) error {
 			return &Record{
 				TaskID: task, Round: 1, Status: StatusPending, Text: e.Content, Suggestion: json.RawMessage(m.Data),
 				SuggestionIDs: []string{e.ID}, Target: *target, SlackChannel: s.cfg.channelFor(target.Channel),
-				CreatedAt: now, ExpiresAt: now.Add(s.cfg.TTL),
+				CreatedAt: now, ExpiresAt: now.Add(s.cfg.TTL), TraceParent: traceparent,
 			}, nil
 		case r.seen(e.ID):
 			return nil, errNoChange
 		case r.Status == StatusPending:
 			// A newer draft of the same task replaces the pending one in place.
-			r.Text, r.Suggestion, r.Target = e.Content, json.RawMessage(m.Data), *target
+			r.Text, r.Suggestion, r.Target, r.TraceParent = e.Content, json.RawMessage(m.Data), *target, traceparent
 			r.EditedBy, r.Shown = "", false
 			r.ExpiresAt = now.Add(s.cfg.TTL)
 			r.remember(e.ID)
@@ -208,7 +209,7 @@ func (s *Service) HandleSuggestion(ctx context.Context, m *bus.Message) error {
 		next := &Record{
 			TaskID: task, Round: r.Round + 1, Status: StatusPending, Text: e.Content, Suggestion: json.RawMessage(m.Data),
 			SuggestionIDs: r.SuggestionIDs, Target: *target, SlackChannel: r.SlackChannel, ThreadTS: r.ThreadTS,
-			CreatedAt: now, ExpiresAt: now.Add(s.cfg.TTL),
+			CreatedAt: now, ExpiresAt: now.Add(s.cfg.TTL), TraceParent: traceparent,
 		}
 		next.remember(e.ID)
 		return next, nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/telemetry"
 )
 
 // interaction is what the worker reads of meta.slack of an interaction
@@ -397,7 +398,9 @@ func (s *Service) publishApproved(ctx context.Context, rec *Record) error {
 	}
 	target := rec.Target
 	out := outEnvelope(&sugg, rec.Text, &target, rec.IdempotencyKey(), s.approvalMeta(rec))
+	ctx, span := telemetry.Resume(ctx, "approved "+rec.ApprovalID(), rec.TraceParent)
 	res, err := s.bus.Publish(ctx, SubjectOutPrefix+target.Channel, out, bus.WithMsgID(rec.MsgID()))
+	telemetry.EndSpan(span, err)
 	if err != nil {
 		return err
 	}

@@ -433,7 +433,7 @@ func (s *Service) deliver(ctx context.Context, m *bus.Message, t *envelope.Targe
 		return fmt.Errorf("record %s done: %w", key, err)
 	}
 	took := time.Since(start)
-	log.Info("posted", "provider_id", res.id, "url", res.url, "existing", res.existing, "took", took.Round(time.Millisecond).String())
+	log.InfoContext(ctx, "posted", "provider_id", res.id, "url", res.url, "existing", res.existing, "took", took.Round(time.Millisecond).String())
 	s.publishPosted(ctx, e, t, key, res, took)
 	return nil
 }
