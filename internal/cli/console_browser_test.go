@@ -83,7 +83,18 @@ func submit(t *testing.T, tab context.Context, sel string, double bool) {
 	if double {
 		click = chromedp.DoubleClick(sel, chromedp.NodeVisible)
 	}
-	do(t, tab, 20*time.Second, "click "+sel, click)
+	// A live update may replace the button between finding and clicking
+	// it: click again while the page is still the old one.
+	testenv.Poll(t, 20*time.Second, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(tab, 5*time.Second)
+		defer cancel()
+		err := chromedp.Do(ctx, click)
+		if err == nil {
+			return true, ""
+		}
+		old, _ := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.relayOldPage === true`))
+		return !old, fmt.Sprintf("click %s: %v", sel, err)
+	})
 	testenv.Poll(t, 30*time.Second, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(tab, 2*time.Second)
 		defer cancel()

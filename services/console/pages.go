@@ -3,6 +3,8 @@ package console
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -75,10 +77,11 @@ func (s *Service) showPage(p page) func(http.ResponseWriter, *http.Request, *ses
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		live := "/live/" + p.Name
-		if r.URL.RawQuery != "" {
-			live += "?" + r.URL.RawQuery
-		}
+		// The stream skips a first fragment equal to the one rendered here.
+		lq := r.URL.Query()
+		lq.Del("notice")
+		lq.Set("v", digest(string(frag)))
+		live := "/live/" + p.Name + "?" + lq.Encode()
 		s.render(w, r, "layout", sess, map[string]any{
 			"Page": p.Name, "Title": p.Title, "Live": live, "Fragment": frag, "Query": r.URL.Query(),
 			"Notice": r.URL.Query().Get("notice"),
@@ -127,15 +130,17 @@ func (s *Service) live(p page) func(http.ResponseWriter, *http.Request, *session
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("X-Accel-Buffering", "no")
 		q := r.URL.Query()
+		last := q.Get("v") // the digest of the fragment the page shows
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
-		last := ""
+		fmt.Fprint(w, ": live\n\n")
+		fl.Flush()
 		for {
 			changed := s.hub.wait()
 			rendered := time.Now()
-			if frag, err := s.fragment(r.Context(), p, q, sess); err == nil && string(frag) != last {
-				last = string(frag)
-				writeEvent(w, "fragment", last)
+			if frag, err := s.fragment(r.Context(), p, q, sess); err == nil && digest(string(frag)) != last {
+				last = digest(string(frag))
+				writeEvent(w, "fragment", string(frag))
 				fl.Flush()
 			}
 			select {
@@ -152,6 +157,12 @@ func (s *Service) live(p page) func(http.ResponseWriter, *http.Request, *session
 			}
 		}
 	}
+}
+
+// digest identifies a fragment's content.
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:8])
 }
 
 // liveInterval is the shortest time between two renders of a live page.
