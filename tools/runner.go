@@ -41,6 +41,7 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
+	"github.com/relaystation/relay/internal/telemetry"
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
@@ -910,7 +911,9 @@ func (r *Runner) invoke(ctx context.Context, c *conn, tool string, args map[stri
 	if token != "" {
 		params.SetProgressToken(token)
 	}
-	res, err := s.CallTool(ctx, params)
+	tctx, span := telemetry.ToolCall(ctx, c.cfg.Name, tool)
+	res, err := s.CallTool(tctx, params)
+	telemetry.EndSpan(span, err)
 	if err != nil {
 		return nil, true, c.classify(ctx, err, done)
 	}

@@ -31,7 +31,7 @@ func configureAgent(env *config.Env) buildFunc {
 			if err != nil {
 				return nil, err
 			}
-			cfg.Model = m
+			cfg.Model, cfg.ModelName = m, s.LLM.Model
 			cfg.Memory = agent.BusMemory(d.Bus.Conn(), d.Bus.Prefix(), 10*time.Second)
 			cfg.Tools = agent.BusTools(d.Bus.Conn(), d.Bus.Prefix(), 30*time.Second).SetWait(s.ToolsWait)
 		}

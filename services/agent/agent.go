@@ -84,6 +84,9 @@ type Config struct {
 	// Model answers chat requests. Nil turns the agent off: Run logs so and
 	// waits for ctx.
 	Model Model
+	// ModelName is the model asked for (LLM_MODEL), named in the task.step
+	// records and the model-call spans.
+	ModelName string
 	// Tools lists the MCP tools of Role; nil offers only retrieve_docs.
 	Tools ToolLister
 	// Policy, when set, turns on code-block runs (coderun.go): members of

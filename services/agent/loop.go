@@ -356,7 +356,8 @@ func (s *Service) think(ctx context.Context, t *Task) (*Task, error) {
 		specs[i] = ot.ToolSpec
 	}
 	start := time.Now()
-	comp, err := s.cfg.Model.Complete(ctx, n.Messages, specs)
+	comp, err := s.askModel(ctx, n.Messages, specs)
+	s.publishStep(ctx, n, comp, err, time.Since(start))
 	if err != nil {
 		if ctx.Err() != nil {
 			s.metrics.llm.WithLabelValues("cancelled").Observe(time.Since(start).Seconds())
