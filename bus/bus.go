@@ -73,6 +73,10 @@ type Config struct {
 	MaxAsyncPending int
 	// Metrics, when set, records publish and consume counts and latencies.
 	Metrics *Metrics
+	// Trace, when set, is called around publishes and handled deliveries
+	// (W3C trace context in headers, spans; internal/telemetry). Nil costs
+	// nothing.
+	Trace *TraceHooks
 	// Logger; nil discards.
 	Logger *slog.Logger
 }

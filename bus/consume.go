@@ -350,7 +350,14 @@ func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, ms
 			}
 		}
 	}()
+	var traced func(error)
+	if tr := b.cfg.Trace; tr != nil && tr.Consume != nil {
+		ctx, traced = tr.Consume(ctx, msg.Subject(), m)
+	}
 	herr := Recover()(h).Handle(ctx, m)
+	if traced != nil {
+		traced(herr)
+	}
 	hbStop()
 	if b.metrics != nil {
 		b.metrics.handleTime.WithLabelValues(cfg.Name).Observe(time.Since(start).Seconds())
@@ -370,7 +377,7 @@ func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, ms
 		if delay == 0 {
 			delay = nakDelay(cfg.NakDelays, md.NumDelivered)
 		}
-		log.Warn("handler failed; will retry", "envelope_id", env.ID, "subject", m.Subject,
+		log.WarnContext(ctx, "handler failed; will retry", "envelope_id", env.ID, "subject", m.Subject,
 			"delivered", md.NumDelivered, "retry_in", delay, "err", clip.Line(herr.Error(), maxReasonLine))
 		_ = msg.NakWithDelay(delay)
 		b.outcome(cfg.Name, "nak")

@@ -59,7 +59,14 @@ func (b *Bus) Publish(ctx context.Context, subject string, e *envelope.Envelope,
 	if err := b.buildMsg(msg, subject, e, opts); err != nil {
 		return PublishResult{}, err
 	}
+	var done func(error)
+	if b.cfg.Trace != nil {
+		done = b.cfg.Trace.publish(ctx, msg)
+	}
 	res, err := b.publishMsg(ctx, b.StreamName(subject), msg)
+	if done != nil {
+		done(err)
+	}
 	if err != nil {
 		return res, fmt.Errorf("publish %s to %s: %w", e.ID, subject, err)
 	}
@@ -74,12 +81,17 @@ func (b *Bus) Publish(ctx context.Context, subject string, e *envelope.Envelope,
 // the context's error, never the client's "stalled" error. The future
 // reports the ack or the error; PublishAsyncComplete tells when every publish
 // was acked.
-func (b *Bus) PublishAsync(ctx context.Context, subject string, e *envelope.Envelope, opts ...PublishOption) (jetstream.PubAckFuture, error) {
+func (b *Bus) PublishAsync(ctx context.Context, subject string, e *envelope.Envelope, opts ...PublishOption) (_ jetstream.PubAckFuture, err error) {
 	// An async message stays with its future (which resends it), so it is
 	// never reused.
 	msg := &nats.Msg{Header: make(nats.Header, 8)}
 	if err := b.buildMsg(msg, subject, e, opts); err != nil {
 		return nil, err
+	}
+	if b.cfg.Trace != nil {
+		if done := b.cfg.Trace.publish(ctx, msg); done != nil {
+			defer func() { done(err) }()
+		}
 	}
 	f, err := b.publishAsync(ctx, msg)
 	if err != nil {
@@ -214,4 +226,23 @@ func (b *Bus) countPublish(stream, result string) {
 	if b.metrics != nil {
 		b.metrics.stream(stream).count(result).Inc()
 	}
+}
+
+// TraceHooks connect the bus to a tracer without the bus importing one:
+// Publish is called before each publish with the message header (to write
+// the trace context into) and returns what to call with the result;
+// Consume is called before each handled delivery (with its absolute
+// subject; the hooks name absolute subjects) and returns the handler's
+// context (carrying the consumer span) and what to call with the handler's
+// result. Either may return a nil function.
+type TraceHooks struct {
+	Publish func(ctx context.Context, subject string, h nats.Header) func(error)
+	Consume func(ctx context.Context, subject string, m *Message) (context.Context, func(error))
+}
+
+func (t *TraceHooks) publish(ctx context.Context, msg *nats.Msg) func(error) {
+	if t.Publish == nil {
+		return nil
+	}
+	return t.Publish(ctx, msg.Subject, msg.Header)
 }

@@ -3,6 +3,8 @@ package envelope
 import (
 	"fmt"
 	"strings"
+
+	"github.com/google/uuid"
 )
 
 // Thread keys are stable per conversation: every envelope about one issue, pull
@@ -41,4 +43,11 @@ func ThreadChannel(thread string) Channel {
 		return c
 	}
 	return ""
+}
+
+// TaskOf is the task id the agent gives the task an inbound envelope starts:
+// a UUID v5 of the envelope id, so a redelivered trigger maps to the same
+// task and a reader (relay trace) can find the task of a webhook.
+func TaskOf(envelopeID string) string {
+	return uuid.NewSHA1(uuid.NameSpaceOID, []byte("relay-task:"+envelopeID)).String()
 }

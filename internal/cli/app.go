@@ -23,6 +23,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/internal/httpserver"
+	"github.com/relaystation/relay/internal/telemetry"
 	"github.com/relaystation/relay/secret"
 )
 
@@ -140,6 +141,9 @@ func (a *app) busConfig(reg *prometheus.Registry) bus.Config {
 	if reg != nil {
 		cfg.Metrics = bus.NewMetrics(reg)
 	}
+	if telemetry.Enabled() {
+		cfg.Trace = telemetry.BusHooks()
+	}
 	return cfg
 }
 
@@ -149,6 +153,29 @@ func (a *app) flags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
 	return fs
+}
+
+// startTracing turns tracing on when the OTEL_* variables name an OTLP
+// endpoint: spans are exported there, NATS messages carry the trace
+// context, and log lines logged with a span's context carry its trace_id.
+// The returned function flushes the spans on the way out.
+func (a *app) startTracing(ctx context.Context, s telemetry.Settings) (func(), error) {
+	shutdown, err := telemetry.Setup(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if !telemetry.Enabled() {
+		return func() {}, nil
+	}
+	a.log = slog.New(telemetry.LogHandler(a.log.Handler()))
+	a.log.Info("tracing on: spans exported over OTLP/HTTP", "endpoint", secret.RedactURLs(s.Endpoint), "service", s.Service)
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			a.log.Warn("spans not flushed", "err", err)
+		}
+	}, nil
 }
 
 // clientBus connects an operator command to the running relay: NATS_URL, or the
@@ -258,9 +285,15 @@ func (a *app) serve(ctx context.Context, svcs []*service) error {
 	for i, s := range svcs {
 		builds[i] = s.configure(a.env)
 	}
+	tel := telemetry.ReadSettings(a.env)
 	if err := a.checkEnv(); err != nil {
 		return err
 	}
+	stopTracing, err := a.startTracing(ctx, tel)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	start := time.Now()

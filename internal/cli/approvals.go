@@ -6,6 +6,7 @@ import (
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/services/approvals"
 	"github.com/relaystation/relay/services/outbound"
+	"github.com/relaystation/relay/services/toolrunner"
 )
 
 func init() {
@@ -26,15 +27,20 @@ func configureApprovals(env *config.Env) buildFunc {
 	return func(ctx context.Context, d *deps) (*runner, error) {
 		log := d.Log.With("service", "approvals")
 		var runs []func(context.Context) error
-		if enabled {
+		if enabled || cfg.ConsoleOnly() {
 			cfg.Logger = log
+			st, err := toolrunner.OpenState(ctx, d.Bus)
+			if err != nil {
+				return nil, err
+			}
+			cfg.Stop = st
 			svc, err := approvals.New(ctx, cfg, d.Bus, nil)
 			if err != nil {
 				return nil, err
 			}
 			runs = append(runs, svc.Run)
 		} else {
-			log.Warn("approvals are off: set SLACK_BOT_TOKEN and SLACK_APPROVAL_CHANNEL; suggestions wait in the stream until then")
+			log.Warn("approvals are off: set both SLACK_BOT_TOKEN and SLACK_APPROVAL_CHANNEL (or neither, for the console); suggestions wait in the stream until then")
 		}
 		if appToken.IsSet() {
 			sm, err := approvals.NewSocketMode(approvals.SocketConfig{

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,6 +52,7 @@ type stack struct {
 	llm   *fakes.LLM
 	nc    *nats.Conn
 	stop  func()
+	logs  *syncBuffer // the relay's log
 }
 
 // attach connects the stack's test client to the NATS server at url and
@@ -148,19 +150,11 @@ func startStack(t testing.TB, mod func(map[string]string)) *stack {
 	s.base = "http://" + s.env["RELAY_HTTP_ADDR"]
 	ctx, cancel := context.WithCancel(context.Background())
 	var logs syncBuffer
+	s.logs = &logs
 	done := make(chan int, 1)
 	go func() { done <- Run(ctx, []string{"serve"}, config.FromMap(s.env), &syncBuffer{}, &logs) }()
-	s.stop = func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("relay exited %d; log:\n%s", code, logs.String())
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("relay did not stop in 30s")
-		}
-	}
+	var once sync.Once
+	s.stop = func() { once.Do(func() { stopRelay(t, cancel, done, &logs) }) }
 	t.Cleanup(func() {
 		s.stop()
 		if t.Failed() {
@@ -173,9 +167,28 @@ func startStack(t testing.TB, mod func(map[string]string)) *stack {
 	return s
 }
 
+// stopRelay stops a relay started by startStack (its stop, once).
+func stopRelay(t testing.TB, cancel func(), done chan int, logs *syncBuffer) {
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("relay exited %d; log:\n%s", code, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("relay did not stop in 30s")
+	}
+}
+
 // issueOpened posts a real issues.opened webhook for issue number with the
 // scenario marker in its title, and returns the issue's target string.
 func (s *stack) issueOpened(number int, scenario string) string {
+	s.t.Helper()
+	return s.issueOpenedAs(number, scenario, uuid.NewString())
+}
+
+// issueOpenedAs is issueOpened with the given X-GitHub-Delivery.
+func (s *stack) issueOpenedAs(number int, scenario, delivery string) string {
 	s.t.Helper()
 	raw, err := os.ReadFile(filepath.Join("..", "..", "testdata", "npm", "node_modules", "@octokit", "webhooks-examples",
 		"api.github.com", "issues", "opened.payload.json"))
@@ -194,7 +207,7 @@ func (s *stack) issueOpened(number int, scenario string) string {
 	req, _ := http.NewRequest(http.MethodPost, s.base+"/webhooks/github", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(github.HeaderEvent, "issues")
-	req.Header.Set(github.HeaderDelivery, uuid.NewString())
+	req.Header.Set(github.HeaderDelivery, delivery)
 	req.Header.Set(github.HeaderHookID, "42")
 	req.Header.Set(github.HeaderSignature256, github.Sign([]byte(e2eGHSecret), body))
 	resp, err := http.DefaultClient.Do(req)

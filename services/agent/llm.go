@@ -52,6 +52,8 @@ type Completion struct {
 	// PromptTokens and CompletionTokens are the endpoint's usage, or 0 when it
 	// reported none.
 	PromptTokens, CompletionTokens int
+	// Model is the model the endpoint says answered, when it says.
+	Model string
 }
 
 // Model is a chat model that may call tools. It must not rely on
@@ -186,7 +188,8 @@ func (o *OpenAI) Complete(ctx context.Context, msgs []Message, tools []ToolSpec)
 		return nil, err
 	}
 	msg := res.Choices[0].Message
-	c := &Completion{Content: msg.Content, PromptTokens: int(res.Usage.PromptTokens), CompletionTokens: int(res.Usage.CompletionTokens)}
+	c := &Completion{Content: msg.Content, PromptTokens: int(res.Usage.PromptTokens), CompletionTokens: int(res.Usage.CompletionTokens),
+		Model: res.Model}
 	for _, tc := range msg.ToolCalls {
 		c.ToolCalls = append(c.ToolCalls, LLMCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	gojson "github.com/goccy/go-json"
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
@@ -181,9 +180,7 @@ func clonePtr[T any](p *T) *T {
 
 // TaskID is the task of an inbound envelope id: a UUID v5, so a redelivered
 // trigger maps to the same task.
-func TaskID(envelopeID string) string {
-	return uuid.NewSHA1(uuid.NameSpaceOID, []byte("relay-task:"+envelopeID)).String()
-}
+func TaskID(envelopeID string) string { return envelope.TaskOf(envelopeID) }
 
 // TaskBucket is the name of the task bucket of a bus prefix.
 func TaskBucket(prefix string) string { return prefix + "_tasks" }

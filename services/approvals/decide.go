@@ -14,6 +14,8 @@ import (
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/telemetry"
+	slackmapper "github.com/relaystation/relay/mappers/slack"
 )
 
 // interaction is what the worker reads of meta.slack of an interaction
@@ -82,6 +84,9 @@ func (s *Service) HandleBlockActions(ctx context.Context, m *bus.Message) error 
 	if action == "" {
 		if action, id := ia.questionAction(); action != "" {
 			return s.handleQuestionAction(ctx, ia, action, id)
+		}
+		if _, id := ia.button(slackmapper.ActionCancelRun); id != "" {
+			return s.cancelRun(ctx, ia, id)
 		}
 		return nil
 	}
@@ -397,7 +402,9 @@ func (s *Service) publishApproved(ctx context.Context, rec *Record) error {
 	}
 	target := rec.Target
 	out := outEnvelope(&sugg, rec.Text, &target, rec.IdempotencyKey(), s.approvalMeta(rec))
+	ctx, span := telemetry.Resume(ctx, "approved "+rec.ApprovalID(), rec.TraceParent)
 	res, err := s.bus.Publish(ctx, SubjectOutPrefix+target.Channel, out, bus.WithMsgID(rec.MsgID()))
+	telemetry.EndSpan(span, err)
 	if err != nil {
 		return err
 	}
@@ -512,7 +519,7 @@ func (s *Service) tellDecided(ctx context.Context, rec *Record, channel, user st
 // ephemeral is best effort: a failure is logged, never retried (a retry would
 // repeat the decision's other effects' checks for nothing).
 func (s *Service) ephemeral(ctx context.Context, channel, user, text string, log *slog.Logger) {
-	if channel == "" || user == "" {
+	if channel == "" || user == "" || s.api == nil {
 		log.Info("no channel to answer the user in", "text", text)
 		return
 	}

@@ -74,6 +74,9 @@ type Record struct {
 	Shown bool `json:"shown,omitempty"`
 	// Announced is set once the decision was published on approval.decided.
 	Announced bool `json:"announced,omitempty"`
+	// TraceParent is the W3C trace context of the suggestion (when tracing
+	// was on), so the approved answer's publish continues its trace.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // maxSeen bounds Record.SuggestionIDs.

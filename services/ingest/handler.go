@@ -11,7 +11,10 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/internal/telemetry"
 	"github.com/relaystation/relay/mappers"
 )
 
@@ -35,7 +38,14 @@ type outcome struct {
 func (s *Service) handler(rt *route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		var span trace.Span
+		if telemetry.Enabled() {
+			var ctx context.Context
+			ctx, span = telemetry.ServerSpan(r, rt.path)
+			r = r.WithContext(ctx)
+		}
 		o := s.serve(w, r, rt, start)
+		telemetry.EndServer(span, o.status)
 		if o.status == http.StatusMethodNotAllowed {
 			w.Header().Set("Allow", http.MethodPost)
 		}
@@ -97,7 +107,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start
 		return outcome{status: http.StatusBadRequest, msg: "cannot read body", err: fmt.Errorf("read body: %w", err), level: slog.LevelInfo}
 	}
 	req := &mappers.Request{Route: rt.suffix, Header: r.Header, Body: body, Received: start}
-	if err := rt.provider.Verify(req); err != nil {
+	if err := s.verify(r.Context(), rt, req); err != nil {
 		if errors.Is(err, mappers.ErrNoSecret) {
 			return outcome{status: http.StatusUnauthorized, msg: "webhook refused: no secret configured for " + rt.name,
 				err: fmt.Errorf("%s: %w", rt.name, err), level: slog.LevelWarn}
@@ -142,6 +152,17 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start
 		}
 	}
 	return o
+}
+
+// verify checks the request's signature, in a span of its own when tracing.
+func (s *Service) verify(ctx context.Context, rt *route, req *mappers.Request) error {
+	if !telemetry.Enabled() {
+		return rt.provider.Verify(req)
+	}
+	_, span := telemetry.Start(ctx, "verify "+rt.name, trace.SpanKindInternal)
+	err := rt.provider.Verify(req)
+	telemetry.End(span, err)
+	return err
 }
 
 func tooLarge(rt *route, n int64) outcome {

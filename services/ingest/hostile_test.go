@@ -23,9 +23,9 @@ import (
 
 // serveGateway runs a GitHub gateway on an embedded bus over loopback HTTP
 // until the test or benchmark ends, and returns its address.
-func serveGateway(t testing.TB, cfg ingest.Config) string {
+func serveGateway(t testing.TB, cfg ingest.Config, opts ...bustest.Option) string {
 	t.Helper()
-	b := bustest.Embedded(t)
+	b := bustest.Embedded(t, opts...)
 	svc, err := ingest.New(cfg, b, githubProvider())
 	if err != nil {
 		t.Fatal(err)

@@ -426,13 +426,15 @@ func (s *Service) deliver(ctx context.Context, m *bus.Message, t *envelope.Targe
 	if err != nil {
 		return s.failure(ctx, m, t, key, cl, err, log)
 	}
+	s.metrics.posted.WithLabelValues(dest).Inc() // before the done record, which tests wait for
 	cl.rec.State, cl.rec.ProviderID, cl.rec.URL, cl.rec.DoneAt = stateDone, res.id, res.url, s.cfg.Now().UTC()
 	if err := s.save(ctx, cl); err != nil {
 		// Posted, not recorded: the redelivery finds the post at the provider.
 		return fmt.Errorf("record %s done: %w", key, err)
 	}
-	s.metrics.posted.WithLabelValues(dest).Inc()
-	log.Info("posted", "provider_id", res.id, "url", res.url, "existing", res.existing, "took", time.Since(start).Round(time.Millisecond).String())
+	took := time.Since(start)
+	log.InfoContext(ctx, "posted", "provider_id", res.id, "url", res.url, "existing", res.existing, "took", took.Round(time.Millisecond).String())
+	s.publishPosted(ctx, e, t, key, res, took)
 	return nil
 }
 

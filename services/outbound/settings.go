@@ -3,8 +3,10 @@ package outbound
 import (
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/telemetry"
 	"github.com/relaystation/relay/mappers/github"
 	"github.com/relaystation/relay/mappers/openproject"
 	"github.com/relaystation/relay/mappers/sentry"
@@ -63,22 +65,24 @@ func (s Settings) Build(log *slog.Logger) (Config, error) {
 		cfg.Missing[dest] = strings.Join(vars, " and ") + map[bool]string{true: " is not set", false: " are not set"}[len(vars) == 1]
 	}
 	var err error
+	// Every provider call is an HTTP client span when tracing is on.
+	client := telemetry.HTTPClient(30 * time.Second)
 	if s.SlackToken.IsSet() {
-		if cfg.Slack, err = slack.NewPoster(slack.PosterConfig{Token: s.SlackToken, APIURL: s.SlackURL, RefLink: cfg.RefURL, Logger: log}); err != nil {
+		if cfg.Slack, err = slack.NewPoster(slack.PosterConfig{HTTPClient: client, Token: s.SlackToken, APIURL: s.SlackURL, RefLink: cfg.RefURL, Logger: log}); err != nil {
 			return cfg, err
 		}
 	} else {
 		missing(DestSlack, "SLACK_BOT_TOKEN")
 	}
 	if s.GitHubToken.IsSet() {
-		if cfg.GitHub, err = github.NewCommenter(github.CommenterConfig{Token: s.GitHubToken, APIURL: s.GitHubURL, Logger: log}); err != nil {
+		if cfg.GitHub, err = github.NewCommenter(github.CommenterConfig{HTTPClient: client, Token: s.GitHubToken, APIURL: s.GitHubURL, Logger: log}); err != nil {
 			return cfg, err
 		}
 	} else {
 		missing(DestGitHub, "GITHUB_TOKEN")
 	}
 	if s.SentryToken.IsSet() {
-		if cfg.Sentry, err = sentry.NewCommenter(sentry.CommenterConfig{Token: s.SentryToken, APIURL: s.SentryURL, Logger: log}); err != nil {
+		if cfg.Sentry, err = sentry.NewCommenter(sentry.CommenterConfig{HTTPClient: client, Token: s.SentryToken, APIURL: s.SentryURL, Logger: log}); err != nil {
 			return cfg, err
 		}
 	} else {
@@ -86,7 +90,7 @@ func (s Settings) Build(log *slog.Logger) (Config, error) {
 	}
 	switch opURL, opToken := s.OpenProjectURL, s.OpenProjectToken; {
 	case opURL != "" && opToken.IsSet():
-		if cfg.OpenProject, err = openproject.NewCommenter(openproject.CommenterConfig{BaseURL: opURL, Token: opToken, Logger: log}); err != nil {
+		if cfg.OpenProject, err = openproject.NewCommenter(openproject.CommenterConfig{HTTPClient: client, BaseURL: opURL, Token: opToken, Logger: log}); err != nil {
 			return cfg, err
 		}
 	case opURL == "" && !opToken.IsSet():
@@ -97,7 +101,7 @@ func (s Settings) Build(log *slog.Logger) (Config, error) {
 		missing(DestOpenProject, "OPENPROJECT_TOKEN")
 	}
 	if s.WebhookSecret.IsSet() {
-		if cfg.Webhook, err = webhook.NewSender(webhook.SenderConfig{Secret: s.WebhookSecret}); err != nil {
+		if cfg.Webhook, err = webhook.NewSender(webhook.SenderConfig{Client: telemetry.HTTPClient(15 * time.Second), Secret: s.WebhookSecret}); err != nil {
 			return cfg, err
 		}
 	} else {
