@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -41,5 +42,34 @@ func TestBucketReopen(t *testing.T) {
 	}
 	if st.TTL() != 2*time.Hour || st.History() != 2 {
 		t.Fatalf("updated bucket: got ttl %s history %d, want 2h and 2", st.TTL(), st.History())
+	}
+}
+
+// TestOpenBucket: OpenBucket makes a file-backed bucket with the asked-for
+// TTL and description, opens it again as it is, and names it in its error.
+func TestOpenBucket(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	kv, err := b.OpenBucket(t.Context(), "open-me", "what it holds", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(t.Context(), "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.OpenBucket(t.Context(), "open-me", "what it holds", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := again.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
+	if st.TTL() != time.Hour || info.Description != "what it holds" || info.Storage != jetstream.FileStorage || st.Values() != 1 {
+		t.Errorf("bucket: ttl %s description %q storage %s values %d", st.TTL(), info.Description, info.Storage, st.Values())
+	}
+	if _, err := b.OpenBucket(t.Context(), "bad name", "", 0); err == nil || !strings.Contains(err.Error(), "bad name") {
+		t.Errorf("bad bucket name: err %v, want one naming it", err)
 	}
 }

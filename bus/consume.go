@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/clip"
 )
@@ -52,24 +54,14 @@ type ConsumerConfig struct {
 }
 
 func (c *ConsumerConfig) setDefaults() {
-	if c.MaxDeliver == 0 {
-		c.MaxDeliver = 5
-	}
-	if c.AckWait == 0 {
-		c.AckWait = 30 * time.Second
-	}
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, 5)
+	c.AckWait = cmp.Or(c.AckWait, 30*time.Second)
 	if len(c.NakDelays) == 0 {
 		c.NakDelays = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second, 30 * time.Second, time.Minute}
 	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = 1
-	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = c.AckWait / 3
-	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 30 * time.Second
-	}
+	c.Concurrency = config.Positive(c.Concurrency, 1)
+	c.Heartbeat = cmp.Or(c.Heartbeat, c.AckWait/3)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 30*time.Second)
 }
 
 // Validate reports a consumer configuration that cannot work.

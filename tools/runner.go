@@ -41,6 +41,7 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
+	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/internal/telemetry"
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
@@ -151,54 +152,24 @@ func (c *Config) setDefaults() {
 	if c.BaseEnv == nil {
 		c.BaseEnv = BaseEnvFrom(os.Environ())
 	}
-	if c.HealthInterval <= 0 {
-		c.HealthInterval = 30 * time.Second
-	}
+	c.HealthInterval = config.Positive(c.HealthInterval, 30*time.Second)
 	if c.HealthBackoff == nil {
 		c.HealthBackoff = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second}
 	}
-	if c.DisableAfter <= 0 {
-		c.DisableAfter = 3
-	}
-	if c.StreamRetries == 0 {
-		c.StreamRetries = 5
-	}
-	if c.PingTimeout <= 0 {
-		c.PingTimeout = min(10*time.Second, c.HealthInterval)
-	}
-	if c.ConnectTimeout <= 0 {
-		c.ConnectTimeout = 30 * time.Second
-	}
-	if c.TerminateDuration <= 0 {
-		c.TerminateDuration = 2 * time.Second
-	}
-	if c.BreakerFailures <= 0 {
-		c.BreakerFailures = 3
-	}
-	if c.BreakerOpen <= 0 {
-		c.BreakerOpen = 30 * time.Second
-	}
-	if c.ToolsTTL <= 0 {
-		c.ToolsTTL = 5 * time.Minute
-	}
-	if c.CallRetries == 0 {
-		c.CallRetries = 2
-	}
-	if c.RetryBackoff <= 0 {
-		c.RetryBackoff = 250 * time.Millisecond
-	}
-	if c.RetryWindow <= 0 {
-		c.RetryWindow = 5 * time.Second
-	}
-	if c.ElicitTimeout <= 0 {
-		c.ElicitTimeout = 5 * time.Minute
-	}
-	if c.ClientName == "" {
-		c.ClientName = "relay"
-	}
-	if c.ClientVersion == "" {
-		c.ClientVersion = "dev"
-	}
+	c.DisableAfter = config.Positive(c.DisableAfter, 3)
+	c.StreamRetries = cmp.Or(c.StreamRetries, 5)
+	c.PingTimeout = config.Positive(c.PingTimeout, min(10*time.Second, c.HealthInterval))
+	c.ConnectTimeout = config.Positive(c.ConnectTimeout, 30*time.Second)
+	c.TerminateDuration = config.Positive(c.TerminateDuration, 2*time.Second)
+	c.BreakerFailures = config.Positive(c.BreakerFailures, 3)
+	c.BreakerOpen = config.Positive(c.BreakerOpen, 30*time.Second)
+	c.ToolsTTL = config.Positive(c.ToolsTTL, 5*time.Minute)
+	c.CallRetries = cmp.Or(c.CallRetries, 2)
+	c.RetryBackoff = config.Positive(c.RetryBackoff, 250*time.Millisecond)
+	c.RetryWindow = config.Positive(c.RetryWindow, 5*time.Second)
+	c.ElicitTimeout = config.Positive(c.ElicitTimeout, 5*time.Minute)
+	c.ClientName = cmp.Or(c.ClientName, "relay")
+	c.ClientVersion = cmp.Or(c.ClientVersion, "dev")
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -39,6 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/internal/httpserver"
 	"github.com/relaystation/relay/mappers/github"
 	"github.com/relaystation/relay/secret"
@@ -72,18 +73,10 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Concurrency <= 0 {
-		c.Concurrency = 32
-	}
-	if c.Duration <= 0 {
-		c.Duration = 5 * time.Second
-	}
-	if c.MaxRequests <= 0 {
-		c.MaxRequests = 200_000
-	}
-	if c.Rate <= 0 {
-		c.Rate = 1000
-	}
+	c.Concurrency = config.Positive(c.Concurrency, 32)
+	c.Duration = config.Positive(c.Duration, 5*time.Second)
+	c.MaxRequests = config.Positive(c.MaxRequests, 200_000)
+	c.Rate = config.Positive(c.Rate, 1000)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -28,6 +28,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/relaystation/relay/config"
 )
 
 // Target is one configuration under load.
@@ -101,18 +103,10 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Rate <= 0 {
-		c.Rate = 1000
-	}
-	if c.Duration <= 0 {
-		c.Duration = 10 * time.Second
-	}
-	if c.Runs <= 0 {
-		c.Runs = 3
-	}
-	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = 2 * time.Minute
-	}
+	c.Rate = config.Positive(c.Rate, 1000)
+	c.Duration = config.Positive(c.Duration, 10*time.Second)
+	c.Runs = config.Positive(c.Runs, 3)
+	c.DrainTimeout = config.Positive(c.DrainTimeout, 2*time.Minute)
 	if len(c.Targets) == 0 {
 		c.Targets = Targets
 	}

@@ -18,6 +18,7 @@ import (
 	slackapi "github.com/slack-go/slack"
 	"github.com/slack-go/slack/slackevents"
 
+	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/mappers"
@@ -54,9 +55,7 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.MaxSkew <= 0 {
-		c.MaxSkew = DefaultMaxSkew
-	}
+	c.MaxSkew = config.Positive(c.MaxSkew, DefaultMaxSkew)
 }
 
 // Provider verifies and maps Slack requests. It implements mappers.Provider

@@ -46,6 +46,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,6 +60,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
@@ -159,48 +161,22 @@ func (c *Config) setDefaults() {
 	if len(c.BotUsers) == 0 && c.Mention != "" {
 		c.BotUsers = []string{c.Mention}
 	}
-	if c.System == "" {
-		c.System = DefaultSystemPrompt
-	}
-	if c.Role == "" {
-		c.Role = "agent"
-	}
+	c.System = cmp.Or(c.System, DefaultSystemPrompt)
+	c.Role = cmp.Or(c.Role, "agent")
 	if c.AgentID == "" {
 		c.AgentID, _ = os.Hostname()
-		if c.AgentID == "" {
-			c.AgentID = "agent"
-		}
+		c.AgentID = cmp.Or(c.AgentID, "agent")
 	}
-	if c.MaxSteps == 0 {
-		c.MaxSteps = 8
-	}
-	if c.TokenBudget == 0 {
-		c.TokenBudget = 32000
-	}
-	if c.ContextBudget == 0 {
-		c.ContextBudget = 2000
-	}
-	if c.Refs == 0 {
-		c.Refs = 5
-	}
-	if c.MaxToolOutput == 0 {
-		c.MaxToolOutput = 8000
-	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = 4
-	}
-	if c.AckWait == 0 {
-		c.AckWait = 15 * time.Second
-	}
-	if c.MaxDeliver == 0 {
-		c.MaxDeliver = 5
-	}
-	if c.TaskTTL == 0 {
-		c.TaskTTL = 7 * 24 * time.Hour
-	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 30 * time.Second
-	}
+	c.MaxSteps = cmp.Or(c.MaxSteps, 8)
+	c.TokenBudget = cmp.Or(c.TokenBudget, 32000)
+	c.ContextBudget = cmp.Or(c.ContextBudget, 2000)
+	c.Refs = cmp.Or(c.Refs, 5)
+	c.MaxToolOutput = cmp.Or(c.MaxToolOutput, 8000)
+	c.Concurrency = config.Positive(c.Concurrency, 4)
+	c.AckWait = cmp.Or(c.AckWait, 15*time.Second)
+	c.MaxDeliver = cmp.Or(c.MaxDeliver, 5)
+	c.TaskTTL = cmp.Or(c.TaskTTL, 7*24*time.Hour)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, 30*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

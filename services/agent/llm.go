@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/option"
 	"github.com/openai/openai-go/shared"
 
+	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/secret"
 )
@@ -116,21 +117,11 @@ type OpenAIConfig struct {
 }
 
 func (c *OpenAIConfig) setDefaults() {
-	if c.Timeout <= 0 {
-		c.Timeout = 120 * time.Second
-	}
-	if c.MaxTries <= 0 {
-		c.MaxTries = 4
-	}
-	if c.Backoff <= 0 {
-		c.Backoff = 500 * time.Millisecond
-	}
-	if c.MaxBackoff <= 0 {
-		c.MaxBackoff = 10 * time.Second
-	}
-	if c.MaxRetryAfter <= 0 {
-		c.MaxRetryAfter = 60 * time.Second
-	}
+	c.Timeout = config.Positive(c.Timeout, 120*time.Second)
+	c.MaxTries = config.Positive(c.MaxTries, 4)
+	c.Backoff = config.Positive(c.Backoff, 500*time.Millisecond)
+	c.MaxBackoff = config.Positive(c.MaxBackoff, 10*time.Second)
+	c.MaxRetryAfter = config.Positive(c.MaxRetryAfter, 60*time.Second)
 }
 
 // OpenAI is a Model over an OpenAI-compatible /chat/completions endpoint.

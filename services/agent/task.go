@@ -198,14 +198,9 @@ type Tasks struct {
 
 // OpenTasks creates or opens the task bucket of b; tasks live for ttl.
 func OpenTasks(ctx context.Context, b *bus.Bus, ttl time.Duration) (*Tasks, error) {
-	kv, err := b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      TaskBucket(b.Prefix()),
-		Description: "relay agent tasks: origin, LLM messages, pending tool calls, step, tokens, status",
-		TTL:         ttl,
-		Storage:     jetstream.FileStorage,
-	})
+	kv, err := b.OpenBucket(ctx, TaskBucket(b.Prefix()), "relay agent tasks: origin, LLM messages, pending tool calls, step, tokens, status", ttl)
 	if err != nil {
-		return nil, fmt.Errorf("open task bucket %s: %w", TaskBucket(b.Prefix()), err)
+		return nil, err
 	}
 	return &Tasks{kv: kv}, nil
 }

@@ -1,6 +1,7 @@
 package approvals
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/secret"
 )
 
@@ -65,33 +67,19 @@ type Config struct {
 const DefaultAPIURL = "https://slack.com/api/"
 
 func (c *Config) setDefaults() {
-	if c.APIURL == "" {
-		c.APIURL = DefaultAPIURL
-	}
+	c.APIURL = cmp.Or(c.APIURL, DefaultAPIURL)
 	if !strings.HasSuffix(c.APIURL, "/") {
 		c.APIURL += "/"
 	}
-	if c.TTL == 0 {
-		c.TTL = 24 * time.Hour
-	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = time.Minute
-	}
-	if c.GroupCacheTTL == 0 {
-		c.GroupCacheTTL = 5 * time.Minute
-	}
-	if c.Retention == 0 {
-		c.Retention = 30 * 24 * time.Hour
-	}
+	c.TTL = cmp.Or(c.TTL, 24*time.Hour)
+	c.SweepInterval = cmp.Or(c.SweepInterval, time.Minute)
+	c.GroupCacheTTL = cmp.Or(c.GroupCacheTTL, 5*time.Minute)
+	c.Retention = cmp.Or(c.Retention, 30*24*time.Hour)
 	if c.Retention < c.TTL {
 		c.Retention = c.TTL
 	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = 8
-	}
-	if c.Consumer == "" {
-		c.Consumer = "approvals"
-	}
+	c.Concurrency = config.Positive(c.Concurrency, 8)
+	c.Consumer = cmp.Or(c.Consumer, "approvals")
 	if c.Now == nil {
 		c.Now = time.Now
 	}

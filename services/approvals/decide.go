@@ -91,16 +91,8 @@ func (s *Service) HandleBlockActions(ctx context.Context, m *bus.Message) error 
 		return nil
 	}
 	log := s.log.With("envelope_id", e.ID, "task_id", task, "action", action, "user", ia.User)
-	rec, _, err := s.store.get(ctx, task)
-	if errors.Is(err, ErrNotFound) {
-		s.ephemeral(ctx, ia.Channel, ia.User, "This approval is unknown or too old; nothing was done.", log)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	ok, err := s.approvers.allowed(ctx, ia.User)
-	if err != nil {
+	rec, ok, err := s.clickedRecord(ctx, task, ia.User, ia.Channel, log)
+	if rec == nil || err != nil {
 		return err
 	}
 	if !ok {
@@ -137,6 +129,26 @@ func (s *Service) HandleBlockActions(ctx context.Context, m *bus.Message) error 
 	return nil
 }
 
+// clickedRecord loads the approval a click or a form is about and reports
+// whether user may decide it. A nil record with a nil error means the
+// approval is unknown or too old: user has been told and nothing is to be
+// done.
+func (s *Service) clickedRecord(ctx context.Context, task, user, channel string, log *slog.Logger) (*Record, bool, error) {
+	rec, _, err := s.store.get(ctx, task)
+	if errors.Is(err, ErrNotFound) {
+		s.ephemeral(ctx, channel, user, "This approval is unknown or too old; nothing was done.", log)
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	ok, err := s.approvers.allowed(ctx, user)
+	if err != nil {
+		return nil, false, err
+	}
+	return rec, ok, nil
+}
+
 // HandleViewSubmission handles the edit and reject modals' submissions.
 func (s *Service) HandleViewSubmission(ctx context.Context, m *bus.Message) error {
 	e := m.Envelope
@@ -160,16 +172,8 @@ func (s *Service) HandleViewSubmission(ctx context.Context, m *bus.Message) erro
 	}
 	task := md.TaskID
 	log := s.log.With("envelope_id", e.ID, "task_id", task, "view", ia.View.CallbackID, "user", ia.User)
-	rec, _, err := s.store.get(ctx, task)
-	if errors.Is(err, ErrNotFound) {
-		s.ephemeral(ctx, md.Channel, ia.User, "This approval is unknown or too old; nothing was done.", log)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	ok, err := s.approvers.allowed(ctx, ia.User)
-	if err != nil {
+	rec, ok, err := s.clickedRecord(ctx, task, ia.User, md.Channel, log)
+	if rec == nil || err != nil {
 		return err
 	}
 	action := ActionEdit

@@ -71,15 +71,9 @@ func (q *question) answer() *tools.Answer {
 type questions struct{ kv jetstream.KeyValue }
 
 func openQuestions(ctx context.Context, b *bus.Bus, ttl time.Duration) (*questions, error) {
-	kv, err := b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      ElicitBucket(b.Prefix()),
-		Description: "relay approvals: questions MCP servers asked during tool calls (elicitation)",
-		TTL:         ttl,
-		Storage:     jetstream.FileStorage,
-		History:     1,
-	})
+	kv, err := b.OpenBucket(ctx, ElicitBucket(b.Prefix()), "relay approvals: questions MCP servers asked during tool calls (elicitation)", ttl)
 	if err != nil {
-		return nil, fmt.Errorf("open question bucket %s: %w", ElicitBucket(b.Prefix()), err)
+		return nil, err
 	}
 	return &questions{kv: kv}, nil
 }
@@ -239,24 +233,35 @@ func (s *Service) mayAnswer(ctx context.Context, q *question, user string) (bool
 	return s.approvers.allowed(ctx, user)
 }
 
+// answerable loads the question a click or a form is about when user may
+// answer it. A nil question with a nil error means user has been told why
+// not (unknown, too old, or someone else's to answer).
+func (s *Service) answerable(ctx context.Context, id, user, channel string, log *slog.Logger) (*question, error) {
+	q, _, err := s.questions.get(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		s.ephemeral(ctx, channel, user, "This question is unknown or too old; nothing was done.", log)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ok, err := s.mayAnswer(ctx, q, user)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		s.ephemeral(ctx, channel, user, "Only "+answerer(q)+" may answer this question.", log)
+		return nil, nil
+	}
+	return q, nil
+}
+
 // handleQuestionAction handles a click on a question's buttons.
 func (s *Service) handleQuestionAction(ctx context.Context, ia *interaction, action, id string) error {
 	log := s.log.With("question_id", id, "action", action, "user", ia.User)
-	q, _, err := s.questions.get(ctx, id)
-	if errors.Is(err, ErrNotFound) {
-		s.ephemeral(ctx, ia.Channel, ia.User, "This question is unknown or too old; nothing was done.", log)
-		return nil
-	}
-	if err != nil {
+	q, err := s.answerable(ctx, id, ia.User, ia.Channel, log)
+	if q == nil || err != nil {
 		return err
-	}
-	ok, err := s.mayAnswer(ctx, q, ia.User)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		s.ephemeral(ctx, ia.Channel, ia.User, "Only "+answerer(q)+" may answer this question.", log)
-		return nil
 	}
 	switch action {
 	case ActionElicitDecline:
@@ -294,21 +299,9 @@ func (s *Service) handleQuestionForm(ctx context.Context, e *envelope.Envelope, 
 		return bus.Permanent(fmt.Errorf("view submission %s: no question id in private_metadata", e.ID))
 	}
 	log := s.log.With("question_id", md.QuestionID, "user", ia.User)
-	q, _, err := s.questions.get(ctx, md.QuestionID)
-	if errors.Is(err, ErrNotFound) {
-		s.ephemeral(ctx, md.Channel, ia.User, "This question is unknown or too old; nothing was done.", log)
-		return nil
-	}
-	if err != nil {
+	q, err := s.answerable(ctx, md.QuestionID, ia.User, md.Channel, log)
+	if q == nil || err != nil {
 		return err
-	}
-	ok, err := s.mayAnswer(ctx, q, ia.User)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		s.ephemeral(ctx, md.Channel, ia.User, "Only "+answerer(q)+" may answer this question.", log)
-		return nil
 	}
 	content, problems := formValues(q.Q.Schema, ia.View.State)
 	if len(problems) > 0 {

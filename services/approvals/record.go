@@ -134,15 +134,9 @@ type store struct {
 
 func openStore(ctx context.Context, b *bus.Bus, retention time.Duration) (*store, error) {
 	name := Bucket(b.Prefix())
-	kv, err := b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      name,
-		Description: "relay approvals: one record per task (pending, approved, rejected, expired)",
-		TTL:         retention,
-		Storage:     jetstream.FileStorage,
-		History:     1,
-	})
+	kv, err := b.OpenBucket(ctx, name, "relay approvals: one record per task (pending, approved, rejected, expired)", retention)
 	if err != nil {
-		return nil, fmt.Errorf("open approvals bucket %s: %w", name, err)
+		return nil, err
 	}
 	return &store{kv: kv}, nil
 }

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/secret"
 	"github.com/relaystation/relay/tools"
 )
@@ -48,15 +50,9 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Addr == "" {
-		c.Addr = DefaultAddr
-	}
-	if c.Recent <= 0 {
-		c.Recent = 2000
-	}
-	if c.SessionTTL <= 0 {
-		c.SessionTTL = 12 * time.Hour
-	}
+	c.Addr = cmp.Or(c.Addr, DefaultAddr)
+	c.Recent = config.Positive(c.Recent, 2000)
+	c.SessionTTL = config.Positive(c.SessionTTL, 12*time.Hour)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

@@ -181,14 +181,9 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 	if cfg.Path != "" {
 		s.digest = digest(cfg.Path)
 	}
-	kv, err := b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      RunBucket(b.Prefix()),
-		Description: "relay hooks: (hook, action, envelope) runs claimed, for exactly-once",
-		TTL:         cfg.RunTTL,
-		Storage:     jetstream.FileStorage,
-	})
+	kv, err := b.OpenBucket(ctx, RunBucket(b.Prefix()), "relay hooks: (hook, action, envelope) runs claimed, for exactly-once", cfg.RunTTL)
 	if err != nil {
-		return nil, fmt.Errorf("open run bucket %s: %w", RunBucket(b.Prefix()), err)
+		return nil, err
 	}
 	s.runs = kv
 	return s, nil

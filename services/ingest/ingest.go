@@ -25,6 +25,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -98,9 +99,7 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.MaxInflightBytes == 0 {
-		c.MaxInflightBytes = 256 << 20
-	}
+	c.MaxInflightBytes = cmp.Or(c.MaxInflightBytes, 256<<20)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -46,6 +46,7 @@
 package outbound
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -63,6 +64,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/github"
@@ -146,27 +148,13 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Consumer == "" {
-		c.Consumer = "outbound"
-	}
-	if c.NoticeConsumer == "" {
-		c.NoticeConsumer = "outbound-notice"
-	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = 4
-	}
-	if c.MaxDeliver <= 0 {
-		c.MaxDeliver = 8
-	}
-	if c.HandlerTimeout <= 0 {
-		c.HandlerTimeout = 60 * time.Second
-	}
-	if c.ClaimLease <= 0 {
-		c.ClaimLease = 2 * time.Minute
-	}
-	if c.RecordTTL <= 0 {
-		c.RecordTTL = 30 * 24 * time.Hour
-	}
+	c.Consumer = cmp.Or(c.Consumer, "outbound")
+	c.NoticeConsumer = cmp.Or(c.NoticeConsumer, "outbound-notice")
+	c.Concurrency = config.Positive(c.Concurrency, 4)
+	c.MaxDeliver = config.Positive(c.MaxDeliver, 8)
+	c.HandlerTimeout = config.Positive(c.HandlerTimeout, 60*time.Second)
+	c.ClaimLease = config.Positive(c.ClaimLease, 2*time.Minute)
+	c.RecordTTL = config.Positive(c.RecordTTL, 30*24*time.Hour)
 	if c.Registerer == nil {
 		c.Registerer = prometheus.NewRegistry()
 	}
@@ -268,14 +256,9 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.kv, err = b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      Bucket(b.Prefix()),
-		Description: "relay outbound: idempotency keys claimed and done, with the provider's ids",
-		TTL:         cfg.RecordTTL,
-		Storage:     jetstream.FileStorage,
-	})
+	s.kv, err = b.OpenBucket(ctx, Bucket(b.Prefix()), "relay outbound: idempotency keys claimed and done, with the provider's ids", cfg.RecordTTL)
 	if err != nil {
-		return nil, fmt.Errorf("open bucket %s: %w", Bucket(b.Prefix()), err)
+		return nil, err
 	}
 	for _, d := range []string{DestSlack, DestGitHub, DestSentry, DestOpenProject, DestWebhook} {
 		if !s.configured(d) {

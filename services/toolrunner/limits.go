@@ -74,23 +74,13 @@ func OpenLimits(ctx context.Context, b *bus.Bus, leaseTTL time.Duration, log *sl
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	counts, err := b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      CountBucket(b.Prefix()),
-		Description: "relay tool runner: per-thread session counts and daily quotas",
-		TTL:         CounterTTL,
-		Storage:     jetstream.FileStorage,
-	})
+	counts, err := b.OpenBucket(ctx, CountBucket(b.Prefix()), "relay tool runner: per-thread session counts and daily quotas", CounterTTL)
 	if err != nil {
-		return nil, fmt.Errorf("open count bucket %s: %w", CountBucket(b.Prefix()), err)
+		return nil, err
 	}
-	active, err := b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      ActiveBucket(b.Prefix()),
-		Description: "relay tool runner: global concurrency slots held by the active executions",
-		TTL:         leaseTTL,
-		Storage:     jetstream.FileStorage,
-	})
+	active, err := b.OpenBucket(ctx, ActiveBucket(b.Prefix()), "relay tool runner: global concurrency slots held by the active executions", leaseTTL)
 	if err != nil {
-		return nil, fmt.Errorf("open active bucket %s: %w", ActiveBucket(b.Prefix()), err)
+		return nil, err
 	}
 	return &KVLimits{counts: counts, active: active, ttl: leaseTTL, log: log, seen: map[string]seenCount{}, free: map[string]uint64{}}, nil
 }

@@ -21,6 +21,7 @@
 package toolrunner
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/tools"
@@ -84,18 +86,10 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Consumer == "" {
-		c.Consumer = "toolrunner"
-	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = 25
-	}
-	if c.CallRecordTTL <= 0 {
-		c.CallRecordTTL = 24 * time.Hour
-	}
-	if c.AuditBuffer <= 0 {
-		c.AuditBuffer = 1024
-	}
+	c.Consumer = cmp.Or(c.Consumer, "toolrunner")
+	c.Concurrency = config.Positive(c.Concurrency, 25)
+	c.CallRecordTTL = config.Positive(c.CallRecordTTL, 24*time.Hour)
+	c.AuditBuffer = config.Positive(c.AuditBuffer, 1024)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -132,14 +126,9 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 		return nil, err
 	}
 	s.state = st
-	s.calls, err = b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      CallBucket(b.Prefix()),
-		Description: "relay tool runner: tool calls claimed and completed, for de-duplication",
-		TTL:         cfg.CallRecordTTL,
-		Storage:     jetstream.FileStorage,
-	})
+	s.calls, err = b.OpenBucket(ctx, CallBucket(b.Prefix()), "relay tool runner: tool calls claimed and completed, for de-duplication", cfg.CallRecordTTL)
 	if err != nil {
-		return nil, fmt.Errorf("open call bucket %s: %w", CallBucket(b.Prefix()), err)
+		return nil, err
 	}
 	limits, err := OpenLimits(ctx, b, cfg.LeaseTTL, cfg.Logger)
 	if err != nil {

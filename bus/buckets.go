@@ -1,0 +1,26 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// OpenBucket creates or opens the file-backed key-value bucket name, whose
+// keys live for ttl (0: for ever); description says what it holds. It
+// follows the bus's replica count, as every bucket opened through
+// JetStream does, and its error names the bucket.
+func (b *Bus) OpenBucket(ctx context.Context, name, description string, ttl time.Duration) (jetstream.KeyValue, error) {
+	kv, err := b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      name,
+		Description: description,
+		TTL:         ttl,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", name, err)
+	}
+	return kv, nil
+}
