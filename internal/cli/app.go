@@ -196,6 +196,15 @@ func (a *app) clientBus(ctx context.Context) (*bus.Bus, error) {
 	return b, nil
 }
 
+// parseDial parses a command's flags and connects to the bus its
+// environment names (clientBus); the caller closes the bus.
+func (a *app) parseDial(ctx context.Context, fs *flag.FlagSet, args []string) (*bus.Bus, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return a.clientBus(ctx)
+}
+
 // Run runs one relay command and returns the process exit code.
 func Run(ctx context.Context, args []string, env *config.Env, stdout, stderr io.Writer) int {
 	log, err := newLogger(env, stderr)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -42,8 +41,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 }
 
 func benchIngest(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("bench ingest", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("bench ingest")
 	var cfg ingestbench.Config
 	fs.IntVar(&cfg.Concurrency, "c", 32, "concurrent clients at saturation (at most 1024)")
 	fs.DurationVar(&cfg.Duration, "d", 0, "duration of each phase (default 5s, at most 1m)")
@@ -72,8 +70,7 @@ func benchIngest(ctx context.Context, a *app, args []string) error {
 // benchServe runs this binary as the gateway alone and as the whole relay,
 // interleaved, under the same load (internal/servebench).
 func benchServe(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("bench serve", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("bench serve")
 	var cfg servebench.Config
 	fs.IntVar(&cfg.Rate, "rate", 1000, "webhooks/s (at most 20000)")
 	fs.DurationVar(&cfg.Duration, "d", 0, "duration of the load of each run (default 10s, at most 5m)")
@@ -124,8 +121,7 @@ func benchTargets(agent, hot bool) []servebench.Target {
 // <service>` (or serve) with a CPU profile of the whole process written to a
 // file when it stops.
 func benchProc(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("bench proc", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("bench proc")
 	cpuProfile := fs.String("cpuprofile", "", "CPU profile file")
 	if err := fs.Parse(args); err != nil {
 		return err

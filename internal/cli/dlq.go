@@ -40,10 +40,7 @@ func dlqList(ctx context.Context, a *app, args []string) error {
 	fs := a.flags("dlq list")
 	limit := fs.Int("n", 0, "show at most N dead letters (0: all)")
 	asJSON := fs.Bool("json", false, "print a JSON array of the dead letters")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	b, err := a.clientBus(ctx)
+	b, err := a.parseDial(ctx, fs, args)
 	if err != nil {
 		return err
 	}

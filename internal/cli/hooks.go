@@ -308,10 +308,7 @@ func hooksLog(ctx context.Context, a *app, args []string) error {
 	n := fs.Int("n", 20, "the last N records (0: all)")
 	hook := fs.String("hook", "", "only this hook's records")
 	asJSON := fs.Bool("json", false, "print a JSON array")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	b, err := a.clientBus(ctx)
+	b, err := a.parseDial(ctx, fs, args)
 	if err != nil {
 		return err
 	}

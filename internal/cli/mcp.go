@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -93,8 +92,7 @@ func findServer(ts *toolrunner.Settings, name string) (mcpconfig.Server, error) 
 }
 
 func mcpList(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
-	fs := flag.NewFlagSet("mcp list", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("mcp list")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -242,8 +240,7 @@ func mcpTest(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 	if err != nil {
 		return err
 	}
-	fs := flag.NewFlagSet("mcp test", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("mcp test")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -287,8 +284,7 @@ func mcpCall(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 		return err
 	}
 	tool := args[1]
-	fs := flag.NewFlagSet("mcp call", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("mcp call")
 	rawArgs := fs.String("args", "{}", "tool arguments as a JSON object")
 	role := fs.String("role", "", "check the call against this role's capabilities (default: operator, no capability check)")
 	asJSON := fs.Bool("json", false, "print the whole result as JSON")
@@ -381,8 +377,7 @@ func mcpEnable(ctx context.Context, a *app, ts *toolrunner.Settings, enable bool
 	if _, err := findServer(ts, name); err != nil {
 		return err
 	}
-	fs := flag.NewFlagSet("mcp "+verb, flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("mcp " + verb)
 	reason := fs.String("reason", "disabled by an operator", "why (disable)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err

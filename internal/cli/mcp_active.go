@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os/user"
 	"text/tabwriter"
@@ -29,13 +28,9 @@ type activeExecution struct {
 // mcpActive lists the executions running in every tool runner on the bus:
 // from a running runner, else from the shared state directly.
 func mcpActive(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("mcp active", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("mcp active")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	b, err := a.clientBus(ctx)
+	b, err := a.parseDial(ctx, fs, args)
 	if err != nil {
 		return err
 	}
@@ -83,13 +78,9 @@ func mcpCancel(ctx context.Context, a *app, args []string) error {
 		return &exitError{code: 2, msg: usage}
 	}
 	id := args[0]
-	fs := flag.NewFlagSet("mcp cancel", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("mcp cancel")
 	actor := fs.String("actor", cliActor(), "who cancels, as the audit record's cancelled_by names it")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	b, err := a.clientBus(ctx)
+	b, err := a.parseDial(ctx, fs, args[1:])
 	if err != nil {
 		return err
 	}

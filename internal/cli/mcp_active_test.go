@@ -2,9 +2,7 @@ package cli
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,11 +117,7 @@ func TestMCPActiveAndCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	env["RELAY_POLICY"] = pol
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan int, 1)
-	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &syncBuffer{}) }()
-	defer func() { cancel(); <-done }()
-	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, 60*time.Second)
+	serveReady(t, env, nil, 60*time.Second)
 	b, err := bus.Connect(t.Context(), bus.Config{URL: "nats://" + env["RELAY_NATS_LISTEN"], Name: "test"})
 	if err != nil {
 		t.Fatal(err)

@@ -2,10 +2,8 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,11 +31,7 @@ func TestMCPCallPrintsEveryBlock(t *testing.T) {
 	env := embeddedEnv(t)
 	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
 	save := t.TempDir()
-	cli := func(args ...string) (int, string, string) {
-		var out, errb syncBuffer
-		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
-		return code, out.String(), errb.String()
-	}
+	cli := cliRunner(t, env)
 	code, out, errs := cli("mcp", "call", "everything", "get-tiny-image", "--save", save)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
@@ -76,13 +70,8 @@ func TestMCPListNamesTheRunningRelaysFile(t *testing.T) {
 	env := embeddedEnv(t)
 	running := everythingConfig(t, "running.json")
 	env["RELAY_MCP_CONFIG"] = running
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan int, 1)
-	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &syncBuffer{}) }()
-	defer func() { cancel(); <-done }()
 	// /readyz waits for the servers' first attempt too.
-	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, 30*time.Second)
+	serveReady(t, env, nil, 30*time.Second)
 	cliEnv := map[string]string{}
 	for k, v := range env {
 		cliEnv[k] = v
@@ -128,11 +117,7 @@ func TestMCPSwitchesWriteTheSharedState(t *testing.T) {
 	t.Parallel()
 	env, _ := tokenServer(t)
 	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
-	cli := func(args ...string) (int, string, string) {
-		var out, errb syncBuffer
-		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
-		return code, out.String(), errb.String()
-	}
+	cli := cliRunner(t, env)
 	listed := func() map[string]any {
 		t.Helper()
 		code, out, errs := cli("mcp", "list", "-json")
@@ -171,21 +156,14 @@ func TestMCPRefresh(t *testing.T) {
 	t.Parallel()
 	env, _ := tokenServer(t)
 	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
-	cli := func(args ...string) (int, string, string) {
-		var out, errb syncBuffer
-		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
-		return code, out.String(), errb.String()
-	}
+	cli := cliRunner(t, env)
 	if code, _, errs := cli("mcp", "refresh"); code != 1 || !strings.Contains(errs, "no tool runner answering") {
 		t.Errorf("refresh without a runner: exit %d, stderr %q; want 1 naming the runner to start", code, errs)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan int, 1)
 	var runnerLog syncBuffer
-	go func() { done <- Run(ctx, []string{"toolrunner"}, config.FromMap(env), &syncBuffer{}, &runnerLog) }()
+	stopRunner := runRelay(t, env, []string{"toolrunner"}, &runnerLog)
 	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
+		if code := stopRunner(); code != 0 {
 			t.Errorf("tool runner: exit %d\n%s", code, runnerLog.String())
 		}
 	}()
