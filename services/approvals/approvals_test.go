@@ -168,9 +168,7 @@ func TestApproveExactlyOnce(t *testing.T) {
 	// a restart of the worker change nothing.
 	h.stop()
 	h.start()
-	h.interact(click(approver, approvals.ActionApprove, task, ts))
-	h.drained()
-	if n := len(h.streamMsgs("out.github")); n != 1 {
+	if n := h.approveDrained(task, ts); n != 1 {
 		t.Errorf("after redelivery and restart out.github has %d envelopes, want 1", n)
 	}
 }
@@ -220,8 +218,7 @@ func TestEditThenApprove(t *testing.T) {
 		}
 		return false
 	})
-	h.interact(click(approver, approvals.ActionApprove, task, ts))
-	testenv.WaitFor(t, 10*time.Second, "out.github", func() bool { return len(h.streamMsgs("out.github")) == 1 })
+	h.approveUntil(task, ts, 1, "out.github")
 	if got := h.streamMsgs("out.github")[0].Content; got != "Edited answer: upgrade to v1.2." {
 		t.Errorf("approved text = %q, want the edited text", got)
 	}
@@ -262,9 +259,7 @@ func TestRejectWithReason(t *testing.T) {
 		t.Errorf("message after reject: %s", last.Params["blocks"])
 	}
 	// An approval click after the rejection posts nothing.
-	h.interact(click(approver, approvals.ActionApprove, task, ts))
-	h.drained()
-	if n := len(h.streamMsgs("out.github")); n != 0 {
+	if n := h.approveDrained(task, ts); n != 0 {
 		t.Errorf("out.github has %d envelopes after a rejection, want 0", n)
 	}
 }
@@ -342,9 +337,7 @@ func TestExpiryFailsClosed(t *testing.T) {
 	ts := h.messageTS(1)
 	h.drained()
 	h.offset.Store(int64(25 * time.Hour))
-	h.interact(click(approver, approvals.ActionApprove, task, ts))
-	h.drained()
-	if n := len(h.streamMsgs("out.github")); n != 0 {
+	if n := h.approveDrained(task, ts); n != 0 {
 		t.Errorf("an expired approval published %d envelopes", n)
 	}
 	ups := h.slack.Calls("chat.update")
@@ -370,9 +363,7 @@ func TestExpiryFailsClosed(t *testing.T) {
 	if last := ups[len(ups)-1]; last.Params["ts"] != h.messageTS(2) || !strings.Contains(last.Params["blocks"], "Expired") {
 		t.Errorf("sweep did not update the message: %v", last.Params)
 	}
-	h.interact(click(approver, approvals.ActionApprove, task2, h.messageTS(2)))
-	h.drained()
-	if n := len(h.streamMsgs("out.github")); n != 0 {
+	if n := h.approveDrained(task2, h.messageTS(2)); n != 0 {
 		t.Errorf("a swept approval published %d envelopes", n)
 	}
 }
@@ -393,8 +384,7 @@ func TestRestartKeepsPendingApprovals(t *testing.T) {
 	// The whole process goes away and comes back on the same data directory.
 	h.bus = bustest.Embedded(t, bustest.WithDataDir(dir))
 	h.start()
-	h.interact(click(approver, approvals.ActionApprove, task, ts))
-	testenv.WaitFor(t, 10*time.Second, "out.github after restart", func() bool { return len(h.streamMsgs("out.github")) == 1 })
+	h.approveUntil(task, ts, 1, "out.github after restart")
 	if n := len(h.slack.Calls("chat.postMessage")); n != 1 {
 		t.Errorf("chat.postMessage called %d times, want 1 (the suggestion was not re-posted)", n)
 	}
@@ -417,8 +407,7 @@ func TestSecondSuggestionSameThread(t *testing.T) {
 		}
 		return false
 	})
-	h.interact(click(approver, approvals.ActionApprove, task, ts))
-	testenv.WaitFor(t, 10*time.Second, "out.github", func() bool { return len(h.streamMsgs("out.github")) == 1 })
+	h.approveUntil(task, ts, 1, "out.github")
 	h.drained()
 	// After the decision, a new draft opens round 2 in the same thread.
 	third := first.Reply(envelope.ChannelInternal, envelope.RoleAssistant, "Follow-up.")
@@ -428,8 +417,7 @@ func TestSecondSuggestionSameThread(t *testing.T) {
 	if c.Params["thread_ts"] != ts {
 		t.Errorf("round 2 posted with thread_ts %q, want %q", c.Params["thread_ts"], ts)
 	}
-	h.interact(click(approver, approvals.ActionApprove, task, c.Params["_ts"]))
-	testenv.WaitFor(t, 10*time.Second, "round 2 out.github", func() bool { return len(h.streamMsgs("out.github")) == 2 })
+	h.approveUntil(task, c.Params["_ts"], 2, "round 2 out.github")
 	outs := h.streamMsgs("out.github")
 	if outs[0].Content != "Second draft." || outs[1].Content != "Follow-up." {
 		t.Errorf("outs = %q, %q", outs[0].Content, outs[1].Content)

@@ -119,8 +119,7 @@ func TestApproveDuringCrashedClaim(t *testing.T) {
 	})
 	task, _ := h.suggestion(github7, "Draft.")
 	ts := h.messageTS(1)
-	h.interact(click(approver, approvals.ActionApprove, task, ts))
-	testenv.WaitFor(t, 10*time.Second, "out.github", func() bool { return len(h.streamMsgs("out.github")) == 1 })
+	h.approveUntil(task, ts, 1, "out.github")
 	testenv.WaitFor(t, 40*time.Second, "the crashed post updated to show the approval", func() bool {
 		for _, c := range h.slack.Calls("chat.update") {
 			if c.Params["ts"] == ts && strings.Contains(c.Params["text"]+c.Params["blocks"], approver) {

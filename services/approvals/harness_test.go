@@ -235,6 +235,23 @@ func (h *harness) streamMsgs(subject string) []*envelope.Envelope {
 	return out
 }
 
+// approveDrained clicks Approve as the approver on task's message ts, waits
+// until the worker is idle and returns how many envelopes out.github holds.
+func (h *harness) approveDrained(task, ts string) int {
+	h.t.Helper()
+	h.interact(click(approver, approvals.ActionApprove, task, ts))
+	h.drained()
+	return len(h.streamMsgs("out.github"))
+}
+
+// approveUntil clicks Approve as the approver on task's message ts and
+// waits (what: for what) until out.github holds n envelopes.
+func (h *harness) approveUntil(task, ts string, n int, what string) {
+	h.t.Helper()
+	h.interact(click(approver, approvals.ActionApprove, task, ts))
+	testenv.WaitFor(h.t, 10*time.Second, what, func() bool { return len(h.streamMsgs("out.github")) == n })
+}
+
 // drained waits until every consumer of the worker has nothing pending.
 func (h *harness) drained() {
 	h.t.Helper()
