@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaystation/relay/internal/metric"
 )
 
 // metrics are the gateway's Prometheus collectors; nil records nothing.
@@ -45,19 +47,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		return nil
 	}
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relay_ingest_requests_total",
-			Help: "Webhook requests answered, by provider, route and HTTP status.",
-		}, []string{"provider", "route", "status"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "relay_ingest_request_seconds",
-			Help:    "Time from receiving a webhook to answering it, by provider.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 3, 10},
-		}, []string{"provider"}),
-		envelopes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relay_ingest_envelopes_total",
-			Help: "Envelopes acknowledged by the bus, by provider and result (stored, duplicate).",
-		}, []string{"provider", "result"}),
+		requests: metric.Counters("relay_ingest_requests_total",
+			"Webhook requests answered, by provider, route and HTTP status.", "provider", "route", "status"),
+		duration: metric.Histograms("relay_ingest_request_seconds",
+			"Time from receiving a webhook to answering it, by provider.", []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 3, 10}, "provider"),
+		envelopes: metric.Counters("relay_ingest_envelopes_total",
+			"Envelopes acknowledged by the bus, by provider and result (stored, duplicate).", "provider", "result"),
 	}
 	reg.MustRegister(m.requests, m.duration, m.envelopes)
 	return m

@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaystation/relay/internal/metric"
 )
 
 // metrics are the worker's Prometheus collectors, by destination.
@@ -17,23 +19,14 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		posted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relay_outbound_posted_total",
-			Help: "Posts made (or found already made after a crash), by destination.",
-		}, []string{"destination"}),
-		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relay_outbound_failed_total",
-			Help: "Failed post attempts, by destination and class (rate_limited, transient, permanent).",
-		}, []string{"destination", "class"}),
-		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relay_outbound_duplicates_total",
-			Help: "Messages acknowledged without posting because their idempotency key was already done.",
-		}, []string{"destination"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "relay_outbound_post_seconds",
-			Help:    "Time spent calling the destination's API per attempt, by destination.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 10),
-		}, []string{"destination"}),
+		posted: metric.Counters("relay_outbound_posted_total",
+			"Posts made (or found already made after a crash), by destination.", "destination"),
+		failed: metric.Counters("relay_outbound_failed_total",
+			"Failed post attempts, by destination and class (rate_limited, transient, permanent).", "destination", "class"),
+		duplicates: metric.Counters("relay_outbound_duplicates_total",
+			"Messages acknowledged without posting because their idempotency key was already done.", "destination"),
+		duration: metric.Histograms("relay_outbound_post_seconds",
+			"Time spent calling the destination's API per attempt, by destination.", prometheus.ExponentialBuckets(0.005, 2.5, 10), "destination"),
 		notices: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "relay_outbound_failure_notices_total",
 			Help: "Failure notices posted in Slack approval threads.",
