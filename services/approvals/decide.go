@@ -190,12 +190,25 @@ func (s *Service) HandleViewSubmission(ctx context.Context, m *bus.Message) erro
 	return s.reject(ctx, e, md, ia, log)
 }
 
-// decision runs a pending-only transition and reports whether this call made
-// it, plus whether the record turned out to be expired (then it was marked so).
-// A nil apply only expires a record past its expiry.
+// decision runs a pending-only transition (store.transition) with apply
+// given the time it runs at. A nil apply only expires a record past its
+// expiry.
 func (s *Service) decision(ctx context.Context, task string, round int, apply func(r *Record, now time.Time)) (rec *Record, won, expired bool, err error) {
 	now := s.now()
-	rec, err = s.store.mutate(ctx, task, func(r *Record) (*Record, error) {
+	var change func(r *Record) bool
+	if apply != nil {
+		change = func(r *Record) bool { apply(r, now); return true }
+	}
+	return s.store.transition(ctx, task, round, now, change)
+}
+
+// transition runs a pending-only change of task's record at now (round 0:
+// whatever its round) and reports whether this call made it, plus whether
+// the record turned out to be expired (then it was marked so). change
+// changes r and reports whether it did; a nil change only expires a record
+// past its expiry.
+func (st *store) transition(ctx context.Context, task string, round int, now time.Time, change func(r *Record) bool) (rec *Record, won, expired bool, err error) {
+	rec, err = st.mutate(ctx, task, func(r *Record) (*Record, error) {
 		won, expired = false, false
 		if r == nil {
 			return nil, ErrNotFound
@@ -208,10 +221,9 @@ func (s *Service) decision(ctx context.Context, task string, round int, apply fu
 			expired = true
 			return r, nil
 		}
-		if apply == nil {
+		if change == nil || !change(r) {
 			return nil, errNoChange
 		}
-		apply(r, now)
 		r.Shown = false
 		won = true
 		return r, nil
@@ -270,27 +282,13 @@ func (s *Service) edit(ctx context.Context, e *envelope.Envelope, md viewMetadat
 
 // mutateEdit replaces a pending record's text (same round only).
 func (st *store) mutateEdit(ctx context.Context, now time.Time, md viewMetadata, user, text string) (rec *Record, won, expired bool, err error) {
-	rec, err = st.mutate(ctx, md.TaskID, func(r *Record) (*Record, error) {
-		won, expired = false, false
-		if r == nil {
-			return nil, ErrNotFound
-		}
-		if r.Status != StatusPending || (md.Round > 0 && r.Round != md.Round) {
-			return nil, errNoChange
-		}
-		if now.After(r.ExpiresAt) {
-			r.Status, r.Shown = StatusExpired, false
-			expired = true
-			return r, nil
-		}
+	return st.transition(ctx, md.TaskID, md.Round, now, func(r *Record) bool {
 		if r.Text == text && r.EditedBy == user {
-			return nil, errNoChange // a redelivered submission
+			return false // a redelivered submission
 		}
-		r.Text, r.EditedBy, r.Shown = text, user, false
-		won = true
-		return r, nil
+		r.Text, r.EditedBy = text, user
+		return true
 	})
-	return rec, won, expired, err
 }
 
 func (s *Service) reject(ctx context.Context, e *envelope.Envelope, md viewMetadata, ia *interaction, log *slog.Logger) error {
