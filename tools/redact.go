@@ -1,6 +1,9 @@
 package tools
 
 import (
+	"iter"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -78,25 +81,24 @@ func (r *Redactor) Value(v any) (any, bool) {
 	case string:
 		return r.String(x)
 	case map[string]any:
-		changed := false
-		for k, e := range x {
-			if n, ok := r.Value(e); ok {
-				x[k] = n
-				changed = true
-			}
-		}
-		return x, changed
+		return x, redactEach(r, maps.All(x), func(k string, n any) { x[k] = n })
 	case []any:
-		changed := false
-		for i, e := range x {
-			if n, ok := r.Value(e); ok {
-				x[i] = n
-				changed = true
-			}
-		}
-		return x, changed
+		return x, redactEach(r, slices.All(x), func(i int, n any) { x[i] = n })
 	}
 	return v, false
+}
+
+// redactEach redacts the values of a map's or a slice's entries, storing back
+// with set those it changed, and reports whether it changed any.
+func redactEach[K any](r *Redactor, entries iter.Seq2[K, any], set func(K, any)) bool {
+	changed := false
+	for k, e := range entries {
+		if n, ok := r.Value(e); ok {
+			set(k, n)
+			changed = true
+		}
+	}
+	return changed
 }
 
 // With returns a Redactor that also removes values (a server's own secrets);
