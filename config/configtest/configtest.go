@@ -4,10 +4,10 @@
 package configtest
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // Case is one environment and what reading it must give.
@@ -31,11 +31,7 @@ func Run[S any](t *testing.T, read func(*config.Env) S, cases []Case[S]) {
 			s := read(env)
 			err := env.Err()
 			if len(tc.WantErr) > 0 {
-				for _, w := range tc.WantErr {
-					if err == nil || !strings.Contains(err.Error(), w) {
-						t.Errorf("got error %v, want one naming %s", err, w)
-					}
-				}
+				testenv.ErrorNames(t, err, tc.WantErr...)
 				return
 			}
 			if err != nil {

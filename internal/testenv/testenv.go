@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -172,4 +173,15 @@ func (s *Buffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// ErrorNames reports (t.Errorf) an err that is nil or whose message lacks
+// any of want: the settings, fields or places an error must name.
+func ErrorNames(t testing.TB, err error, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("got error %v, want one naming %q", err, w)
+		}
+	}
 }

@@ -109,3 +109,23 @@ func TestFreeAddr(t *testing.T) {
 		t.Errorf("got port %d, want one in 1-65535", port)
 	}
 }
+
+func TestErrorNames(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		err    error
+		want   []string
+		errors int
+	}{
+		{"names both", errors.New("RELAY_A and RELAY_B are wrong"), []string{"RELAY_A", "RELAY_B"}, 0},
+		{"lacks one", errors.New("RELAY_A is wrong"), []string{"RELAY_A", "RELAY_B"}, 1},
+		{"nil error", nil, []string{"RELAY_A", "RELAY_B"}, 2},
+	} {
+		r := &recorder{}
+		r.run(func(t testing.TB) { testenv.ErrorNames(t, tc.err, tc.want...) })
+		if len(r.failures) != tc.errors {
+			t.Errorf("%s: got %d errors %q, want %d", tc.name, len(r.failures), r.failures, tc.errors)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
 )
 
@@ -50,11 +51,7 @@ func TestInvalidFilesRefused(t *testing.T) {
 			if !errors.As(err, &ve) {
 				t.Fatalf("got %v, want a *ValidationError", err)
 			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("got\n%v\nwant it to contain %q", err, w)
-				}
-			}
+			testenv.ErrorNames(t, err, tc.want...)
 		})
 	}
 }

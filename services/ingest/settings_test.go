@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 func TestReadSettings(t *testing.T) {
@@ -40,9 +41,5 @@ func TestReadSettings(t *testing.T) {
 	}
 	bad := config.FromMap(map[string]string{"RELAY_INGEST_DEADLINE_GITHUB": "5m", "OPENPROJECT_URL": "ftp://x"})
 	ReadSettings(bad)
-	for _, want := range []string{"RELAY_INGEST_DEADLINE_GITHUB", "OPENPROJECT_URL"} {
-		if err := bad.Err(); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("got %v, want an error naming %s", err, want)
-		}
-	}
+	testenv.ErrorNames(t, bad.Err(), "RELAY_INGEST_DEADLINE_GITHUB", "OPENPROJECT_URL")
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 func TestReadSettings(t *testing.T) {
@@ -48,11 +49,7 @@ func TestReadSettings(t *testing.T) {
 	}
 	bad := config.FromMap(map[string]string{"RELAY_MCP_CONFIG": filepath.Join(dir, "none.json"), "RELAY_POLICY": filepath.Join(dir, "none.yaml")})
 	ReadSettings(bad)
-	for _, want := range []string{"RELAY_MCP_CONFIG", "RELAY_POLICY"} {
-		if err := bad.Err(); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("got %v, want an error naming %s", err, want)
-		}
-	}
+	testenv.ErrorNames(t, bad.Err(), "RELAY_MCP_CONFIG", "RELAY_POLICY")
 
 	// A binding naming a server mcp.json lacks stops startup.
 	pol := filepath.Join(dir, "policy.yaml")

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 func lookup(m map[string]string) func(string) (string, bool) {
@@ -144,11 +146,7 @@ func TestParseErrorsNameServerAndField(t *testing.T) {
 			if !errors.As(err, &ve) {
 				t.Errorf("got %T, want a *ValidationError", err)
 			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not contain %q", err, w)
-				}
-			}
+			testenv.ErrorNames(t, err, tt.want...)
 		})
 	}
 }
