@@ -110,8 +110,7 @@ func TestPostsSuggestionWithButtons(t *testing.T) {
 func TestApproveExactlyOnce(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	task, sugg := h.suggestion(github7, "The fix is in v1.2.")
-	ts := h.messageTS(1)
+	task, sugg, ts := h.firstApproval("The fix is in v1.2.")
 
 	// A double click, a concurrent click by the same approver and a Slack retry
 	// of the first click (same trigger id: the same delivery identity).
@@ -187,8 +186,7 @@ func openedView(t testing.TB, h *harness, n int) (view map[string]any, trigger s
 func TestEditThenApprove(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	task, _ := h.suggestion(github7, "Draft answer.")
-	ts := h.messageTS(1)
+	task, _, ts := h.firstApproval("Draft answer.")
 	ce := h.interact(click(approver, approvals.ActionEdit, task, ts))
 	view, trigger := openedView(t, h, 1)
 	var meta struct {
@@ -236,8 +234,7 @@ func mustJSON(t testing.TB, v any) string {
 func TestRejectWithReason(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	task, _ := h.suggestion(github7, "Wrong answer.")
-	ts := h.messageTS(1)
+	task, _, ts := h.firstApproval("Wrong answer.")
 	h.interact(click(approver, approvals.ActionReject, task, ts))
 	view, _ := openedView(t, h, 1)
 	if view["callback_id"] != approvals.ViewReject {
@@ -267,8 +264,7 @@ func TestRejectWithReason(t *testing.T) {
 func TestNonApproverRefused(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	task, _ := h.suggestion(github7, "Answer.")
-	ts := h.messageTS(1)
+	task, _, ts := h.firstApproval("Answer.")
 	for _, action := range []string{approvals.ActionApprove, approvals.ActionEdit, approvals.ActionReject} {
 		h.interact(click("U0INTRUDER", action, task, ts))
 	}
@@ -309,8 +305,7 @@ func TestUserGroupApprover(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, func(c *approvals.Config) { c.Approvers = []string{"S0LEADS01", "S0GONE01"} })
 	h.slack.SetGroup("S0LEADS01", "U0LEAD01", "U0LEAD02")
-	task, _ := h.suggestion(github7, "Group-approved answer.")
-	ts := h.messageTS(1)
+	task, _, ts := h.firstApproval("Group-approved answer.")
 	h.interact(click("U0NOBODY", approvals.ActionApprove, task, ts))
 	h.drained()
 	if n := len(h.streamMsgs("out.github")); n != 0 {
@@ -333,8 +328,7 @@ func TestUserGroupApprover(t *testing.T) {
 func TestExpiryFailsClosed(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	task, _ := h.suggestion(github7, "Late answer.")
-	ts := h.messageTS(1)
+	task, _, ts := h.firstApproval("Late answer.")
 	h.drained()
 	h.offset.Store(int64(25 * time.Hour))
 	if n := h.approveDrained(task, ts); n != 0 {
@@ -375,8 +369,7 @@ func TestRestartKeepsPendingApprovals(t *testing.T) {
 	h := &harness{t: t, bus: b, slack: fakes.NewSlack(t)}
 	h.cfg = approvals.Config{BotToken: h.cfgToken(), APIURL: h.slack.URL(), Channel: approvalCh, Approvers: []string{approver}, SweepInterval: time.Hour}
 	h.start()
-	task, _ := h.suggestion(github7, "Survives a restart.")
-	ts := h.messageTS(1)
+	task, _, ts := h.firstApproval("Survives a restart.")
 	h.drained()
 	h.stop()
 	b.Close()
@@ -393,8 +386,7 @@ func TestRestartKeepsPendingApprovals(t *testing.T) {
 func TestSecondSuggestionSameThread(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	task, first := h.suggestion(github7, "First draft.")
-	ts := h.messageTS(1)
+	task, first, ts := h.firstApproval("First draft.")
 	// A newer draft of the pending task updates the message in place.
 	second := first.Reply(envelope.ChannelInternal, envelope.RoleAssistant, "Second draft.")
 	second.Meta.Source, second.Meta.Extra = first.Meta.Source, first.Meta.Extra

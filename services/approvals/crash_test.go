@@ -117,8 +117,7 @@ func TestApproveDuringCrashedClaim(t *testing.T) {
 		api.Client = slack.New("xoxb-test", slack.OptionAPIURL(url))
 		return api
 	})
-	task, _ := h.suggestion(github7, "Draft.")
-	ts := h.messageTS(1)
+	task, _, ts := h.firstApproval("Draft.")
 	h.approveUntil(task, ts, 1, "out.github")
 	testenv.WaitFor(t, 40*time.Second, "the crashed post updated to show the approval", func() bool {
 		for _, c := range h.slack.Calls("chat.update") {

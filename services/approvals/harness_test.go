@@ -119,6 +119,14 @@ func (h *harness) messageTS(n int) string {
 	return h.posted(n).Params["_ts"]
 }
 
+// firstApproval publishes the harness's first suggestion, for github7, and
+// returns its task, its envelope and the ts of its approval message.
+func (h *harness) firstApproval(text string) (task string, e *envelope.Envelope, ts string) {
+	h.t.Helper()
+	task, e = h.suggestion(github7, text)
+	return task, e, h.messageTS(1)
+}
+
 // interact sends a Slack interaction payload through the real Slack mapper
 // (signed, verified, mapped) and publishes what it produced, as the webhook
 // gateway does.
