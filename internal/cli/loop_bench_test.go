@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +21,33 @@ import (
 // memory worker's context lookup.
 //
 //	go test ./internal/cli -run '^$' -bench WebhookToSuggestion -benchtime 1000x
+//
+// The Burn variant runs the same with a child process looping on one core
+// (pinned to CPU 0 with taskset where there is one), as other work on the
+// machine would.
 func BenchmarkWebhookToSuggestion(b *testing.B) {
+	b.Run("idle", func(b *testing.B) { benchLoop(b) })
+	b.Run("burn", func(b *testing.B) {
+		burnCore(b)
+		benchLoop(b)
+	})
+}
+
+// burnCore keeps one core busy with a child process until the benchmark ends.
+func burnCore(b *testing.B) {
+	args := []string{"sh", "-c", "while :; do :; done"}
+	if path, err := exec.LookPath("taskset"); err == nil {
+		args = append([]string{path, "-c", "0"}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start the CPU burner: %v", err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+}
+
+// benchLoop drives the loop at 100 tasks/s and reports its latencies.
+func benchLoop(b *testing.B) {
 	s := startStack(b, nil)
 	var mu sync.Mutex
 	done := make(chan struct{}, b.N+16)
@@ -56,6 +84,7 @@ func BenchmarkWebhookToSuggestion(b *testing.B) {
 	})
 	const rate = 100
 	interval := time.Second / rate
+	cpu0 := processCPU(b)
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -93,4 +122,15 @@ func BenchmarkWebhookToSuggestion(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
+	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/task")
+}
+
+// processCPU is this process's user + system CPU time so far (the relay, its
+// embedded NATS server, the fakes and the load; not the MCP server's process).
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

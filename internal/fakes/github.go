@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -36,7 +35,7 @@ type GitHub struct {
 var commentsPath = regexp.MustCompile(`^(?:/api/v3)?/repos/([^/]+)/([^/]+)/issues/(\d+)/comments$`)
 
 // NewGitHub starts a fake GitHub API, closed when the test ends.
-func NewGitHub(t testing.TB) *GitHub {
+func NewGitHub(t Cleaner) *GitHub {
 	g := &GitHub{}
 	g.srv = httptest.NewServer(http.HandlerFunc(g.serve))
 	t.Cleanup(g.srv.Close)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 )
 
@@ -113,7 +112,7 @@ type LLM struct {
 }
 
 // NewLLM starts the fake, closed when the test ends.
-func NewLLM(t testing.TB, script func(*ChatRequest) Reply) *LLM {
+func NewLLM(t Cleaner, script func(*ChatRequest) Reply) *LLM {
 	l := &LLM{script: script}
 	l.srv = httptest.NewServer(http.HandlerFunc(l.serve))
 	t.Cleanup(l.srv.Close)

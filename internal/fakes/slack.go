@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"testing"
 )
 
 // SlackCall is one Web API call: the method and its parameters (form fields,
@@ -45,7 +44,7 @@ func (f *Slack) OnCall(fn func(SlackCall)) {
 }
 
 // NewSlack starts a fake Slack Web API, closed when the test ends.
-func NewSlack(t testing.TB) *Slack {
+func NewSlack(t Cleaner) *Slack {
 	f := &Slack{groups: map[string][]string{}, fail: map[string]string{}}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)

@@ -137,7 +137,7 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "%-34s %10s %8s %10s %10s %10s %8s\n", "phase", "requests", "errors", "req/s", "p50", "p99", "max")
 	for _, p := range []Phase{r.Saturation, r.FixedRate, r.HTTPCeiling, r.NATSCeiling, r.BothCeiling} {
 		fmt.Fprintf(w, "%-34s %10d %8d %10.0f %10s %10s %8s\n", p.Name, p.Requests, p.Errors, p.PerSecond(),
-			round(p.P50), round(p.P99), round(p.Max))
+			Round(p.P50), Round(p.P99), Round(p.Max))
 	}
 	ceiling := min(r.HTTPCeiling.PerSecond(), r.NATSCeiling.PerSecond())
 	if ceiling > 0 {
@@ -148,7 +148,9 @@ func (r *Report) Write(w io.Writer) {
 	}
 }
 
-func round(d time.Duration) time.Duration {
+// Round rounds a latency for a report: to 1 ms above a second, 10 µs above a
+// millisecond, 1 µs below.
+func Round(d time.Duration) time.Duration {
 	switch {
 	case d > time.Second:
 		return d.Round(time.Millisecond)
@@ -218,7 +220,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if rep.Saturation, err = closedLoop(ctx, "gateway at saturation", cfg.Concurrency, cfg.Duration, cfg.MaxRequests, webhook); err != nil {
 		return nil, err
 	}
-	if rep.FixedRate, err = openLoop(ctx, fmt.Sprintf("gateway at %d/s", cfg.Rate), cfg.Rate, cfg.Duration, cfg.MaxRequests, webhook); err != nil {
+	if rep.FixedRate, err = OpenLoop(ctx, fmt.Sprintf("gateway at %d/s", cfg.Rate), cfg.Rate, cfg.Duration, cfg.MaxRequests, webhook); err != nil {
 		return nil, err
 	}
 	if rep.HTTPCeiling, err = closedLoop(ctx, "ceiling: HTTP read body + 202", cfg.Concurrency, cfg.Duration, cfg.MaxRequests, null); err != nil {
@@ -343,9 +345,9 @@ func closedLoop(ctx context.Context, name string, n int, d time.Duration, max in
 	return summarize(name, lat, int(errs.Load()), elapsed), nil
 }
 
-// openLoop sends op at a fixed rate for d (at most max ops); each latency is
+// OpenLoop sends op at a fixed rate for d (at most max ops); each latency is
 // measured from the op's scheduled time.
-func openLoop(ctx context.Context, name string, rate int, d time.Duration, max int, op func(context.Context) error) (Phase, error) {
+func OpenLoop(ctx context.Context, name string, rate int, d time.Duration, max int, op func(context.Context) error) (Phase, error) {
 	total := min(int(d.Seconds()*float64(rate)), max)
 	interval := time.Second / time.Duration(rate)
 	lat := make([]time.Duration, total)

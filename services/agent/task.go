@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
@@ -146,10 +148,33 @@ func (t *Task) refIDs() []string {
 	return out
 }
 
+// clone is a copy of t whose changes (its fields, appended messages, call
+// states, lease, failure) do not reach t. What never changes once set is
+// shared: the origin envelope, the offered tools' parameter schemas and the
+// calls' argument maps. (It was a JSON round trip of the whole task, which
+// with the tools' schemas made it the agent's largest cost per envelope.)
 func (t *Task) clone() *Task {
-	b, _ := json.Marshal(t)
-	var c Task
-	_ = json.Unmarshal(b, &c)
+	c := *t
+	c.Target = clonePtr(t.Target)
+	c.Refs = slices.Clone(t.Refs)
+	c.Tools = slices.Clone(t.Tools)
+	c.Messages = slices.Clone(t.Messages)
+	for i := range c.Messages {
+		c.Messages[i].ToolCalls = slices.Clone(c.Messages[i].ToolCalls)
+	}
+	c.Calls = slices.Clone(t.Calls)
+	c.UnknownRefs = slices.Clone(t.UnknownRefs)
+	c.Failure = clonePtr(t.Failure)
+	c.Lease = clonePtr(t.Lease)
+	return &c
+}
+
+// clonePtr is a pointer to a copy of *p; nil for nil.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
 	return &c
 }
 
@@ -194,16 +219,16 @@ func (s *Tasks) Get(ctx context.Context, id string) (*Task, uint64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("get task %s: %w", id, err)
 	}
-	var t Task
-	if err := json.Unmarshal(e.Value(), &t); err != nil {
+	t, err := decodeTask(e.Value())
+	if err != nil {
 		return nil, 0, bus.Permanent(fmt.Errorf("decode task %s: %w", id, err))
 	}
-	return &t, e.Revision(), nil
+	return t, e.Revision(), nil
 }
 
 // create stores a new task; false when it already exists.
 func (s *Tasks) create(ctx context.Context, t *Task) (bool, error) {
-	b, err := json.Marshal(t)
+	b, err := encodeTask(t)
 	if err != nil {
 		return false, bus.Permanent(fmt.Errorf("encode task %s: %w", t.ID, err))
 	}
@@ -219,7 +244,7 @@ func (s *Tasks) create(ctx context.Context, t *Task) (bool, error) {
 // update stores t if the task is still at rev; errConflict otherwise.
 func (s *Tasks) update(ctx context.Context, t *Task, rev uint64) (uint64, error) {
 	t.Updated = time.Now().UTC()
-	b, err := json.Marshal(t)
+	b, err := encodeTask(t)
 	if err != nil {
 		return 0, bus.Permanent(fmt.Errorf("encode task %s: %w", t.ID, err))
 	}
@@ -231,4 +256,28 @@ func (s *Tasks) update(ctx context.Context, t *Task, rev uint64) (uint64, error)
 		return 0, fmt.Errorf("update task %s: %w", t.ID, err)
 	}
 	return n, nil
+}
+
+// decodeTask decodes a stored task. Every step reads the whole task (origin
+// envelope, messages, the offered tools' schemas), so it uses goccy/go-json,
+// a drop-in codec about 2.5x faster than encoding/json on it
+// (BenchmarkTaskCodec); encoding/json is the fallback if goccy refuses.
+func decodeTask(b []byte) (*Task, error) {
+	var t Task
+	if err := gojson.Unmarshal(b, &t); err == nil {
+		return &t, nil
+	}
+	t = Task{}
+	if err := json.Unmarshal(b, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// encodeTask encodes a task for the bucket, as decodeTask reads it.
+func encodeTask(t *Task) ([]byte, error) {
+	if b, err := gojson.Marshal(t); err == nil {
+		return b, nil
+	}
+	return json.Marshal(t)
 }

@@ -74,17 +74,30 @@ func digest(path string) []byte {
 	return sum[:]
 }
 
-// filter points the durable consumer at the subjects f's triggers need (all
-// of in.> when f has none), when they differ from its current filter. A
-// consumer that does not exist yet is left to Run, which creates it with the
-// hooks in force.
-func (s *Service) filter(ctx context.Context, f *File) error {
-	want := make([]string, 0, 1)
-	for _, subj := range f.Subjects() {
-		want = append(want, s.bus.Subject(subj))
+// noHooksSubject is the hooks consumer's filter when there are no hooks: an
+// inbound subject no envelope is published on (inbound subjects are
+// in.{channel}.{event}), so the worker is sent nothing instead of every
+// inbound envelope to ignore. Such a consumer's position stays where it was,
+// so the reload that adds the first hooks recreates it at new envelopes
+// (restart), rather than letting it replay what passed while there were none.
+const noHooksSubject = envelope.SubjectInbound + ".none"
+
+// subjects is the hooks consumer's filter for f, relative to the prefix.
+func subjects(f *File) []string {
+	if subj := f.Subjects(); len(subj) > 0 {
+		return subj
 	}
-	if len(want) == 0 {
-		want = append(want, s.bus.Subject(envelope.SubjectInbound+".>"))
+	return []string{noHooksSubject}
+}
+
+// filter points the durable consumer at the subjects f's triggers need
+// (noHooksSubject when f has none), when they differ from its current
+// filter. A consumer that does not exist yet is left to Run, which creates
+// it with the hooks in force.
+func (s *Service) filter(ctx context.Context, f *File) error {
+	var want []string
+	for _, subj := range subjects(f) {
+		want = append(want, s.bus.Subject(subj))
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -109,9 +122,30 @@ func (s *Service) filter(ctx context.Context, f *File) error {
 		return nil
 	}
 	cfg.FilterSubject, cfg.FilterSubjects = "", want
+	if slices.Equal(have, []string{s.bus.Subject(noHooksSubject)}) {
+		return s.restart(cctx, stream, cfg)
+	}
 	if _, err := s.bus.JetStream().UpdateConsumer(cctx, stream, cfg); err != nil {
 		return fmt.Errorf("update consumer %s to %v: %w", s.cfg.Consumer, want, err)
 	}
 	s.log.Info("hooks consumer subjects", "subjects", want)
+	return nil
+}
+
+// restart replaces the durable consumer with one of cfg that starts at new
+// envelopes (at the stream's start with FromStart). The running pull loop fetches by name, so it carries on with
+// the new consumer after one failed pull.
+func (s *Service) restart(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) error {
+	js := s.bus.JetStream()
+	if err := js.DeleteConsumer(ctx, stream, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("replace consumer %s: %w", cfg.Durable, err)
+	}
+	if !s.cfg.FromStart {
+		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverNewPolicy, 0, nil
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, stream, cfg); err != nil {
+		return fmt.Errorf("recreate consumer %s on %v: %w", cfg.Durable, cfg.FilterSubjects, err)
+	}
+	s.log.Info("hooks consumer recreated at new envelopes", "subjects", cfg.FilterSubjects)
 	return nil
 }

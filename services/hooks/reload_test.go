@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/testenv"
@@ -45,12 +46,7 @@ func TestReloadOnEdit(t *testing.T) {
 	t.Parallel()
 	b := bustest.Embedded(t)
 	path := filepath.Join(t.TempDir(), "hooks.yaml")
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	must := mustOf(t)
 	must(os.WriteFile(path, []byte(hookFile("first")), 0o600))
 	f, err := Load(path)
 	must(err)
@@ -99,37 +95,13 @@ func TestConsumerFiltersTriggerSubjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Go(t, "Run", s.Run)
-	stream := b.StreamName("in.>")
-	info := func() *jetstream.ConsumerInfo {
-		c, err := b.JetStream().Consumer(t.Context(), stream, "hooks-filter")
-		if err != nil {
-			return nil
-		}
-		ci, err := c.Info(t.Context())
-		if err != nil {
-			return nil
-		}
-		return ci
-	}
-	filter := func(ci *jetstream.ConsumerInfo) []string {
-		if ci.Config.FilterSubject != "" {
-			return []string{ci.Config.FilterSubject}
-		}
-		return ci.Config.FilterSubjects
-	}
+	info := func() *jetstream.ConsumerInfo { return consumerInfo(t, b, "hooks-filter") }
 	testenv.WaitFor(t, 10*time.Second, "the hooks consumer", func() bool { return info() != nil })
 	if got, want := filter(info()), []string{b.Subject("in.github.issues"), b.Subject("in.sentry.issue")}; !slices.Equal(got, want) {
 		t.Fatalf("filter: got %v, want %v", got, want)
 	}
 
-	slack := func() {
-		t.Helper()
-		e := envelope.New(envelope.ChannelSlack, envelope.RoleUser, "hello")
-		e.Meta.Source = &envelope.Source{Event: "message"}
-		if _, err := b.Publish(t.Context(), envelope.Inbound(envelope.ChannelSlack, "message"), e); err != nil {
-			t.Fatal(err)
-		}
-	}
+	slack := func() { publishSlack(t, b) }
 	slack()
 	if ci := info(); ci == nil || ci.NumPending != 0 || ci.NumAckPending != 0 || ci.Delivered.Stream != 0 {
 		t.Fatalf("after an in.slack.message envelope: got %+v, want nothing pending or delivered", ci)
@@ -147,4 +119,97 @@ func TestConsumerFiltersTriggerSubjects(t *testing.T) {
 		ci := info()
 		return ci != nil && ci.Delivered.Stream > 0
 	})
+}
+
+// consumerInfo is the durable consumer name of the inbound stream; nil
+// while it does not exist.
+func consumerInfo(t *testing.T, b *bus.Bus, name string) *jetstream.ConsumerInfo {
+	c, err := b.JetStream().Consumer(t.Context(), b.StreamName("in.>"), name)
+	if err != nil {
+		return nil
+	}
+	ci, err := c.Info(t.Context())
+	if err != nil {
+		return nil
+	}
+	return ci
+}
+
+// filter is a consumer's filter subjects.
+func filter(ci *jetstream.ConsumerInfo) []string {
+	if ci.Config.FilterSubject != "" {
+		return []string{ci.Config.FilterSubject}
+	}
+	return ci.Config.FilterSubjects
+}
+
+// publishSlack publishes an in.slack.message envelope and returns its stream
+// sequence.
+func publishSlack(t *testing.T, b *bus.Bus) uint64 {
+	t.Helper()
+	e := envelope.New(envelope.ChannelSlack, envelope.RoleUser, "hello")
+	e.Meta.Source = &envelope.Source{Event: "message"}
+	ack, err := b.Publish(t.Context(), envelope.Inbound(envelope.ChannelSlack, "message"), e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// TestNoHooksConsumerIsSentNothing: with no hooks the consumer filters on a
+// subject no envelope uses, so it is sent no inbound envelope to ignore; the
+// first hooks, added by a reload or present at a restart, start at new
+// envelopes, without the ones that passed while there were none.
+func TestNoHooksConsumerIsSentNothing(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"reload", "restart"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			b := bustest.Embedded(t)
+			path := filepath.Join(t.TempDir(), "hooks.yaml")
+			must := mustOf(t)
+			must(os.WriteFile(path, []byte("hooks: []\n"), 0o600))
+			start := func(f *File) func() {
+				s, err := New(t.Context(), Config{Hooks: f, Path: path, ReloadInterval: 10 * time.Millisecond, Consumer: "hooks-none"}, b)
+				must(err)
+				return testenv.Go(t, "Run", s.Run)
+			}
+			info := func() *jetstream.ConsumerInfo { return consumerInfo(t, b, "hooks-none") }
+			hasFilter := func(want ...string) func() bool {
+				return func() bool { ci := info(); return ci != nil && slices.Equal(filter(ci), want) }
+			}
+			stop := start(&File{})
+			testenv.WaitFor(t, 10*time.Second, "the consumer on "+noHooksSubject, hasFilter(b.Subject(noHooksSubject)))
+			publishSlack(t, b)
+			if ci := info(); ci.Delivered.Consumer != 0 || ci.NumPending != 0 || ci.NumAckPending != 0 {
+				t.Fatalf("without hooks: got %d delivered, %d pending, %d unacknowledged; want none", ci.Delivered.Consumer, ci.NumPending, ci.NumAckPending)
+			}
+			must(os.WriteFile(path, []byte(triggerFile("slack.message")), 0o600))
+			if how == "restart" {
+				stop()
+				f, err := Load(path)
+				must(err)
+				start(f)
+			}
+			testenv.WaitFor(t, 10*time.Second, "the filter to follow the hooks", hasFilter(b.Subject("in.slack.message")))
+			fresh := publishSlack(t, b)
+			testenv.WaitFor(t, 10*time.Second, "the new envelope delivered", func() bool {
+				ci := info()
+				return ci != nil && ci.Delivered.Stream >= fresh
+			})
+			if ci := info(); ci.Delivered.Consumer != 1 {
+				t.Errorf("got %d deliveries, want 1 (the new envelope, not the old one again)", ci.Delivered.Consumer)
+			}
+		})
+	}
+}
+
+// mustOf is a check that ends t on any error.
+func mustOf(t *testing.T) func(error) {
+	return func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -245,12 +245,17 @@ func (s *Service) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); s.watch(wctx, s.cfg.Path, s.cfg.ReloadInterval) }()
 	}
+	// A consumer left on noHooksSubject by an earlier run is recreated at
+	// new envelopes before the hooks in force filter it.
+	if err := s.filter(ctx, s.hooks.Load()); err != nil {
+		s.log.Warn("hooks consumer not re-filtered before start", "err", err)
+	}
 	return s.bus.Consume(ctx, bus.ConsumerConfig{
 		Name:    s.cfg.Consumer,
 		Subject: envelope.SubjectInbound + ".>",
 		// Only the subjects the hooks' triggers name (in.{channel}.{event});
-		// all of in.> when there are no hooks. A reload re-filters.
-		Subjects:    s.hooks.Load().Subjects(),
+		// none when there are no hooks. A reload re-filters.
+		Subjects:    subjects(s.hooks.Load()),
 		Concurrency: s.cfg.Concurrency,
 		DeliverNew:  !s.cfg.FromStart,
 		// An action may wait 5 minutes for its tool; heartbeats keep it.

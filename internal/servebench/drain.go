@@ -1,0 +1,96 @@
+package servebench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// backlog is the sum of pending and unacknowledged messages over every
+// durable consumer of every stream.
+func backlog(ctx context.Context, js jetstream.JetStream) (int, error) {
+	total := 0
+	err := durables(ctx, js, func(ci *jetstream.ConsumerInfo) {
+		total += int(ci.NumPending) + ci.NumAckPending
+	})
+	return total, err
+}
+
+// delivered is the number of messages each durable consumer was sent so far.
+func delivered(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	err := durables(ctx, js, func(ci *jetstream.ConsumerInfo) { out[ci.Name] = ci.Delivered.Consumer })
+	return out, err
+}
+
+// durables calls f with the info of every durable consumer of every stream.
+func durables(ctx context.Context, js jetstream.JetStream, f func(*jetstream.ConsumerInfo)) error {
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", name, err)
+		}
+		list := st.ListConsumers(ctx)
+		for ci := range list.Info() {
+			if ci.Config.Durable != "" {
+				f(ci)
+			}
+		}
+		if err := list.Err(); err != nil {
+			return fmt.Errorf("consumers of %s: %w", name, err)
+		}
+	}
+	if err := names.Err(); err != nil {
+		return fmt.Errorf("streams: %w", err)
+	}
+	return nil
+}
+
+// quietPolls is how many polls in a row must find no backlog: a handler that
+// has acked its input may still be publishing what it produced.
+const quietPolls = 3
+
+// drained is when the consumers caught up and the child's CPU time then.
+type drained struct {
+	after time.Duration // since the load stopped
+	cpu   time.Duration
+}
+
+// waitDrained polls the backlog every 50 ms until it has been zero quietPolls
+// times in a row, and returns the time and the CPU reading of the first of
+// them.
+func waitDrained(ctx context.Context, js jetstream.JetStream, c *child, stopped time.Time, limit time.Duration) (drained, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var first drained
+	quiet := 0
+	for {
+		n, err := backlog(ctx, js)
+		if err != nil {
+			return drained{}, fmt.Errorf("backlog after %s: %w", time.Since(stopped).Round(time.Millisecond), err)
+		}
+		if n > 0 {
+			quiet = 0
+		} else if quiet++; quiet == 1 {
+			at := time.Since(stopped)
+			cpu, err := c.cpu()
+			if err != nil {
+				return drained{}, err
+			}
+			first = drained{after: at, cpu: cpu}
+		}
+		if quiet >= quietPolls {
+			return first, nil
+		}
+		select {
+		case <-ctx.Done():
+			return drained{}, fmt.Errorf("backlog of %d messages not drained within %s", n, limit)
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,129 @@
+package servebench
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"time"
+)
+
+// Report is the result of a run: every run of every target, in the order run.
+type Report struct {
+	Rate      int
+	Duration  time.Duration
+	BodyBytes int
+	Results   []Result
+}
+
+// of returns the results of target t, in run order.
+func (r *Report) of(t Target) []Result {
+	var out []Result
+	for _, res := range r.Results {
+		if res.Target == t {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+// targets are the report's targets in the order first run.
+func (r *Report) targets() []Target {
+	var out []Target
+	for _, res := range r.Results {
+		if !slices.Contains(out, res.Target) {
+			out = append(out, res.Target)
+		}
+	}
+	return out
+}
+
+// CPURatio is, for each run, target t's CPU per 1,000 webhooks over the
+// gateway alone's (the first target) in the same run.
+func (r *Report) CPURatio(t Target) []float64 {
+	ts := r.targets()
+	if len(ts) == 0 {
+		return nil
+	}
+	base, own := r.of(ts[0]), r.of(t)
+	var out []float64
+	for i := range min(len(base), len(own)) {
+		if b := base[i].CPUPer1000(); b > 0 {
+			out = append(out, float64(own[i].CPUPer1000())/float64(b))
+		}
+	}
+	return out
+}
+
+// Write prints, per target, the median and range over the runs of each figure.
+func (r *Report) Write(w io.Writer) {
+	fmt.Fprintf(w, "signed GitHub issues webhooks (%d-byte body) at %d/s for %s per run; the relay a child process with embedded JetStream, instant fakes; median [min-max] over the runs\n",
+		r.BodyBytes, r.Rate, r.Duration)
+	for _, t := range r.targets() {
+		rs := r.of(t)
+		fmt.Fprintf(w, "\n%s (%d runs)\n", t.Name, len(rs))
+		row(w, "accepted/s", each(rs, func(x Result) float64 { return x.Accept.PerSecond() }), "%.0f")
+		row(w, "errors", each(rs, func(x Result) float64 { return float64(x.Accept.Errors) }), "%.0f")
+		row(w, "CPU ms per 1,000 webhooks", each(rs, func(x Result) float64 { return ms(x.CPUPer1000()) }), "%.0f")
+		if ratio := r.CPURatio(t); len(ratio) > 0 && t != r.targets()[0] {
+			row(w, "  x the gateway's, same run", ratio, "%.2f")
+		}
+		row(w, "backlog when the load stopped", each(rs, func(x Result) float64 { return float64(x.Backlog) }), "%.0f")
+		row(w, "drain s", each(rs, func(x Result) float64 { return x.Drain.Seconds() }), "%.2f")
+		row(w, "accept p50 ms", each(rs, func(x Result) float64 { return ms(x.Accept.P50) }), "%.2f")
+		row(w, "accept p99 ms", each(rs, func(x Result) float64 { return ms(x.Accept.P99) }), "%.2f")
+		if t.Agent {
+			row(w, "suggestions", each(rs, func(x Result) float64 { return float64(x.Suggestions) }), "%.0f")
+		}
+		deliveries(w, rs)
+		if t.Agent && !t.Hot {
+			row(w, "webhook->suggestion p50 ms", each(rs, func(x Result) float64 { return ms(pct(x.Loop, 50)) }), "%.1f")
+			row(w, "webhook->suggestion p99 ms", each(rs, func(x Result) float64 { return ms(pct(x.Loop, 99)) }), "%.1f")
+		}
+	}
+}
+
+func each(rs []Result, f func(Result) float64) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = f(r)
+	}
+	return out
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// pct is the p-th percentile of sorted latencies (0 when there are none).
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
+}
+
+// row prints the median and the range of vs with the verb format.
+func row(w io.Writer, name string, vs []float64, format string) {
+	s := slices.Sorted(slices.Values(vs))
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	fmt.Fprintf(w, "  %-32s "+format+"  ["+format+"-"+format+"]\n", name, med, s[0], s[len(s)-1])
+}
+
+// deliveries prints the messages each durable consumer was sent per accepted
+// webhook (median over the runs): the work a consumer is handed, including
+// envelopes it then ignores.
+func deliveries(w io.Writer, rs []Result) {
+	names := map[string]bool{}
+	for _, r := range rs {
+		for n := range r.Delivered {
+			names[n] = true
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		row(w, "  deliveries/webhook "+n, each(rs, func(x Result) float64 {
+			return float64(x.Delivered[n]) / float64(max(1, x.Accept.Requests))
+		}), "%.2f")
+	}
+}
