@@ -1,6 +1,8 @@
 package bus
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -12,7 +14,54 @@ type Metrics struct {
 	consumed    *prometheus.CounterVec
 	handleTime  *prometheus.HistogramVec
 	deadLetters *prometheus.CounterVec
+
+	// streams caches each stream's publish collectors (a *streamMetrics per
+	// stream name): the label lookup is done once, not on every publish.
+	streams sync.Map
 }
+
+// streamMetrics are one stream's publish collectors.
+type streamMetrics struct {
+	ok, duplicate, invalid, failed prometheus.Counter
+	publishTime                    prometheus.Observer
+}
+
+// stream returns the publish collectors of one stream.
+func (m *Metrics) stream(name string) *streamMetrics {
+	if v, ok := m.streams.Load(name); ok {
+		return v.(*streamMetrics)
+	}
+	sm := &streamMetrics{
+		ok:          m.published.WithLabelValues(name, "ok"),
+		duplicate:   m.published.WithLabelValues(name, "duplicate"),
+		invalid:     m.published.WithLabelValues(name, "invalid"),
+		failed:      m.published.WithLabelValues(name, "error"),
+		publishTime: m.publishTime.WithLabelValues(name),
+	}
+	v, _ := m.streams.LoadOrStore(name, sm)
+	return v.(*streamMetrics)
+}
+
+// count returns the counter of one publish result.
+func (sm *streamMetrics) count(result string) prometheus.Counter {
+	switch result {
+	case resultOK:
+		return sm.ok
+	case resultDuplicate:
+		return sm.duplicate
+	case resultInvalid:
+		return sm.invalid
+	}
+	return sm.failed
+}
+
+// Publish results, the "result" label of relay_bus_published_total.
+const (
+	resultOK        = "ok"
+	resultDuplicate = "duplicate"
+	resultInvalid   = "invalid"
+	resultError     = "error"
+)
 
 // NewMetrics registers the bus collectors with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,8 +54,9 @@ var ErrInvalidEnvelope = errors.New("invalid envelope")
 // *envelope.ValidationError. Without a deadline on ctx, the bus's publish
 // timeout applies.
 func (b *Bus) Publish(ctx context.Context, subject string, e *envelope.Envelope, opts ...PublishOption) (PublishResult, error) {
-	msg, err := b.buildMsg(subject, e, opts)
-	if err != nil {
+	msg := syncMsgs.Get().(*nats.Msg)
+	defer putSyncMsg(msg)
+	if err := b.buildMsg(msg, subject, e, opts); err != nil {
 		return PublishResult{}, err
 	}
 	var done func(error)
@@ -80,8 +82,10 @@ func (b *Bus) Publish(ctx context.Context, subject string, e *envelope.Envelope,
 // reports the ack or the error; PublishAsyncComplete tells when every publish
 // was acked.
 func (b *Bus) PublishAsync(ctx context.Context, subject string, e *envelope.Envelope, opts ...PublishOption) (_ jetstream.PubAckFuture, err error) {
-	msg, err := b.buildMsg(subject, e, opts)
-	if err != nil {
+	// An async message stays with its future (which resends it), so it is
+	// never reused.
+	msg := &nats.Msg{Header: make(nats.Header, 8)}
+	if err := b.buildMsg(msg, subject, e, opts); err != nil {
 		return nil, err
 	}
 	if b.cfg.Trace != nil {
@@ -91,7 +95,7 @@ func (b *Bus) PublishAsync(ctx context.Context, subject string, e *envelope.Enve
 	}
 	f, err := b.publishAsync(ctx, msg)
 	if err != nil {
-		b.countPublish(b.StreamName(subject), "error")
+		b.countPublish(b.StreamName(subject), resultError)
 		return nil, fmt.Errorf("publish %s to %s: %w", e.ID, subject, err)
 	}
 	return f, nil
@@ -101,44 +105,69 @@ func (b *Bus) PublishAsync(ctx context.Context, subject string, e *envelope.Enve
 // free slot before PublishAsync checks its context and waits again.
 const asyncStallWait = 250 * time.Millisecond
 
+// stallWait is the stall option of an attempt that may wait asyncStallWait,
+// built once: the common case allocates no option per publish.
+var stallWait = jetstream.WithStallWait(asyncStallWait)
+
 // publishAsync publishes msg, waiting while the client holds MaxAsyncPending
 // unacknowledged publishes. The client wakes a stalled publisher as soon as
 // an ack frees a slot, so the wait is not a poll; the stall wait only bounds
-// how long it goes without looking at ctx.
+// how long it goes without looking at ctx. The wait ends at ctx's deadline,
+// or PublishTimeout after the call when ctx has none; no timer or context is
+// made unless the publisher actually has to wait.
 func (b *Bus) publishAsync(ctx context.Context, msg *nats.Msg) (jetstream.PubAckFuture, error) {
-	ctx, cancel := b.withTimeout(ctx)
-	defer cancel()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(b.cfg.PublishTimeout)
+	}
 	for {
-		wait := asyncStallWait
-		if d, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(d))
+		if err := ctx.Err(); err != nil {
+			return nil, b.stalled(err)
 		}
-		if err := ctx.Err(); err != nil || wait <= 0 {
-			if err == nil {
-				err = context.DeadlineExceeded
-			}
-			return nil, fmt.Errorf("%w: %d async publishes unacknowledged: %w", ErrUnavailable, b.cfg.MaxAsyncPending, err)
+		opt := stallWait
+		if left := time.Until(deadline); left <= 0 {
+			return nil, b.stalled(context.DeadlineExceeded)
+		} else if left < asyncStallWait {
+			opt = jetstream.WithStallWait(left)
 		}
-		f, err := b.js.PublishMsgAsync(msg, jetstream.WithStallWait(wait))
+		f, err := b.js.PublishMsgAsync(msg, opt)
 		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
 			return f, err
 		}
 	}
 }
 
+// stalled is the error of an async publish that found no free slot in time.
+func (b *Bus) stalled(err error) error {
+	return fmt.Errorf("%w: %d async publishes unacknowledged: %w", ErrUnavailable, b.cfg.MaxAsyncPending, err)
+}
+
 // PublishAsyncComplete is closed when every PublishAsync so far was acknowledged.
 func (b *Bus) PublishAsyncComplete() <-chan struct{} { return b.js.PublishAsyncComplete() }
 
-// buildMsg validates e and builds its NATS message.
-func (b *Bus) buildMsg(subject string, e *envelope.Envelope, opts []PublishOption) (*nats.Msg, error) {
+// syncMsgs are the messages of synchronous publishes, reused: once
+// PublishMsg returned, the client holds no reference to its message.
+var syncMsgs = sync.Pool{New: func() any { return &nats.Msg{Header: make(nats.Header, 8)} }}
+
+// putSyncMsg empties msg, keeping its header map, and returns it to the pool.
+func putSyncMsg(msg *nats.Msg) {
+	h := msg.Header
+	clear(h)
+	*msg = nats.Msg{Header: h}
+	syncMsgs.Put(msg)
+}
+
+// buildMsg validates e and fills msg (empty, with an empty header map) with
+// its subject, body and headers.
+func (b *Bus) buildMsg(msg *nats.Msg, subject string, e *envelope.Envelope, opts []PublishOption) error {
 	err := envelope.Check(e)
 	var data []byte
 	if err == nil {
 		data, err = e.Marshal()
 	}
 	if err != nil {
-		b.countPublish(b.StreamName(subject), "invalid")
-		return nil, fmt.Errorf("publish %s to %s: %w: %w", e.ID, subject, ErrInvalidEnvelope, err)
+		b.countPublish(b.StreamName(subject), resultInvalid)
+		return fmt.Errorf("publish %s to %s: %w: %w", e.ID, subject, ErrInvalidEnvelope, err)
 	}
 	var o publishOpts
 	for _, opt := range opts {
@@ -149,16 +178,16 @@ func (b *Bus) buildMsg(subject string, e *envelope.Envelope, opts []PublishOptio
 	}
 	abs := b.Subject(subject)
 	if err := checkSubject(abs); err != nil {
-		b.countPublish(b.StreamName(subject), "invalid")
-		return nil, fmt.Errorf("publish %s: %w", e.ID, err)
+		b.countPublish(b.StreamName(subject), resultInvalid)
+		return fmt.Errorf("publish %s: %w", e.ID, err)
 	}
-	msg := &nats.Msg{Subject: abs, Data: data, Header: make(nats.Header, 8)}
+	msg.Subject, msg.Data = abs, data
 	envelope.EncodeHeader(e, msg.Header)
 	for k, v := range o.header {
 		msg.Header.Set(k, v)
 	}
 	msg.Header.Set(jetstream.MsgIDHeader, o.msgID)
-	return msg, nil
+	return nil
 }
 
 // publishMsg publishes an already built message and records metrics.
@@ -171,19 +200,20 @@ func (b *Bus) publishMsg(ctx context.Context, stream string, msg *nats.Msg) (Pub
 	start := time.Now()
 	ack, err := b.js.PublishMsg(ctx, msg)
 	if err != nil {
-		b.countPublish(stream, "error")
+		b.countPublish(stream, resultError)
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
 			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return PublishResult{}, err
 	}
 	if b.metrics != nil {
-		b.metrics.publishTime.WithLabelValues(stream).Observe(time.Since(start).Seconds())
-	}
-	if ack.Duplicate {
-		b.countPublish(stream, "duplicate")
-	} else {
-		b.countPublish(stream, "ok")
+		sm := b.metrics.stream(stream)
+		sm.publishTime.Observe(time.Since(start).Seconds())
+		if ack.Duplicate {
+			sm.duplicate.Inc()
+		} else {
+			sm.ok.Inc()
+		}
 	}
 	return PublishResult{Stream: ack.Stream, Sequence: ack.Sequence, Duplicate: ack.Duplicate}, nil
 }
@@ -194,7 +224,7 @@ var ErrUnavailable = errors.New("bus unavailable")
 
 func (b *Bus) countPublish(stream, result string) {
 	if b.metrics != nil {
-		b.metrics.published.WithLabelValues(stream, result).Inc()
+		b.metrics.stream(stream).count(result).Inc()
 	}
 }
 

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // TestPublishAsyncBackpressure keeps far more async publishes in flight than
@@ -92,3 +96,125 @@ func TestPublishAsyncBackpressureBounded(t *testing.T) {
 		t.Fatalf("got the client's stalled error %v, want the bus's own", err)
 	}
 }
+
+// TestPublishStalledServer puts a server that stops answering for a while
+// (a TCP relay that holds back everything the server sends, acks included)
+// under many concurrent async publishers: none fails with the client's
+// "stalled with too many outstanding async published messages" error,
+// although the stall outlasts the client's stall wait several times; they
+// wait, and every message is stored once when the server answers again. A
+// synchronous publish during the stall ends with the bus's own error.
+func TestPublishStalledServer(t *testing.T) {
+	t.Parallel()
+	srv := bustest.Embedded(t)
+	relay := newStallRelay(t, srv.ClientURL())
+	const pending = 16
+	b, err := bus.Connect(t.Context(), bus.Config{URL: relay.url, Name: t.Name(), MaxAsyncPending: pending})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+
+	relay.hold()
+	const writers, each = 16, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				if _, err := b.PublishAsync(t.Context(), "in.github.issues", newEnv(fmt.Sprintf("stall-%d-%d", w, i))); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	testenv.WaitFor(t, 10*time.Second, "every async slot taken", func() bool {
+		return b.JetStream().PublishAsyncPending() == pending
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	_, err = b.Publish(ctx, "in.github.issues", newEnv("sync-during-stall"))
+	cancel()
+	if !errors.Is(err, bus.ErrUnavailable) {
+		t.Errorf("sync publish during the stall: got %v, want an error wrapping ErrUnavailable", err)
+	}
+	// The stall itself: the server stays silent for four times the client's
+	// own stall wait (200ms) before it answers again.
+	<-time.After(800 * time.Millisecond)
+	relay.release()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("PublishAsync against a stalled server: %v", err)
+	}
+	select {
+	case <-b.PublishAsyncComplete():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%d async publishes still unacknowledged", b.JetStream().PublishAsyncPending())
+	}
+	info, err := srv.JetStream().Stream(t.Context(), srv.StreamName("in.github.issues"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sync publish reached the server too; only its ack came late.
+	if got := info.CachedInfo().State.Msgs; got != writers*each+1 {
+		t.Fatalf("stream holds %d messages, want %d", got, writers*each+1)
+	}
+}
+
+// stallRelay is a TCP relay in front of a NATS server that can hold back
+// what the server sends (the client's writes still go through).
+type stallRelay struct {
+	url  string
+	gate sync.RWMutex // write-locked while the server's bytes are held
+}
+
+func newStallRelay(t *testing.T, target string) *stallRelay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	r := &stallRelay{url: "nats://" + ln.Addr().String()}
+	addr := strings.TrimPrefix(target, "nats://")
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			t.Cleanup(func() { _ = c.Close(); _ = s.Close() })
+			go func() { _, _ = io.Copy(s, c) }()
+			go r.copyHeld(c, s)
+		}
+	}()
+	return r
+}
+
+// copyHeld copies from the server to the client, waiting while held.
+func (r *stallRelay) copyHeld(dst io.Writer, src io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			r.gate.RLock()
+			_, werr := dst.Write(buf[:n])
+			r.gate.RUnlock()
+			if werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (r *stallRelay) hold()    { r.gate.Lock() }
+func (r *stallRelay) release() { r.gate.Unlock() }

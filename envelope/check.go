@@ -2,10 +2,7 @@ package envelope
 
 import (
 	"fmt"
-	"regexp"
 )
-
-var versionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
 
 // Check applies the schema's rules to e directly, without encoding it: the
 // fast path Publish takes for envelopes built in Go. It accepts exactly the
@@ -48,7 +45,7 @@ func Check(e *Envelope) error {
 			return &ValidationError{Field: "/memory_update/ttl", Reason: "minimum: got negative, want 0"}
 		}
 	}
-	if v := e.Meta.MCPVersion; v != "" && !versionRE.MatchString(v) {
+	if v := e.Meta.MCPVersion; v != "" && !isSemver(v) {
 		return &ValidationError{Field: "/meta/mcp_version", Reason: fmt.Sprintf("%q is not a semantic version", v)}
 	}
 	for k := range e.Meta.Extra {
@@ -62,6 +59,24 @@ func Check(e *Envelope) error {
 		}
 	}
 	return nil
+}
+
+// isSemver reports whether v matches ^[0-9]+\.[0-9]+\.[0-9]+$ (three
+// dot-separated runs of digits), without a regular expression on the
+// publish path.
+func isSemver(v string) bool {
+	parts, digits := 1, 0
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.' && digits > 0 && parts < 3:
+			parts, digits = parts+1, 0
+		default:
+			return false
+		}
+	}
+	return parts == 3 && digits > 0
 }
 
 func isUUIDv4(s string) bool {

@@ -3,7 +3,11 @@ package envelope
 import (
 	"encoding/json"
 	"fmt"
-
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -12,15 +16,14 @@ import (
 // encoding/json. The output is what encoding/json would write for the same
 // value (FuzzMarshalMatchesReflection checks it).
 func (e *Envelope) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 256+len(e.Content))
+	b := make([]byte, 0, 512+len(e.Content))
 	b = append(b, `{"id":`...)
 	b = appendString(b, e.ID)
 	b = append(b, `,"timestamp":`...)
-	ts, err := e.Timestamp.MarshalJSON()
+	b, err := appendTime(b, e.Timestamp)
 	if err != nil {
-		return nil, fmt.Errorf("timestamp: %w", err)
+		return nil, err
 	}
-	b = append(b, ts...)
 	b = append(b, `,"channel":`...)
 	b = appendString(b, string(e.Channel))
 	b = append(b, `,"role":`...)
@@ -60,7 +63,7 @@ func (e *Envelope) MarshalJSON() ([]byte, error) {
 		b = append(b, d...)
 		if m.TTL != 0 {
 			b = append(b, `,"ttl":`...)
-			b = fmt.Appendf(b, "%d", m.TTL)
+			b = strconv.AppendInt(b, int64(m.TTL), 10)
 		}
 		b = append(b, '}')
 	}
@@ -81,33 +84,113 @@ func (e *Envelope) MarshalJSON() ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-func (m *Meta) appendJSON(b []byte) ([]byte, error) {
-	if len(m.Extra) > 0 {
-		out, err := m.MarshalJSON()
-		return append(b, out...), err
+// appendTime writes t as time.Time.MarshalJSON does (RFC 3339 with
+// nanoseconds, quoted) without its allocation; a time it refuses (a year
+// outside 0000-9999, a zone offset of a day or more) goes through it for
+// its error.
+func appendTime(b []byte, t time.Time) ([]byte, error) {
+	_, off := t.Zone()
+	if y := t.Year(); y < 0 || y > 9999 || off <= -24*3600 || off >= 24*3600 {
+		if _, err := t.MarshalJSON(); err != nil {
+			return nil, fmt.Errorf("timestamp: %w", err)
+		}
 	}
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"'), nil
+}
+
+// appendJSON writes m as Meta.MarshalJSON does: the known fields in struct
+// order, or, with Extra, every key sorted as encoding/json sorts a map (a
+// known field that is set wins over an Extra key of its name).
+func (m *Meta) appendJSON(b []byte) ([]byte, error) {
+	if len(m.Extra) == 0 {
+		return m.appendKnown(b), nil
+	}
+	kvs := make([]metaKV, 0, len(m.Extra)+5)
+	kvs = m.knownKVs(kvs)
+	known := len(kvs)
+	for k, v := range m.Extra {
+		if slices.ContainsFunc(kvs[:known], func(kv metaKV) bool { return kv.key == k }) {
+			continue
+		}
+		enc, err := appendValue(nil, v)
+		if err != nil {
+			return nil, fmt.Errorf("meta %s: %w", k, err)
+		}
+		kvs = append(kvs, metaKV{k, enc})
+	}
+	slices.SortFunc(kvs, func(x, y metaKV) int { return strings.Compare(x.key, y.key) })
+	b = append(b, '{')
+	for i, kv := range kvs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, kv.key)
+		b = append(b, ':')
+		b = append(b, kv.val...)
+	}
+	return append(b, '}'), nil
+}
+
+// metaKV is one encoded key of meta.
+type metaKV struct {
+	key string
+	val []byte
+}
+
+// knownKVs appends the known fields that are set, each encoded alone.
+func (m *Meta) knownKVs(kvs []metaKV) []metaKV {
+	for _, f := range [...]struct{ key, val string }{{"mcp_version", m.MCPVersion}, {"thread", m.Thread}, {"task_id", m.TaskID}} {
+		if f.val != "" {
+			kvs = append(kvs, metaKV{f.key, appendString(nil, f.val)})
+		}
+	}
+	if m.Source != nil {
+		kvs = append(kvs, metaKV{"source", m.Source.appendJSON(nil)})
+	}
+	if m.Budget != nil {
+		kvs = append(kvs, metaKV{"budget", m.Budget.appendJSON(nil)})
+	}
+	return kvs
+}
+
+// appendKnown writes the known fields in struct order (no Extra).
+func (m *Meta) appendKnown(b []byte) []byte {
 	b = append(b, '{')
 	start := len(b)
 	b = appendFields(b, "mcp_version", m.MCPVersion, "thread", m.Thread, "task_id", m.TaskID)
-	if s := m.Source; s != nil {
+	if m.Source != nil {
 		if len(b) > start {
 			b = append(b, ',')
 		}
-		b = append(b, `"source":{`...)
-		b = appendFields(b, "event", s.Event, "action", s.Action, "delivery_id", s.DeliveryID, "url", s.URL, "actor", s.Actor)
-		b = append(b, '}')
+		b = append(b, `"source":`...)
+		b = m.Source.appendJSON(b)
 	}
-	if bu := m.Budget; bu != nil {
+	if m.Budget != nil {
 		if len(b) > start {
 			b = append(b, ',')
 		}
-		b = fmt.Appendf(b, `"budget":{"tokens":%d`, bu.Tokens)
-		if bu.Limit != 0 {
-			b = fmt.Appendf(b, `,"limit":%d`, bu.Limit)
-		}
-		b = append(b, '}')
+		b = append(b, `"budget":`...)
+		b = m.Budget.appendJSON(b)
 	}
-	return append(b, '}'), nil
+	return append(b, '}')
+}
+
+func (s *Source) appendJSON(b []byte) []byte {
+	b = append(b, '{')
+	b = appendFields(b, "event", s.Event, "action", s.Action, "delivery_id", s.DeliveryID, "url", s.URL, "actor", s.Actor)
+	return append(b, '}')
+}
+
+func (bu *Budget) appendJSON(b []byte) []byte {
+	b = append(b, `{"tokens":`...)
+	b = strconv.AppendInt(b, int64(bu.Tokens), 10)
+	if bu.Limit != 0 {
+		b = append(b, `,"limit":`...)
+		b = strconv.AppendInt(b, int64(bu.Limit), 10)
+	}
+	return append(b, '}')
 }
 
 // appendFields writes "k":"v" pairs, skipping empty values (omitempty).
@@ -133,17 +216,89 @@ func appendMap(b []byte, key string, m map[string]any) ([]byte, error) {
 	if len(m) == 0 {
 		return b, nil
 	}
-	v, err := json.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("tool_call.%s: %w", key, err)
-	}
 	b = append(b, `,"`...)
 	b = append(b, key...)
 	b = append(b, `":`...)
-	return append(b, v...), nil
+	b, err := appendValue(b, m)
+	if err != nil {
+		return nil, fmt.Errorf("tool_call.%s: %w", key, err)
+	}
+	return b, nil
+}
+
+// appendValue writes v as encoding/json does. The shapes mappers and tools
+// build (strings, bools, ints, lists, objects with sorted keys, null) are
+// written directly; anything else, floats included, goes through
+// encoding/json.
+func appendValue(b []byte, v any) ([]byte, error) {
+	switch x := v.(type) {
+	case nil:
+		return append(b, "null"...), nil
+	case string:
+		return appendString(b, x), nil
+	case bool:
+		return strconv.AppendBool(b, x), nil
+	case int:
+		return strconv.AppendInt(b, int64(x), 10), nil
+	case int64:
+		return strconv.AppendInt(b, x, 10), nil
+	case []any:
+		return appendList(b, x)
+	case map[string]any:
+		return appendObject(b, x)
+	}
+	enc, err := json.Marshal(v)
+	return append(b, enc...), err
+}
+
+func appendList(b []byte, l []any) ([]byte, error) {
+	if l == nil {
+		return append(b, "null"...), nil
+	}
+	b = append(b, '[')
+	for i, v := range l {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = appendValue(b, v); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, ']'), nil
+}
+
+// appendObject writes m with its keys sorted, as encoding/json writes a map.
+func appendObject(b []byte, m map[string]any) ([]byte, error) {
+	if m == nil {
+		return append(b, "null"...), nil
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, k)
+		b = append(b, ':')
+		var err error
+		if b, err = appendValue(b, m[k]); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, '}'), nil
 }
 
 const hexDigits = "0123456789abcdef"
+
+// plain marks the ASCII bytes a JSON string holds as they are: not a control
+// character, quote or backslash, nor one encoding/json escapes for HTML.
+var plain = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
 
 // appendString writes s as a JSON string exactly as encoding/json does
 // (HTML-safe escapes, invalid UTF-8 as U+FFFD, U+2028/2029 escaped).
@@ -153,7 +308,7 @@ func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if plain[c] {
 				i++
 				continue
 			}

@@ -3,6 +3,7 @@ package envelope_test
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -288,10 +289,69 @@ func FuzzMarshalMatchesReflection(f *testing.F) {
 			t.Fatalf("fast output is not JSON: %v\n%s", err, fast)
 		}
 		_ = json.Unmarshal(slow, &c)
+		// Meta has its own encoder too: compare it with reflection's.
+		if doc, ok := c.(map[string]any); ok {
+			var m any
+			_ = json.Unmarshal(reflectMeta(t, e.Meta), &m)
+			doc["meta"] = m
+		}
 		if !reflect.DeepEqual(a, c) {
 			t.Fatalf("fast and reflection differ:\nfast %s\nslow %s", fast, slow)
 		}
 	})
+}
+
+// reflectMeta encodes m through encoding/json's reflection: its known
+// fields in struct order, or, with Extra, every key in one sorted object,
+// the known fields winning.
+func reflectMeta(t *testing.T, m envelope.Meta) []byte {
+	type fields envelope.Meta // no MarshalJSON method
+	known, err := json.Marshal(fields(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Extra) == 0 {
+		return known
+	}
+	all := map[string]any{}
+	maps.Copy(all, m.Extra)
+	var k map[string]json.RawMessage
+	if err := json.Unmarshal(known, &k); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range k {
+		all[name] = v
+	}
+	b, err := json.Marshal(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestMetaMarshalMatchesReflection checks the meta encoder byte for byte,
+// key order included, with and without extra keys.
+func TestMetaMarshalMatchesReflection(t *testing.T) {
+	t.Parallel()
+	for name, m := range map[string]envelope.Meta{
+		"known only": {MCPVersion: "1.0.0", Thread: "github:o/r#1", Source: &envelope.Source{Event: "issues", URL: "https://x/<a>&"}, Budget: &envelope.Budget{Tokens: 3, Limit: 9}},
+		"extras": {Thread: "t", Budget: &envelope.Budget{Tokens: 1},
+			Extra: map[string]any{"facts": map[string]any{"repository": "o/r", "labels": []any{"bug", nil, 2.5e21}, "number": 7, "big": int64(-3)},
+				"bot": true, "a": "<x>", "zz": 1.5, "list": []string{"a\u2028"}, "none": []string(nil), "nomap": map[string]any(nil), "n": nil}},
+		"extra named as an unset known field": {TaskID: "task", Extra: map[string]any{"thread": "from extra"}},
+		"empty":                               {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			got, err := m.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := reflectMeta(t, m); string(got) != string(want) {
+				t.Errorf("got  %s\nwant %s", got, want)
+			}
+		})
+	}
 }
 
 func TestTargetRoundTrip(t *testing.T) {

@@ -16,23 +16,24 @@ const (
 )
 
 // EncodeHeader writes e's header fields into h (a nats.Header or any
-// map[string][]string). Empty fields are left out.
+// map[string][]string). Empty fields are left out. The values share one
+// allocation.
 func EncodeHeader(e *Envelope, h map[string][]string) {
-	set := func(k, v string) {
-		if v != "" {
-			h[k] = []string{v}
+	vals := make([]string, len(headerKeys))
+	vals[0], vals[1], vals[2] = e.ID, e.Meta.Thread, e.Meta.TaskID
+	vals[3], vals[4], vals[5] = string(e.Channel), string(e.Role), e.Meta.MCPVersion
+	if e.Meta.Source != nil {
+		vals[6] = e.Meta.Source.DeliveryID
+	}
+	for i, k := range headerKeys {
+		if vals[i] != "" {
+			h[k] = vals[i : i+1 : i+1]
 		}
 	}
-	set(HeaderID, e.ID)
-	set(HeaderThread, e.Meta.Thread)
-	set(HeaderTask, e.Meta.TaskID)
-	set(HeaderChannel, string(e.Channel))
-	set(HeaderRole, string(e.Role))
-	set(HeaderVersion, e.Meta.MCPVersion)
-	if e.Meta.Source != nil {
-		set(HeaderDelivery, e.Meta.Source.DeliveryID)
-	}
 }
+
+// headerKeys are the header names EncodeHeader writes, in its order.
+var headerKeys = [...]string{HeaderID, HeaderThread, HeaderTask, HeaderChannel, HeaderRole, HeaderVersion, HeaderDelivery}
 
 // HeaderFields is what a header carries about an envelope.
 type HeaderFields struct {

@@ -2,7 +2,6 @@ package envelope
 
 import (
 	"encoding/json"
-	"maps"
 )
 
 // Meta is the envelope's free-form metadata. The keys the project fills have
@@ -27,23 +26,11 @@ type metaFields Meta
 
 var knownMeta = map[string]bool{"mcp_version": true, "thread": true, "task_id": true, "source": true, "budget": true}
 
-// MarshalJSON writes the known fields and Extra as one object. Known fields win
-// over an Extra key of the same name.
+// MarshalJSON writes the known fields and Extra as one object, its keys
+// sorted as encoding/json sorts a map's. Known fields win over an Extra key
+// of the same name.
 func (m Meta) MarshalJSON() ([]byte, error) {
-	known, err := json.Marshal(metaFields(m))
-	if err != nil || len(m.Extra) == 0 {
-		return known, err
-	}
-	all := make(map[string]any, len(m.Extra)+5)
-	maps.Copy(all, m.Extra)
-	var k map[string]json.RawMessage
-	if err := json.Unmarshal(known, &k); err != nil {
-		return nil, err
-	}
-	for name, v := range k {
-		all[name] = v
-	}
-	return json.Marshal(all)
+	return m.appendJSON(nil)
 }
 
 // UnmarshalJSON reads the known fields and keeps the rest in Extra.

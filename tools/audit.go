@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -79,19 +80,24 @@ func OpenAuditLog(path string) (*AuditLog, error) {
 	return &AuditLog{f: f}, nil
 }
 
+// lineBufs are the buffers records are encoded into, reused across writes.
+var lineBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 // Write appends one record as one line, in one write.
 func (l *AuditLog) Write(r *Record) error {
-	b, err := json.Marshal(r)
-	if err != nil {
+	buf := lineBufs.Get().(*bytes.Buffer)
+	defer lineBufs.Put(buf)
+	buf.Reset()
+	// Encode writes what json.Marshal does, and the newline.
+	if err := json.NewEncoder(buf).Encode(r); err != nil {
 		return fmt.Errorf("encode audit record %s: %w", r.ID, err)
 	}
-	b = append(b, '\n')
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.f == nil {
 		return fmt.Errorf("audit record %s: %w", r.ID, ErrClosed)
 	}
-	if _, err := l.f.Write(b); err != nil {
+	if _, err := l.f.Write(buf.Bytes()); err != nil {
 		return fmt.Errorf("write audit record %s: %w", r.ID, err)
 	}
 	return nil

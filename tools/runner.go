@@ -755,8 +755,7 @@ func (r *Runner) call(ctx context.Context, req *Request, server, tool string) (r
 		return res
 	}
 	timeout := r.cfg.Policy.TimeoutOr(server, tool, c.cfg.Timeout)
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("the call's %s limit passed (the timeout of %s.%s: a policy budget, the server's \"timeout\", else %s)",
-		timeout, server, tool, mcpconfig.DefaultTimeout))
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, &callTimeout{limit: timeout, server: server, tool: tool})
 	defer cancel()
 	ctx = withCall(ctx, req, tool)
 	defer func() { res.SamplingTokens = int(callOf(ctx).tokens.Load()) }()
@@ -802,6 +801,18 @@ func (r *Runner) call(ctx context.Context, req *Request, server, tool string) (r
 	return res
 }
 
+// callTimeout is the cause of a call's context ending at its time limit.
+// Its message is built only when read, not on every call.
+type callTimeout struct {
+	limit        time.Duration
+	server, tool string
+}
+
+func (e *callTimeout) Error() string {
+	return fmt.Sprintf("the call's %s limit passed (the timeout of %s.%s: a policy budget, the server's \"timeout\", else %s)",
+		e.limit, e.server, e.tool, mcpconfig.DefaultTimeout)
+}
+
 // retry sends the call, repeating it while that is safe: a call that never
 // left the runner (the server is offline, restarting) is retried within
 // RetryWindow; one that reached the server only when the tool is read-only
@@ -833,6 +844,31 @@ func (r *Runner) retry(ctx context.Context, c *conn, entry *toolEntry, tool stri
 		}
 		return nil, backoff.Permanent(err)
 	}
+	// The first attempt runs before any retry machinery is built: most calls
+	// succeed at once. A failed one is handed to the retry loop as its first
+	// attempt (the retry window starts after it).
+	cr, err := op()
+	if err != nil {
+		cr, err = r.retryAfter(ctx, op, cr, err)
+	}
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrConnection) {
+		err = ctxErr(ctx)
+	}
+	return cr, err
+}
+
+// retryAfter continues a call whose first attempt (cr, err) failed: the
+// backoff loop takes that outcome as its first attempt's and goes on
+// calling op while the error is not permanent.
+func (r *Runner) retryAfter(ctx context.Context, op backoff.Operation[*mcp.CallToolResult], cr *mcp.CallToolResult, err error) (*mcp.CallToolResult, error) {
+	first := true
+	again := func() (*mcp.CallToolResult, error) {
+		if first {
+			first = false
+			return cr, err
+		}
+		return op()
+	}
 	b := &backoff.ExponentialBackOff{
 		InitialInterval:     r.cfg.RetryBackoff,
 		RandomizationFactor: 0.1,
@@ -840,11 +876,7 @@ func (r *Runner) retry(ctx context.Context, c *conn, entry *toolEntry, tool stri
 		MaxInterval:         2 * time.Second,
 	}
 	b.Reset()
-	cr, err := backoff.Retry(ctx, op, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(r.cfg.RetryWindow), backoff.WithMaxTries(0))
-	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrConnection) {
-		err = ctxErr(ctx)
-	}
-	return cr, err
+	return backoff.Retry(ctx, again, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(r.cfg.RetryWindow), backoff.WithMaxTries(0))
 }
 
 // invoke sends one tools/call. sent reports whether it left the runner.
@@ -872,11 +904,19 @@ func (r *Runner) invoke(ctx context.Context, c *conn, tool string, args map[stri
 func (c *conn) fill(res *Result, cr *mcp.CallToolResult, out *jsonschema.Schema) {
 	rd := c.redactor
 	var texts []string
+	// one is the redacted text of a lone text block: the joined text is
+	// then that block's, and is not redacted a second time.
+	var one struct {
+		text      string
+		redacted  bool
+		available bool
+	}
 	res.Content = make([]any, 0, len(cr.Content))
 	for _, blk := range cr.Content {
 		if tc, ok := blk.(*mcp.TextContent); ok && tc.Meta == nil && tc.Annotations == nil {
 			texts = append(texts, tc.Text)
 			t, red := rd.String(tc.Text)
+			one.text, one.redacted, one.available = t, red, len(texts) == 1
 			res.Redacted = res.Redacted || red
 			res.Content = append(res.Content, map[string]any{"type": "text", "text": t})
 			continue
@@ -895,8 +935,13 @@ func (c *conn) fill(res *Result, cr *mcp.CallToolResult, out *jsonschema.Schema)
 		res.Redacted = res.Redacted || red
 		res.Content = append(res.Content, v)
 	}
-	text := strings.Join(texts, "\n")
-	text, redacted := rd.String(text)
+	var text string
+	var redacted bool
+	if len(texts) == 1 && one.available {
+		text, redacted = one.text, one.redacted
+	} else {
+		text, redacted = rd.String(strings.Join(texts, "\n"))
+	}
 	res.Text = text
 	res.Redacted = res.Redacted || redacted
 	if cr.StructuredContent != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/relaystation/relay/internal/servebench"
 )
 
-const benchUsage = "usage: relay bench ingest [-c N] [-d 5s] [-rate 1000] [-n N] | relay bench serve [-rate 1000] [-d 10s] [-runs 3] [-agent] [-hot] [-baseline BIN] [-cpuprofile DIR]"
+const benchUsage = "usage: relay bench ingest [-c N] [-d 5s] [-rate 1000] [-n N] [-nats URL] [-cpuprofile F] | relay bench serve [-rate 1000] [-d 10s] [-runs 3] [-agent] [-hot] [-baseline BIN] [-cpuprofile DIR]"
 
 func init() {
 	registerCommand(&command{
@@ -49,6 +49,7 @@ func benchIngest(ctx context.Context, a *app, args []string) error {
 	fs.DurationVar(&cfg.Duration, "d", 0, "duration of each phase (default 5s, at most 1m)")
 	fs.IntVar(&cfg.Rate, "rate", 1000, "requests/s of the fixed-rate phase (at most 20000)")
 	fs.IntVar(&cfg.MaxRequests, "n", 0, "cap on requests per phase (default 200000)")
+	fs.StringVar(&cfg.NATSURL, "nats", "", "publish to this external NATS server (its own stream prefix, deleted after) instead of an embedded one")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the saturation phase's process to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -59,7 +60,7 @@ func benchIngest(ctx context.Context, a *app, args []string) error {
 	}
 	defer stop()
 	cfg.Logger = a.log
-	fmt.Fprintln(a.stderr, "relay bench ingest: embedded JetStream and gateway on 127.0.0.1, 4 phases...")
+	fmt.Fprintln(a.stderr, "relay bench ingest: JetStream and gateway on 127.0.0.1, 5 phases...")
 	rep, err := ingestbench.Run(ctx, cfg)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 // Package ingestbench is the load generator behind `relay bench ingest`: it
-// starts an embedded JetStream and the webhook gateway on loopback, posts
-// signed GitHub `issues` webhooks to it and measures, in one run:
+// starts an embedded JetStream (or uses an external server, Config.NATSURL)
+// and the webhook gateway on loopback, posts signed GitHub `issues` webhooks
+// to it and measures, in one run, with the process's CPU time per phase:
 //
 //   - saturation: requests/s with a fixed number of concurrent clients, and
 //     the p50/p99 latency there;
@@ -25,8 +26,10 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -60,6 +63,10 @@ type Config struct {
 	// DataDir holds the embedded JetStream files; default a temporary
 	// directory removed afterwards.
 	DataDir string
+	// NATSURL, when set, is an external NATS server to publish to (under a
+	// prefix of the run's own, whose streams are deleted afterwards) instead
+	// of an embedded one.
+	NATSURL string
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -105,6 +112,17 @@ type Phase struct {
 	Elapsed  time.Duration
 	P50, P99 time.Duration
 	Max      time.Duration
+	// CPU is the process's user + system CPU time during the phase: the
+	// server side and the load generator, which run in one process.
+	CPU time.Duration
+}
+
+// CPUPer1000 is the process CPU time per 1,000 requests of the phase.
+func (p Phase) CPUPer1000() time.Duration {
+	if p.Requests == 0 {
+		return 0
+	}
+	return p.CPU * 1000 / time.Duration(p.Requests)
 }
 
 // PerSecond is the phase's throughput.
@@ -128,17 +146,22 @@ type Report struct {
 	// 202 after the ack (no verification, mapping or validation).
 	BothCeiling Phase
 	Rate        int
+	// Bus says where JetStream ran: "embedded" or the external server's URL.
+	Bus string
+	// Prefix is the run's subject prefix; its streams are named after it.
+	Prefix string
 }
 
 // Write prints the report as a table.
 func (r *Report) Write(w io.Writer) {
-	fmt.Fprintf(w, "signed GitHub issues webhooks, %d-byte body, %d concurrent clients, embedded JetStream (file store), loopback HTTP\n\n",
-		r.BodyBytes, r.Concurrency)
-	fmt.Fprintf(w, "%-34s %10s %8s %10s %10s %10s %8s\n", "phase", "requests", "errors", "req/s", "p50", "p99", "max")
+	fmt.Fprintf(w, "signed GitHub issues webhooks, %d-byte body, %d concurrent clients, JetStream %s (file store), loopback HTTP\n\n",
+		r.BodyBytes, r.Concurrency, r.Bus)
+	fmt.Fprintf(w, "%-34s %10s %8s %10s %10s %10s %8s %14s\n", "phase", "requests", "errors", "req/s", "p50", "p99", "max", "CPU/1,000 req")
 	for _, p := range []Phase{r.Saturation, r.FixedRate, r.HTTPCeiling, r.NATSCeiling, r.BothCeiling} {
-		fmt.Fprintf(w, "%-34s %10d %8d %10.0f %10s %10s %8s\n", p.Name, p.Requests, p.Errors, p.PerSecond(),
-			Round(p.P50), Round(p.P99), Round(p.Max))
+		fmt.Fprintf(w, "%-34s %10d %8d %10.0f %10s %10s %8s %14s\n", p.Name, p.Requests, p.Errors, p.PerSecond(),
+			Round(p.P50), Round(p.P99), Round(p.Max), p.CPUPer1000().Round(time.Millisecond/10))
 	}
+	fmt.Fprintln(w, "\n(CPU is the whole process: gateway, load generator and, when embedded, the NATS server.)")
 	ceiling := min(r.HTTPCeiling.PerSecond(), r.NATSCeiling.PerSecond())
 	if ceiling > 0 {
 		fmt.Fprintf(w, "\ngateway saturation = %.0f%% of the lower ceiling (%.0f/s)\n", 100*r.Saturation.PerSecond()/ceiling, ceiling)
@@ -167,20 +190,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	dir := cfg.DataDir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "relay-bench-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
-	}
-	b, err := bus.Connect(ctx, bus.Config{DataDir: dir, Listen: "127.0.0.1:0", Prefix: "bench", Name: "relay-bench", Logger: cfg.Logger})
+	b, where, cleanup, err := connectBus(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer b.Close()
+	defer cleanup()
 
 	key := uuid.NewString()
 	base, stop, err := serve(ctx, cfg, b, key)
@@ -212,7 +226,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return err
 	}
 
-	rep := &Report{BodyBytes: len(payload), Concurrency: cfg.Concurrency, Rate: cfg.Rate}
+	rep := &Report{BodyBytes: len(payload), Concurrency: cfg.Concurrency, Rate: cfg.Rate, Bus: where, Prefix: b.Prefix()}
 	// Warm up connections, the stream files and the schema compiler.
 	if _, err := closedLoop(ctx, "warm-up", cfg.Concurrency, time.Second, 2000, webhook); err != nil {
 		return nil, err
@@ -233,6 +247,41 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// connectBus connects to cfg.NATSURL under a prefix of the run's own, or
+// starts an embedded server; cleanup deletes the run's streams (external)
+// or the temporary store (embedded) and closes the bus.
+func connectBus(ctx context.Context, cfg Config) (b *bus.Bus, where string, cleanup func(), err error) {
+	if cfg.NATSURL != "" {
+		prefix := "bench" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+		b, err = bus.Connect(ctx, bus.Config{URL: cfg.NATSURL, FailFast: true, Prefix: prefix, Name: "relay-bench", Logger: cfg.Logger})
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return b, "at " + secret.RedactURLs(cfg.NATSURL), func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := b.DeleteStreams(dctx); err != nil {
+				cfg.Logger.Warn("delete the bench streams", "prefix", prefix, "err", err)
+			}
+			b.Close()
+		}, nil
+	}
+	dir := cfg.DataDir
+	rm := func() {}
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "relay-bench-"); err != nil {
+			return nil, "", nil, err
+		}
+		rm = func() { _ = os.RemoveAll(dir) }
+	}
+	b, err = bus.Connect(ctx, bus.Config{DataDir: dir, Listen: "127.0.0.1:0", Prefix: "bench", Name: "relay-bench", Logger: cfg.Logger})
+	if err != nil {
+		rm()
+		return nil, "", nil, err
+	}
+	return b, "embedded", func() { b.Close(); rm() }, nil
 }
 
 // rawSubject is where the raw-publish ceilings publish, relative to the bus
@@ -319,6 +368,7 @@ func closedLoop(ctx context.Context, name string, n int, d time.Duration, max in
 	)
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second) // bounds a stuck request
 	defer cancel()
+	cpu0 := processCPU()
 	start := time.Now()
 	end := start.Add(d)
 	for range n {
@@ -342,7 +392,9 @@ func closedLoop(ctx context.Context, name string, n int, d time.Duration, max in
 	if err := context.Cause(ctx); err != nil && errors.Is(err, context.Canceled) {
 		return Phase{}, err
 	}
-	return summarize(name, lat, int(errs.Load()), elapsed), nil
+	p := summarize(name, lat, int(errs.Load()), elapsed)
+	p.CPU = processCPU() - cpu0
+	return p, nil
 }
 
 // OpenLoop sends op at a fixed rate for d (at most max ops); each latency is
@@ -357,6 +409,7 @@ func OpenLoop(ctx context.Context, name string, rate int, d time.Duration, max i
 	sem := make(chan struct{}, 1024) // bounds outstanding requests
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
+	cpu0 := processCPU()
 	start := time.Now()
 	for i := range total {
 		at := start.Add(time.Duration(i) * interval)
@@ -391,7 +444,18 @@ func OpenLoop(ctx context.Context, name string, rate int, d time.Duration, max i
 			kept = append(kept, l)
 		}
 	}
-	return summarize(name, kept, int(errs.Load()), elapsed), nil
+	p := summarize(name, kept, int(errs.Load()), elapsed)
+	p.CPU = processCPU() - cpu0
+	return p, nil
+}
+
+// processCPU is the user + system CPU time the process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func summarize(name string, lat []time.Duration, errs int, elapsed time.Duration) Phase {

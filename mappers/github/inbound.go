@@ -192,7 +192,14 @@ func (p *Provider) extract(event string, payload []byte) (*facts, error) {
 // It uses goccy/go-json, a drop-in decoder about four times faster than
 // encoding/json on these large structs (the typed decode dominated the
 // gateway's CPU profile); encoding/json is the fallback if goccy refuses.
+//
+// The busiest kinds are decoded leanly (lean.go) first.
 func decodeTyped(event string, payload []byte) any {
+	if lean, ok := leanKinds[event]; ok {
+		if ev, err := lean(payload); err == nil {
+			return ev
+		}
+	}
 	ev := gh.EventForType(event)
 	if ev == nil {
 		return nil

@@ -1,7 +1,9 @@
 package ingest
 
 import (
+	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +14,30 @@ type metrics struct {
 	requests  *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 	envelopes *prometheus.CounterVec
+
+	// routes caches each route's collectors (*route -> *routeMetrics): the
+	// label lookups are done once, not on every webhook.
+	routes sync.Map
+}
+
+// routeMetrics are one route's collectors; ok counts its 200 answers.
+type routeMetrics struct {
+	ok, stored, dups prometheus.Counter
+	duration         prometheus.Observer
+}
+
+func (m *metrics) route(rt *route) *routeMetrics {
+	if v, ok := m.routes.Load(rt); ok {
+		return v.(*routeMetrics)
+	}
+	rm := &routeMetrics{
+		ok:       m.requests.WithLabelValues(rt.name, rt.label, strconv.Itoa(http.StatusOK)),
+		stored:   m.envelopes.WithLabelValues(rt.name, "stored"),
+		dups:     m.envelopes.WithLabelValues(rt.name, "duplicate"),
+		duration: m.duration.WithLabelValues(rt.name),
+	}
+	v, _ := m.routes.LoadOrStore(rt, rm)
+	return v.(*routeMetrics)
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,12 +67,17 @@ func (m *metrics) observe(rt *route, o outcome, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(rt.name, rt.label, strconv.Itoa(o.status)).Inc()
-	m.duration.WithLabelValues(rt.name).Observe(d.Seconds())
+	rm := m.route(rt)
+	if o.status == http.StatusOK {
+		rm.ok.Inc()
+	} else {
+		m.requests.WithLabelValues(rt.name, rt.label, strconv.Itoa(o.status)).Inc()
+	}
+	rm.duration.Observe(d.Seconds())
 	if o.stored > 0 {
-		m.envelopes.WithLabelValues(rt.name, "stored").Add(float64(o.stored))
+		rm.stored.Add(float64(o.stored))
 	}
 	if o.dups > 0 {
-		m.envelopes.WithLabelValues(rt.name, "duplicate").Add(float64(o.dups))
+		rm.dups.Add(float64(o.dups))
 	}
 }
