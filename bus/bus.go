@@ -9,6 +9,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -83,36 +84,16 @@ type Config struct {
 var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
 func (c *Config) setDefaults() {
-	if c.DataDir == "" {
-		c.DataDir = "./data"
-	}
-	if c.Listen == "" {
-		c.Listen = "127.0.0.1:4222"
-	}
-	if c.Prefix == "" {
-		c.Prefix = "relay"
-	}
-	if c.Name == "" {
-		c.Name = "relay"
-	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
-	if c.Retention == 0 {
-		c.Retention = 7 * 24 * time.Hour
-	}
-	if c.DeadLetterRetention == 0 {
-		c.DeadLetterRetention = 30 * 24 * time.Hour
-	}
-	if c.DuplicateWindow == 0 {
-		c.DuplicateWindow = 15 * time.Minute
-	}
-	if c.MaxAsyncPending == 0 {
-		c.MaxAsyncPending = 256
-	}
-	if c.PublishTimeout == 0 {
-		c.PublishTimeout = 5 * time.Second
-	}
+	c.DataDir = cmp.Or(c.DataDir, "./data")
+	c.Listen = cmp.Or(c.Listen, "127.0.0.1:4222")
+	c.Prefix = cmp.Or(c.Prefix, "relay")
+	c.Name = cmp.Or(c.Name, "relay")
+	c.Replicas = cmp.Or(c.Replicas, 1)
+	c.Retention = cmp.Or(c.Retention, 7*24*time.Hour)
+	c.DeadLetterRetention = cmp.Or(c.DeadLetterRetention, 30*24*time.Hour)
+	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, 15*time.Minute)
+	c.MaxAsyncPending = cmp.Or(c.MaxAsyncPending, 256)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, 5*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

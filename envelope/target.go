@@ -103,17 +103,9 @@ func (m *Meta) SetTarget(t *Target) {
 
 // Target reads meta.target; it is nil without error when unset.
 func (m *Meta) Target() (*Target, error) {
-	v, ok := m.Get(MetaTarget)
-	if !ok || v == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
 	var t Target
-	if err := json.Unmarshal(b, &t); err != nil {
-		return nil, fmt.Errorf("meta.target: %w", err)
+	if ok, err := m.Decode(MetaTarget, &t); !ok || err != nil {
+		return nil, err
 	}
 	return &t, t.Validate()
 }

@@ -4,6 +4,9 @@ import (
 	"crypto/hmac"
 	"encoding/hex"
 	"hash"
+	"strings"
+
+	"github.com/relaystation/relay/secret"
 )
 
 // HMAC returns the HMAC of body under secret with the hash h.
@@ -25,4 +28,51 @@ func CheckHexHMAC(h func() hash.Hash, name, secret string, body []byte, hexSig s
 		return "signature mismatch"
 	}
 	return ""
+}
+
+// HexHMAC is a webhook signature scheme: Prefix and the hex HMAC of the raw
+// body under the webhook secret, in one header (Sentry, OpenProject).
+type HexHMAC struct {
+	// Provider names the provider in SignatureErrors.
+	Provider string
+	// Header carries the signature.
+	Header string
+	// Prefix stands before the hex digest ("sha1="); may be empty.
+	Prefix string
+	// Hash is the HMAC's hash, Name its name in reasons ("SHA-256").
+	Hash func() hash.Hash
+	Name string
+}
+
+// Verify checks r's signature under secret, in constant time. It returns
+// ErrNoSecret when secret is unset and a *SignatureError for a missing or
+// wrong signature.
+func (s HexHMAC) Verify(r *Request, secret secret.Value) error {
+	if !secret.IsSet() {
+		return ErrNoSecret
+	}
+	sig := r.Header.Get(s.Header)
+	if sig == "" {
+		return s.fail("missing " + s.Header)
+	}
+	hexSig, ok := strings.CutPrefix(sig, s.Prefix)
+	if !ok {
+		return s.fail("signature is not " + s.Prefix)
+	}
+	if reason := CheckHexHMAC(s.Hash, s.Name, secret.Reveal(), r.Body, hexSig); reason != "" {
+		return s.fail(reason)
+	}
+	return nil
+}
+
+// Sign returns the HMAC of body under secret.
+func (s HexHMAC) Sign(secret string, body []byte) []byte { return HMAC(s.Hash, secret, body) }
+
+// Value returns the header value that signs body under secret.
+func (s HexHMAC) Value(secret string, body []byte) string {
+	return s.Prefix + hex.EncodeToString(s.Sign(secret, body))
+}
+
+func (s HexHMAC) fail(reason string) error {
+	return &SignatureError{Provider: s.Provider, Reason: reason}
 }

@@ -7,13 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/uuid"
-
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/memory"
 	"github.com/relaystation/relay/memory/embed"
 	"github.com/relaystation/relay/memory/longterm"
+	"github.com/relaystation/relay/memory/memtest"
 	"github.com/relaystation/relay/memory/pii"
 	"github.com/relaystation/relay/memory/session"
 )
@@ -39,17 +38,19 @@ func newMemory(t *testing.T) *memory.Memory {
 	return m
 }
 
-func env(thread string, role envelope.Role, content string) *envelope.Envelope {
-	e := envelope.New(envelope.ChannelGitHub, role, content)
-	e.Meta.Thread = thread
-	return e
+// env is memtest.Envelope under this package's short name.
+var env = memtest.Envelope
+
+// threadMemory is newMemory and a thread of it no other test uses.
+func threadMemory(t *testing.T, prefix string) (*memory.Memory, string) {
+	t.Helper()
+	return newMemory(t), memtest.Thread(prefix)
 }
 
 func TestObserveTurnsAndFold(t *testing.T) {
 	t.Parallel()
-	m := newMemory(t)
+	m, th := threadMemory(t, "github:acme/api#")
 	ctx := t.Context()
-	th := "github:acme/api#" + uuid.NewString()[:6]
 	first := env(th, envelope.RoleUser, "The deploy of api failed with exit code 2. Please look.")
 	for range 2 { // a redelivery is not a second turn
 		if err := m.Observe(ctx, first); err != nil {
@@ -102,9 +103,8 @@ func TestObserveTurnsAndFold(t *testing.T) {
 
 func TestObserveUpdates(t *testing.T) {
 	t.Parallel()
-	m := newMemory(t)
+	m, th := threadMemory(t, "slack:T1/C1/")
 	ctx := t.Context()
-	th := "slack:T1/C1/" + uuid.NewString()[:6]
 
 	ep := env(th, envelope.RoleAssistant, "noted")
 	ep.MemoryUpdate = &envelope.MemoryUpdate{Kind: envelope.MemoryEpisodic, Data: map[string]any{"prefers": "short answers"}, TTL: 3600}

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/google/uuid"
-
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/memory"
 )
@@ -15,9 +13,8 @@ import (
 // envelope, and stores no turn), and a repeated envelope is one turn.
 func TestObserveAll(t *testing.T) {
 	t.Parallel()
-	m := newMemory(t)
+	m, th := threadMemory(t, "github:acme/api#")
 	ctx := t.Context()
-	th := "github:acme/api#" + uuid.NewString()[:6]
 	a := env(th, envelope.RoleUser, "first")
 	bad := env(th, envelope.RoleSystem, "with a bad update")
 	bad.MemoryUpdate = &envelope.MemoryUpdate{Kind: envelope.MemoryEpisodic}

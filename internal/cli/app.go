@@ -170,6 +170,14 @@ func (a *app) startTracing(ctx context.Context, s telemetry.Settings) (func(), e
 	}, nil
 }
 
+// flags is a command's flag set: errors return (ContinueOnError) and usage
+// goes to the command's stderr.
+func (a *app) flags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	return fs
+}
+
 // clientBus connects an operator command to the running relay: NATS_URL, or the
 // embedded server of a running `relay serve` on RELAY_NATS_LISTEN. It names
 // the server it reached on stderr, never on stdout (the error of a failed

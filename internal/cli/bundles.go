@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/relaystation/relay/tools/bundle"
@@ -82,35 +81,24 @@ func (a *app) installer(config string) *bundle.Installer {
 }
 
 func mcpInstall(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("mcp install", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
-	config := fs.String("config", "", "mcp.json to edit (default RELAY_MCP_CONFIG, else ./mcp.json)")
-	set := kvFlags{}
-	fs.Var(set, "set", "a non-sensitive user_config value of an MCP Bundle, KEY=VALUE (repeatable)")
-	dry := fs.Bool("dry-run", false, "print the change to mcp.json as a diff and write nothing")
-	force := fs.Bool("force", false, "replace an installed version's servers even if edited by hand")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return &exitError{code: 2, msg: bundlesUsage}
-	}
-	in := a.installer(*config)
-	res, err := in.Install(ctx, pos[0], bundle.Options{Set: set, DryRun: *dry, Force: *force})
-	if err != nil {
-		return err
-	}
-	a.printResult(in, res, "installed")
-	return nil
+	return changeBundle(ctx, a, args, "install", "replace an installed version's servers even if edited by hand")
 }
 
 func mcpUninstall(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("mcp uninstall", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	return changeBundle(ctx, a, args, "uninstall", "remove servers even if edited by hand since the install")
+}
+
+// changeBundle runs `relay mcp install|uninstall` (verb) on its one bundle
+// argument, with the flags both take (-set only for install).
+func changeBundle(ctx context.Context, a *app, args []string, verb, forceHelp string) error {
+	fs := a.flags("mcp " + verb)
 	config := fs.String("config", "", "mcp.json to edit (default RELAY_MCP_CONFIG, else ./mcp.json)")
+	set := kvFlags{}
+	if verb == "install" {
+		fs.Var(set, "set", "a non-sensitive user_config value of an MCP Bundle, KEY=VALUE (repeatable)")
+	}
 	dry := fs.Bool("dry-run", false, "print the change to mcp.json as a diff and write nothing")
-	force := fs.Bool("force", false, "remove servers even if edited by hand since the install")
+	force := fs.Bool("force", false, forceHelp)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -119,11 +107,15 @@ func mcpUninstall(ctx context.Context, a *app, args []string) error {
 		return &exitError{code: 2, msg: bundlesUsage}
 	}
 	in := a.installer(*config)
-	res, err := in.Uninstall(ctx, pos[0], bundle.Options{DryRun: *dry, Force: *force})
+	change := in.Uninstall
+	if verb == "install" {
+		change = in.Install
+	}
+	res, err := change(ctx, pos[0], bundle.Options{Set: set, DryRun: *dry, Force: *force})
 	if err != nil {
 		return err
 	}
-	a.printResult(in, res, "uninstalled")
+	a.printResult(in, res, verb+"ed")
 	return nil
 }
 
@@ -148,8 +140,7 @@ func (a *app) printResult(in *bundle.Installer, res *bundle.Result, verb string)
 }
 
 func mcpBundles(_ context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("mcp bundles", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("mcp bundles")
 	config := fs.String("config", "", "mcp.json (default RELAY_MCP_CONFIG, else ./mcp.json)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if _, err := parseArgs(fs, args); err != nil {
@@ -167,12 +158,9 @@ func mcpBundles(_ context.Context, a *app, args []string) error {
 		}
 		return json.NewEncoder(a.stdout).Encode(map[string]any{"config": in.Config, "bundles": list})
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BUNDLE\tVERSION\tKIND\tSERVERS\tINSTALLED AT")
-	for _, b := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", b.ID, b.Version, b.Kind, strings.Join(b.Names(), ","), b.InstalledAt.Format(time.RFC3339))
-	}
-	_ = tw.Flush()
-	fmt.Fprintf(a.stdout, "%d bundle(s) in %s\n", len(list), in.Config)
-	return nil
+	return writeTable(a.stdout, "BUNDLE\tVERSION\tKIND\tSERVERS\tINSTALLED AT", func(line func(string, ...any)) {
+		for _, b := range list {
+			line("%s\t%s\t%s\t%s\t%s", b.ID, b.Version, b.Kind, strings.Join(b.Names(), ","), b.InstalledAt.Format(time.RFC3339))
+		}
+	}, fmt.Sprintf("%d bundle(s) in %s", len(list), in.Config))
 }

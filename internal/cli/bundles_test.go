@@ -1,10 +1,8 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/internal/testenv"
 )
 
@@ -34,11 +31,7 @@ func TestMCPInstallUninstallBundles(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"RELAY_DATA_DIR": filepath.Join(dir, "data"), "RELAY_MCP_CONFIG": cfg}
-	cli := func(args ...string) (int, string, string) {
-		var out, errb syncBuffer
-		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
-		return code, out.String(), errb.String()
-	}
+	cli := cliRunner(t, env)
 
 	code, out, errs := cli("mcp", "install", b, "--dry-run")
 	if code != 0 || !strings.Contains(out, "+    \"weather__forecast\": {") || !strings.Contains(out, "+        \""+b+"/forecast.js\"") {
@@ -111,17 +104,8 @@ func TestMCPInstallIntoRunningRelay(t *testing.T) {
 	}
 	env := embeddedEnv(t)
 	env["RELAY_MCP_CONFIG"] = cfg
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan int, 1)
-	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &syncBuffer{}) }()
-	defer func() { cancel(); <-done }()
-	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, 30*time.Second)
-	cli := func(args ...string) (int, string, string) {
-		var out, errb syncBuffer
-		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
-		return code, out.String(), errb.String()
-	}
+	defer serveReady(t, env, nil, 30*time.Second)()
+	cli := cliRunner(t, env)
 	list := func() (map[string]string, string) {
 		code, out, errs := cli("mcp", "list", "-json")
 		var got struct {

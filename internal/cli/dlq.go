@@ -3,10 +3,8 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/relaystation/relay/envelope"
@@ -39,8 +37,7 @@ func runDLQ(ctx context.Context, a *app, args []string) error {
 }
 
 func dlqList(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("dlq list", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("dlq list")
 	limit := fs.Int("n", 0, "show at most N dead letters (0: all)")
 	asJSON := fs.Bool("json", false, "print a JSON array of the dead letters")
 	if err := fs.Parse(args); err != nil {
@@ -59,22 +56,17 @@ func dlqList(ctx context.Context, a *app, args []string) error {
 		// One JSON array: [] when there are none.
 		return json.NewEncoder(a.stdout).Encode(dls)
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tAGE\tCONSUMER\tSUBJECT\tDELIVERIES\tENVELOPE\tREASON")
-	for _, d := range dls {
-		id := "-"
-		var e struct{ ID string }
-		if json.Unmarshal(d.Envelope, &e) == nil && e.ID != "" {
-			id = e.ID
+	return writeTable(a.stdout, "SEQ\tAGE\tCONSUMER\tSUBJECT\tDELIVERIES\tENVELOPE\tREASON", func(line func(string, ...any)) {
+		for _, d := range dls {
+			id := "-"
+			var e struct{ ID string }
+			if json.Unmarshal(d.Envelope, &e) == nil && e.ID != "" {
+				id = e.ID
+			}
+			line("%d\t%s\t%s\t%s\t%d\t%s\t%s", d.Seq, time.Since(d.Time).Round(time.Second), d.Consumer,
+				d.Subject, d.Deliveries, id, clip.Line(d.Reason, 120))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", d.Seq, time.Since(d.Time).Round(time.Second), d.Consumer,
-			d.Subject, d.Deliveries, id, clip.Line(d.Reason, 120))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(a.stdout, "%d dead letter(s)\n", len(dls))
-	return nil
+	}, fmt.Sprintf("%d dead letter(s)", len(dls)))
 }
 
 func dlqReplay(ctx context.Context, a *app, args []string) error {

@@ -213,11 +213,8 @@ func TestOpsListenerAndNATSToken(t *testing.T) {
 	env := embeddedEnv(t)
 	env["RELAY_METRICS_ADDR"] = freeAddr(t)
 	env["RELAY_NATS_TOKEN"] = "t0ken-for-nats"
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
 	var stderr syncBuffer
-	done := make(chan int, 1)
-	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &stderr) }()
+	stop := serveRelay(t, env, &stderr)
 	ops := "http://" + env["RELAY_METRICS_ADDR"]
 	waitHTTP(t, ops+"/readyz", http.StatusOK, 10*time.Second)
 	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
@@ -252,8 +249,7 @@ func TestOpsListenerAndNATSToken(t *testing.T) {
 	if code := Run(t.Context(), []string{"dlq", "list"}, config.FromMap(noToken), &out, &errb); code == 0 {
 		t.Error("dlq list without the token: got exit 0, want a refusal")
 	}
-	cancel()
-	if code := <-done; code != 0 {
+	if code := stop(); code != 0 {
 		t.Errorf("exit %d, want 0; log:\n%s", code, stderr.String())
 	}
 	if strings.Contains(stderr.String(), "t0ken-for-nats") {

@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/relaystation/relay/config"
@@ -113,8 +111,7 @@ func hooksClient(ctx context.Context, a *app, f *hooks.File) (*hooks.Service, fu
 }
 
 func hooksValidate(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("hooks validate", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("hooks validate")
 	offline := fs.Bool("offline", false, "do not ask a running tool runner for the tools")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -157,8 +154,7 @@ func hooksValidate(ctx context.Context, a *app, args []string) error {
 }
 
 func hooksList(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("hooks list", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("hooks list")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -198,20 +194,15 @@ func hooksList(ctx context.Context, a *app, args []string) error {
 	if *asJSON {
 		return json.NewEncoder(a.stdout).Encode(rows)
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOOK\tON\tIF\tROLE\tACTIONS\tLAST OUTCOME")
-	for _, r := range rows {
-		outcome := "-"
-		if r.Last != nil {
-			outcome = fmt.Sprintf("%s (action %d, %s ago)", r.Last.Status, r.Last.Action, time.Since(r.Last.At).Round(time.Second))
+	return writeTable(a.stdout, "HOOK\tON\tIF\tROLE\tACTIONS\tLAST OUTCOME", func(line func(string, ...any)) {
+		for _, r := range rows {
+			outcome := "-"
+			if r.Last != nil {
+				outcome = fmt.Sprintf("%s (action %d, %s ago)", r.Last.Status, r.Last.Action, time.Since(r.Last.At).Round(time.Second))
+			}
+			line("%s\t%s\t%s\t%s\t%s\t%s", r.Name, strings.Join(r.On, ","), clip.Line(r.If, 60), r.Role, strings.Join(r.Actions, " -> "), outcome)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, strings.Join(r.On, ","), clip.Line(r.If, 60), r.Role, strings.Join(r.Actions, " -> "), outcome)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(a.stdout, "%d hook(s) in %s\n", len(rows), path)
-	return nil
+	}, fmt.Sprintf("%d hook(s) in %s", len(rows), path))
 }
 
 func hooksTest(ctx context.Context, a *app, args []string) error {
@@ -219,8 +210,7 @@ func hooksTest(ctx context.Context, a *app, args []string) error {
 		return &exitError{code: 2, msg: "usage: relay hooks test NAME --envelope FILE [--run]"}
 	}
 	name := args[0]
-	fs := flag.NewFlagSet("hooks test", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("hooks test")
 	file := fs.String("envelope", "", "a JSON envelope (or a golden file's {\"envelope\": ...})")
 	run := fs.Bool("run", false, "also call the tools (through the running tool runner)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -314,8 +304,7 @@ func readEnvelopeFile(path string) (*envelope.Envelope, error) {
 }
 
 func hooksLog(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("hooks log", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("hooks log")
 	n := fs.Int("n", 20, "the last N records (0: all)")
 	hook := fs.String("hook", "", "only this hook's records")
 	asJSON := fs.Bool("json", false, "print a JSON array")
@@ -334,19 +323,14 @@ func hooksLog(ctx context.Context, a *app, args []string) error {
 	if *asJSON {
 		return json.NewEncoder(a.stdout).Encode(log)
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tHOOK\tACTION\tTOOL\tSTATUS\tDURATION\tENVELOPE\tTHREAD\tRESULT OR ERROR")
-	for _, x := range log {
-		detail := x.Error
-		if detail == "" {
-			detail = x.Result
+	return writeTable(a.stdout, "TIME\tHOOK\tACTION\tTOOL\tSTATUS\tDURATION\tENVELOPE\tTHREAD\tRESULT OR ERROR", func(line func(string, ...any)) {
+		for _, x := range log {
+			detail := x.Error
+			if detail == "" {
+				detail = x.Result
+			}
+			line("%s\t%s\t%d\t%s.%s\t%s\t%.1fms\t%s\t%s\t%s", x.At.Format(time.RFC3339), x.Hook, x.Action, x.Server, x.Tool,
+				x.Status, x.DurationMS, x.EnvelopeID, x.Thread, clip.Line(detail, 100))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s.%s\t%s\t%.1fms\t%s\t%s\t%s\n", x.At.Format(time.RFC3339), x.Hook, x.Action, x.Server, x.Tool,
-			x.Status, x.DurationMS, x.EnvelopeID, x.Thread, clip.Line(detail, 100))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(a.stdout, "%d record(s)\n", len(log))
-	return nil
+	}, fmt.Sprintf("%d record(s)", len(log)))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,22 +21,50 @@ import (
 	"github.com/relaystation/relay/internal/testenv"
 )
 
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// syncBuffer is testenv.Buffer, under the name this package's tests know.
+type syncBuffer = testenv.Buffer
+
+// cliRunner returns a function that runs one relay command with env and
+// gives back its exit code, stdout and stderr.
+func cliRunner(t *testing.T, env map[string]string) func(args ...string) (int, string, string) {
+	return func(args ...string) (int, string, string) {
+		var out, errb syncBuffer
+		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
+		return code, out.String(), errb.String()
+	}
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+// serveRelay runs `relay serve` with env, its log written to stderr (nil:
+// dropped), until stop or the end of the test. stop cancels it and returns
+// its exit code; it may be called more than once.
+func serveRelay(t *testing.T, env map[string]string, stderr io.Writer) (stop func() int) {
+	return runRelay(t, env, nil, stderr)
 }
 
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// runRelay is serveRelay for the command args (a single service, say).
+func runRelay(t *testing.T, env map[string]string, args []string, stderr io.Writer) (stop func() int) {
+	if stderr == nil {
+		stderr = &syncBuffer{}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan int, 1)
+	go func() { done <- Run(ctx, args, config.FromMap(env), &syncBuffer{}, stderr) }()
+	var once sync.Once
+	var code int
+	stop = func() int {
+		once.Do(func() { cancel(); code = <-done })
+		return code
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// serveReady is serveRelay, once its /readyz answers 200 (within d).
+func serveReady(t *testing.T, env map[string]string, stderr io.Writer, d time.Duration) (stop func() int) {
+	t.Helper()
+	stop = serveRelay(t, env, stderr)
+	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, d)
+	return stop
 }
 
 // freeAddr is testenv.FreeAddr, under the name this package's tests know.
@@ -151,13 +180,8 @@ func TestSecretsNeverLogged(t *testing.T) {
 	for _, k := range []string{"GITHUB_WEBHOOK_SECRET", "SLACK_SIGNING_SECRET", "GITHUB_TOKEN", "SLACK_BOT_TOKEN", "LLM_API_KEY"} {
 		env[k] = "s3cr3t-" + strings.ToLower(k)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
 	var stderr syncBuffer
-	done := make(chan int, 1)
-	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &stderr) }()
-	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, 10*time.Second)
-	cancel()
-	<-done
+	serveReady(t, env, &stderr, 10*time.Second)()
 	if strings.Contains(stderr.String(), "s3cr3t") {
 		t.Fatalf("a secret reached the log:\n%s", stderr.String())
 	}
@@ -166,11 +190,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 func TestDLQCommands(t *testing.T) {
 	t.Parallel()
 	env := embeddedEnv(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan int, 1)
-	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &syncBuffer{}) }()
-	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, 10*time.Second)
+	stop := serveReady(t, env, nil, 10*time.Second)
 
 	// A worker in another process dead-letters a message.
 	peer, err := bus.Connect(t.Context(), bus.Config{URL: "nats://" + env["RELAY_NATS_LISTEN"]})
@@ -190,11 +210,7 @@ func TestDLQCommands(t *testing.T) {
 		}))
 		close(consumed)
 	}()
-	cli := func(args ...string) (int, string, string) {
-		var out, errb syncBuffer
-		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
-		return code, out.String(), errb.String()
-	}
+	cli := cliRunner(t, env)
 	deadline := time.Now().Add(10 * time.Second)
 	var out string
 	for {
@@ -238,8 +254,7 @@ func TestDLQCommands(t *testing.T) {
 	if code, _, errOut := cli("dlq", "replay", "abc"); code != 2 || !strings.Contains(errOut, "not a dead-letter sequence") {
 		t.Errorf("bad replay id: exit %d %q, want 2 with an explanation", code, errOut)
 	}
-	cancel()
-	<-done
+	stop()
 }
 
 // TestBinarySIGTERM builds the real binary and runs it as docker compose

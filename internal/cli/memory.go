@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/relaystation/relay/config"
@@ -68,8 +67,7 @@ func runMemoryCLI(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	cmd, args := args[0], args[1:]
-	fs := flag.NewFlagSet("memory "+cmd, flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("memory " + cmd)
 	thread := fs.String("thread", "", "thread key, e.g. github:owner/repo#12")
 	var run func(c *remote.Client, text string) error
 	switch cmd {
@@ -175,20 +173,15 @@ func printRefs(a *app, refs []memory.Ref, asJSON bool) error {
 		}
 		return nil
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCORE\tAGE\tSOURCE\tTHREAD\tID\tTEXT")
-	for _, r := range refs {
-		text := clip.Line(r.Text, 80)
-		if r.URI != "" {
-			text += " <" + r.URI + ">"
+	return writeTable(a.stdout, "SCORE\tAGE\tSOURCE\tTHREAD\tID\tTEXT", func(line func(string, ...any)) {
+		for _, r := range refs {
+			text := clip.Line(r.Text, 80)
+			if r.URI != "" {
+				text += " <" + r.URI + ">"
+			}
+			line("%.3f\t%s\t%s\t%s\t%s\t%s", r.Score, age(time.Since(r.Created)), dash(r.Source), dash(r.Thread), r.ID, text)
 		}
-		fmt.Fprintf(tw, "%.3f\t%s\t%s\t%s\t%s\t%s\n", r.Score, age(time.Since(r.Created)), dash(r.Source), dash(r.Thread), r.ID, text)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(a.stdout, "%d memories\n", len(refs))
-	return nil
+	}, fmt.Sprintf("%d memories", len(refs)))
 }
 
 func age(d time.Duration) string {

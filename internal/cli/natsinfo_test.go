@@ -122,21 +122,14 @@ func tokenServer(t *testing.T) (env map[string]string, wantStderr string) {
 func TestMemoryCommandsNameTheirServer(t *testing.T) {
 	t.Parallel()
 	env, wantStderr := tokenServer(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan int, 1)
 	var workerLog syncBuffer
-	go func() { done <- Run(ctx, []string{"memory"}, config.FromMap(env), &syncBuffer{}, &workerLog) }()
+	stop := runRelay(t, env, []string{"memory"}, &workerLog)
 	defer func() {
-		cancel()
-		if code := <-done; code != 0 {
+		if code := stop(); code != 0 {
 			t.Errorf("memory worker: exit %d\n%s", code, workerLog.String())
 		}
 	}()
-	cli := func(args ...string) (int, string, string) {
-		var out, errb syncBuffer
-		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
-		return code, out.String(), errb.String()
-	}
+	cli := cliRunner(t, env)
 	const thread = "github:acme/widgets#7"
 	var code int
 	var out, errOut string

@@ -3,9 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/relaystation/relay/internal/clip"
@@ -22,8 +20,7 @@ func init() {
 }
 
 func runServices(ctx context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("services", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("services")
 	asJSON := fs.Bool("json", false, "print one JSON array of instances, {info, stats} each ([] when none)")
 	all := fs.Bool("all", false, "every micro service on the NATS server, not only this relay's (bus prefix)")
 	wait := fs.Duration("wait", time.Second, "how long to gather answers")
@@ -52,30 +49,33 @@ func runServices(ctx context.Context, a *app, args []string) error {
 		}
 		return json.NewEncoder(a.stdout).Encode(found)
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVICE\tID\tVERSION\tENDPOINT\tSUBJECT\tQUEUE\tREQUESTS\tERRORS\tAVERAGE\tLAST ERROR")
-	for _, in := range found {
-		for _, ep := range in.Info.Endpoints {
-			requests, errs, avg, last := "-", "-", "-", ""
-			if in.Stats != nil {
-				for _, st := range in.Stats.Endpoints {
-					if st.Name == ep.Name {
-						requests, errs = fmt.Sprint(st.NumRequests), fmt.Sprint(st.NumErrors)
-						avg, last = st.AverageProcessingTime.Round(time.Microsecond).String(), clip.Line(st.LastError, 80)
-					}
-				}
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", in.Info.Name, in.Info.ID, in.Info.Version,
-				ep.Name, ep.Subject, ep.QueueGroup, requests, errs, avg, last)
-		}
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
 	scope := "prefix " + b.Prefix()
 	if *all {
 		scope = "all prefixes"
 	}
-	fmt.Fprintf(a.stdout, "%d service instance(s) (%s)\n", len(found), scope)
-	return nil
+	return writeTable(a.stdout, "SERVICE\tID\tVERSION\tENDPOINT\tSUBJECT\tQUEUE\tREQUESTS\tERRORS\tAVERAGE\tLAST ERROR", func(line func(string, ...any)) {
+		for _, in := range found {
+			for _, ep := range in.Info.Endpoints {
+				requests, errs, avg, last := endpointStats(in, ep.Name)
+				line("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", in.Info.Name, in.Info.ID, in.Info.Version,
+					ep.Name, ep.Subject, ep.QueueGroup, requests, errs, avg, last)
+			}
+		}
+	}, fmt.Sprintf("%d service instance(s) (%s)", len(found), scope))
+}
+
+// endpointStats is the named endpoint's request and error counts, average
+// time and last error as table cells ("-" without stats).
+func endpointStats(in rpc.Instance, name string) (requests, errs, avg, last string) {
+	requests, errs, avg = "-", "-", "-"
+	if in.Stats == nil {
+		return requests, errs, avg, last
+	}
+	for _, st := range in.Stats.Endpoints {
+		if st.Name == name {
+			requests, errs = fmt.Sprint(st.NumRequests), fmt.Sprint(st.NumErrors)
+			avg, last = st.AverageProcessingTime.Round(time.Microsecond).String(), clip.Line(st.LastError, 80)
+		}
+	}
+	return requests, errs, avg, last
 }

@@ -1,9 +1,7 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,16 +20,8 @@ import (
 func TestServicesCommand(t *testing.T) {
 	t.Parallel()
 	env := embeddedEnv(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan int, 1)
-	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &syncBuffer{}) }()
-	defer func() { cancel(); <-done }()
-	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, 10*time.Second)
-	cli := func(args ...string) (int, string, string) {
-		var out, errb syncBuffer
-		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
-		return code, out.String(), errb.String()
-	}
+	defer serveReady(t, env, nil, 10*time.Second)()
+	cli := cliRunner(t, env)
 
 	peer, err := bus.Connect(t.Context(), bus.Config{URL: "nats://" + env["RELAY_NATS_LISTEN"]})
 	if err != nil {

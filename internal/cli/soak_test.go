@@ -3,7 +3,6 @@ package cli
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,7 +22,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/internal/ingestbench"
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers/github"
@@ -70,12 +68,8 @@ func TestSoak(t *testing.T) {
 	env := embeddedEnv(t)
 	env["GITHUB_WEBHOOK_SECRET"] = "soak-secret"
 	env["RELAY_LOG_LEVEL"] = "warn"
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan int, 1)
-	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &syncBuffer{}) }()
-	defer func() { cancel(); <-done }()
+	defer serveReady(t, env, nil, 30*time.Second)()
 	base := "http://" + env["RELAY_HTTP_ADDR"]
-	waitHTTP(t, base+"/readyz", http.StatusOK, 30*time.Second)
 
 	snd := newSoakSender(base, env["GITHUB_WEBHOOK_SECRET"], 64)
 	defer snd.client.CloseIdleConnections()

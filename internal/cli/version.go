@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -65,8 +64,7 @@ func (v buildVersion) write(w io.Writer) {
 }
 
 func runVersion(_ context.Context, a *app, args []string) error {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("version")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 )
 
@@ -58,12 +59,19 @@ func start(t *testing.T, nc *nats.Conn, prefix string, eps ...Endpoint) *Server 
 	return s
 }
 
-func TestCallAndErrorHeaders(t *testing.T) {
-	t.Parallel()
+// echoServer starts an echo endpoint on an embedded bus and returns the
+// bus, the endpoint's subject and a client connection of its own.
+func echoServer(t *testing.T) (*bus.Bus, string, *nats.Conn) {
+	t.Helper()
 	b := bustest.Embedded(t)
 	subj := b.Subject("rpc.echo")
 	start(t, b.Conn(), b.Prefix(), echoEndpoint(subj, nil))
-	client := bustest.Connect(t, b).Conn()
+	return b, subj, bustest.Connect(t, b).Conn()
+}
+
+func TestCallAndErrorHeaders(t *testing.T) {
+	t.Parallel()
+	_, subj, client := echoServer(t)
 
 	for _, tt := range []struct {
 		name, in        string
@@ -145,10 +153,7 @@ func TestCallTimeout(t *testing.T) {
 
 func TestDiscoveryAndStats(t *testing.T) {
 	t.Parallel()
-	b := bustest.Embedded(t)
-	subj := b.Subject("rpc.echo")
-	start(t, b.Conn(), b.Prefix(), echoEndpoint(subj, nil))
-	client := bustest.Connect(t, b).Conn()
+	b, subj, client := echoServer(t)
 
 	ping := bustest.Request[micro.Ping](t, client, "$SRV.PING.relay-echo")
 	if ping.Name != "relay-echo" || ping.ID == "" || ping.Version != Version() || ping.Metadata[MetadataPrefix] != b.Prefix() {

@@ -3,10 +3,12 @@
 // what to start; in CI (CI=true) it fails, because CI provides everything.
 // It also holds the helpers every test package shares: WaitFor and Poll
 // wait for a condition with a deadline, Go runs a service for a test,
-// FreeAddr and FreePort find a port nothing listens on.
+// FreeAddr and FreePort find a port nothing listens on, Buffer collects
+// concurrent writes.
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -148,4 +150,26 @@ func FreePort(t testing.TB) int {
 	_, port, _ := net.SplitHostPort(FreeAddr(t))
 	n, _ := strconv.Atoi(port)
 	return n
+}
+
+// Buffer is a bytes.Buffer safe for concurrent use: for the writes of a
+// logger or of a command's output that a test reads while they go on. The
+// zero value is ready to use.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

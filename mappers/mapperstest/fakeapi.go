@@ -4,9 +4,11 @@ package mapperstest
 // against: scripted answers and the check of the error a client returns.
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -24,6 +26,22 @@ func Answer(status int, body string, hdr ...string) func(http.ResponseWriter) {
 		w.WriteHeader(status)
 		_, _ = io.WriteString(w, body)
 	}
+}
+
+// Serve runs h on a local test server until the test ends and returns the
+// server's URL.
+func Serve(t testing.TB, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// Created answers 201 Created with v as the JSON body: a fake API's reply
+// to a create.
+func Created(w http.ResponseWriter, v any) {
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 // Queue holds scripted answers a fake gives instead of its own, in order.

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"sync"
 	"testing"
@@ -56,17 +55,14 @@ func (o *obOpenProject) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"comment": map[string]any{"format": "markdown", "raw": in.Comment.Raw, "html": "<p>...</p>"},
 			"_links":  map[string]any{"self": map[string]any{"href": fmt.Sprintf("/api/v3/activities/%d", id)}}}
 		o.activities = append(o.activities, a)
-		w.WriteHeader(http.StatusCreated)
-		_ = json.NewEncoder(w).Encode(a)
+		mapperstest.Created(w, a)
 	}
 }
 
 func obOPCommenter(t *testing.T) (*obOpenProject, *openproject.Commenter) {
 	t.Helper()
 	fake := &obOpenProject{}
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	c, err := openproject.NewCommenter(openproject.CommenterConfig{BaseURL: srv.URL, Token: secret.New("op-key")})
+	c, err := openproject.NewCommenter(openproject.CommenterConfig{BaseURL: mapperstest.Serve(t, fake), Token: secret.New("op-key")})
 	if err != nil {
 		t.Fatal(err)
 	}

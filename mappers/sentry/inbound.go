@@ -341,12 +341,9 @@ func mapEventAlert(h *hook) (mapped, error) {
 	}
 	b.WriteString(": " + cmp.Or(ev.Title, ev.Message, ev.EventID))
 	b.WriteString(details(ev.Level, "", ev.Culprit))
-	extra := eventExtra(ev)
-	setIf(extra, "rule", rule)
-	return mapped{
-		role: envelope.RoleUser, content: b.String(), objectID: cmp.Or(ev.EventID, string(ev.IssueID)),
-		issueID: string(ev.IssueID), url: ev.WebURL, extra: extra, facts: eventFacts(ev),
-	}, nil
+	m := eventMapped(ev, b.String())
+	setIf(m.extra, "rule", rule)
+	return m, nil
 }
 
 func mapError(h *hook) (mapped, error) {
@@ -365,10 +362,16 @@ func mapError(h *hook) (mapped, error) {
 	}
 	b.WriteString(" " + cmp.Or(h.Action, "created") + ": " + cmp.Or(ev.Title, ev.Message, ev.EventID))
 	b.WriteString(details(ev.Level, "", ev.Culprit))
+	return eventMapped(ev, b.String()), nil
+}
+
+// eventMapped is the envelope of an event (an alert's or an error's) that
+// content describes.
+func eventMapped(ev *event, content string) mapped {
 	return mapped{
-		role: envelope.RoleUser, content: b.String(), objectID: cmp.Or(ev.EventID, string(ev.IssueID)),
+		role: envelope.RoleUser, content: content, objectID: cmp.Or(ev.EventID, string(ev.IssueID)),
 		issueID: string(ev.IssueID), url: ev.WebURL, extra: eventExtra(ev), facts: eventFacts(ev),
-	}, nil
+	}
 }
 
 // eventFacts are the facts of an event: its issue, level, culprit and title

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -56,17 +55,14 @@ func (s *obSentry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.creates++
 		n := map[string]any{"id": "9" + strings.Repeat("0", s.creates), "type": "note", "data": map[string]any{"text": in.Text}}
 		s.notes = append(s.notes, n)
-		w.WriteHeader(http.StatusCreated)
-		_ = json.NewEncoder(w).Encode(n)
+		mapperstest.Created(w, n)
 	}
 }
 
 func obSentryCommenter(t *testing.T) (*obSentry, *sentry.Commenter) {
 	t.Helper()
 	fake := &obSentry{}
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	c, err := sentry.NewCommenter(sentry.CommenterConfig{Token: secret.New("sntrys_test"), APIURL: srv.URL + "/"})
+	c, err := sentry.NewCommenter(sentry.CommenterConfig{Token: secret.New("sntrys_test"), APIURL: mapperstest.Serve(t, fake) + "/"})
 	if err != nil {
 		t.Fatal(err)
 	}

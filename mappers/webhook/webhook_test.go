@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/webhook"
 )
 
@@ -195,13 +196,12 @@ func TestSenderAgainstVerifier(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rc := &receiver{v: &webhook.Verifier{Secrets: []webhook.Secret{sec}}, script: tc.script}
-			srv := httptest.NewServer(rc)
-			t.Cleanup(srv.Close)
+			url := mapperstest.Serve(t, rc)
 			s, err := webhook.NewSender(webhook.SenderConfig{Secret: tc.secret})
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = s.Send(t.Context(), srv.URL+"/hook", "out:123", []byte(`{"type":"relay.message"}`))
+			_, err = s.Send(t.Context(), url+"/hook", "out:123", []byte(`{"type":"relay.message"}`))
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("got %v, want error=%v", err, tc.wantErr)
 			}

@@ -358,20 +358,16 @@ func hasTurn(s *kvSession, id string) bool {
 
 // Append implements Store.
 func (k *KV) Append(ctx context.Context, thread string, t Turn) (bool, error) {
-	added, err := k.AppendFold(ctx, thread, Folder{}, t)
-	return err == nil && added[0], err
+	return appendOne(ctx, k, thread, t)
 }
 
 // AppendFold implements Store: one write for all of ts and the fold.
 func (k *KV) AppendFold(ctx context.Context, thread string, f Folder, ts ...Turn) ([]bool, error) {
-	added := make([]bool, len(ts))
-	if thread == "" {
-		return added, ErrNoThread
+	added, done, err := startAppend(thread, ts)
+	if done {
+		return added, err
 	}
-	if len(ts) == 0 {
-		return added, nil
-	}
-	err := k.modify(ctx, thread, func(cur *kvSession) (*kvSession, []string, error) {
+	err = k.modify(ctx, thread, func(cur *kvSession) (*kvSession, []string, error) {
 		clear(added)
 		// Asked on every attempt: a turn removed by the writer that got in
 		// first has its key by then.

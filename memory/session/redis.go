@@ -110,8 +110,7 @@ return {1, n}
 
 // Append implements Store.
 func (r *Redis) Append(ctx context.Context, thread string, t Turn) (bool, error) {
-	added, err := r.AppendFold(ctx, thread, Folder{}, t)
-	return err == nil && added[0], err
+	return appendOne(ctx, r, thread, t)
 }
 
 // AppendFold implements Store. Each turn is appended by the append script
@@ -120,12 +119,9 @@ func (r *Redis) Append(ctx context.Context, thread string, t Turn) (bool, error)
 // turns it summarised are still the oldest (another worker may have folded
 // them first); the appends stand either way.
 func (r *Redis) AppendFold(ctx context.Context, thread string, f Folder, ts ...Turn) ([]bool, error) {
-	added := make([]bool, len(ts))
-	if thread == "" {
-		return added, ErrNoThread
-	}
-	if len(ts) == 0 {
-		return added, nil
+	added, done, err := startAppend(thread, ts)
+	if done {
+		return added, err
 	}
 	list, ids, sum, size := r.keys(thread)
 	cmds := make([]*redis.Cmd, len(ts))
@@ -146,7 +142,6 @@ func (r *Redis) AppendFold(ctx context.Context, thread string, f Folder, ts ...T
 		}
 		return nil
 	}
-	var err error
 	if len(ts) == 1 {
 		err = run(r.rdb)
 	} else {

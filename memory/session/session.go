@@ -155,6 +155,23 @@ func (o *Options) setDefaults() {
 // ErrNoThread is returned for an empty thread key.
 var ErrNoThread = errors.New("session: empty thread key")
 
+// appendOne is a store's Append in terms of its AppendFold.
+func appendOne(ctx context.Context, s Store, thread string, t Turn) (bool, error) {
+	added, err := s.AppendFold(ctx, thread, Folder{}, t)
+	return err == nil && added[0], err
+}
+
+// startAppend checks an AppendFold's arguments for a store: it returns the
+// results to fill in, and done when there is nothing to write (with
+// ErrNoThread for an empty thread, nil for no turns).
+func startAppend(thread string, ts []Turn) (added []bool, done bool, err error) {
+	added = make([]bool, len(ts))
+	if thread == "" {
+		return added, true, ErrNoThread
+	}
+	return added, len(ts) == 0, nil
+}
+
 // clampExpiry keeps an episode's expiry within (now, now+max].
 func clampExpiry(e *Episode, now time.Time, maxTTL time.Duration) {
 	if e.Created.IsZero() {

@@ -142,24 +142,22 @@ func (p *parser) isOp(text string) bool {
 }
 
 func (p *parser) or() (node, error) {
-	l, err := p.and()
-	for err == nil && p.isOp("||") {
-		p.pos++
-		var r node
-		if r, err = p.and(); err == nil {
-			l = orNode{l, r}
-		}
-	}
-	return l, err
+	return p.chain("||", p.and, func(l, r node) node { return orNode{l, r} })
 }
 
 func (p *parser) and() (node, error) {
-	l, err := p.unary()
-	for err == nil && p.isOp("&&") {
+	return p.chain("&&", p.unary, func(l, r node) node { return andNode{l, r} })
+}
+
+// chain parses operands (next) joined by the left-associative op, joining
+// each pair with join.
+func (p *parser) chain(op string, next func() (node, error), join func(l, r node) node) (node, error) {
+	l, err := next()
+	for err == nil && p.isOp(op) {
 		p.pos++
 		var r node
-		if r, err = p.unary(); err == nil {
-			l = andNode{l, r}
+		if r, err = next(); err == nil {
+			l = join(l, r)
 		}
 	}
 	return l, err

@@ -78,15 +78,22 @@ func TestValidFileJSONAndYAML(t *testing.T) {
 	}
 }
 
+// parseActions parses a file of one hook, "h" on github.issues, whose
+// actions are the YAML list actions.
+func parseActions(t *testing.T, actions string) *File {
+	t.Helper()
+	f, err := Parse([]byte("hooks:\n  - name: h\n    on: [github.issues]\n    actions:"+actions), "h.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // TestCheckAgainstTools: server, tool and required parameters, and a
 // warning for a server whose tools are unknown.
 func TestCheckAgainstTools(t *testing.T) {
 	t.Parallel()
-	f, err := Parse([]byte(`
-hooks:
-  - name: h
-    on: [github.issues]
-    actions:
+	f := parseActions(t, `
       - type: mcp
         parameters: {serverId: ev, toolName: get-sum, parameterMappings: [{toolParam: a, source: literal, value: 1}, {toolParam: c, source: literal, value: 1}]}
       - type: mcp
@@ -95,10 +102,7 @@ hooks:
         parameters: {serverId: missing, toolName: x}
       - type: mcp
         parameters: {serverId: later, toolName: x}
-`), "h.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	sum := tools.ToolInfo{Name: "ev.get-sum", InputSchema: map[string]any{"type": "object", "required": []any{"a", "b"},
 		"properties": map[string]any{"a": map[string]any{"type": "number"}, "b": map[string]any{"type": "number"}}}}
 	probs := f.Check(Catalog{Servers: []string{"ev", "later"}, Tools: map[string]map[string]tools.ToolInfo{"hooks": {"ev.get-sum": sum}},
@@ -207,11 +211,7 @@ func TestContextDerivesFacts(t *testing.T) {
 
 func TestResolve(t *testing.T) {
 	t.Parallel()
-	f, err := Parse([]byte(`
-hooks:
-  - name: h
-    on: [github.issues]
-    actions:
+	f := parseActions(t, `
       - type: mcp
         parameters:
           serverId: s
@@ -222,10 +222,7 @@ hooks:
             - {toolParam: raw, source: literal, value: 3}
             - {toolParam: who, source: context, value: actor}
             - {toolParam: msg, source: template, value: "{{.actor}} on {{.repository}}"}
-`), "h")
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	schema := map[string]any{"properties": map[string]any{"n": map[string]any{"type": "integer"}, "flag": map[string]any{"type": "boolean"}}}
 	act := &f.Hooks[0].Actions[0]
 	args, err := act.Resolve(Context{"actor": "mona", "repository": "o/r"}, schema)

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,23 +17,6 @@ import (
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/testenv"
 )
-
-type logBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func hookFile(name string) string {
 	return "hooks:\n  - name: " + name + "\n    on: [github.issues.opened]\n    actions:\n      - type: mcp\n        parameters: {serverId: s, toolName: t}\n"
@@ -50,7 +32,7 @@ func TestReloadOnEdit(t *testing.T) {
 	must(os.WriteFile(path, []byte(hookFile("first")), 0o600))
 	f, err := Load(path)
 	must(err)
-	var logs logBuf
+	var logs testenv.Buffer
 	s, err := New(t.Context(), Config{Hooks: f, Path: path, ReloadInterval: 10 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, b)
 	must(err)

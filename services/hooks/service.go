@@ -21,6 +21,7 @@
 package hooks
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -38,6 +39,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/tools"
@@ -116,18 +118,11 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.Consumer == "" {
-		c.Consumer = "hooks"
-	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = 5
-	}
-	if c.RunTTL <= 0 {
-		c.RunTTL = 24 * time.Hour
-	}
-	if c.DiscoveryTTL <= 0 {
-		c.DiscoveryTTL = 5 * time.Minute
-	}
+	c.Consumer = cmp.Or(c.Consumer, "hooks")
+	c.Concurrency = config.Positive(c.Concurrency, 5)
+	c.RunTTL = config.Positive(c.RunTTL, 24*time.Hour)
+	c.DiscoveryTTL = config.Positive(c.DiscoveryTTL, 5*time.Minute)
+	c.ReloadInterval = config.Positive(c.ReloadInterval, 2*time.Second)
 	if c.Redactor == nil {
 		c.Redactor = tools.NewRedactor()
 	}
@@ -136,9 +131,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.Hooks == nil {
 		c.Hooks = &File{}
-	}
-	if c.ReloadInterval <= 0 {
-		c.ReloadInterval = 2 * time.Second
 	}
 }
 

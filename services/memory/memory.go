@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/memory"
 	"github.com/relaystation/relay/memory/embed"
 	"github.com/relaystation/relay/memory/remote"
@@ -77,17 +78,11 @@ func (c *Config) setDefaults() {
 	if len(c.Consumers) == 0 {
 		c.Consumers = DefaultConsumers
 	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = 16
-	}
-	if c.MaxDeliver <= 0 {
-		c.MaxDeliver = 20
-	}
+	c.Concurrency = config.Positive(c.Concurrency, 16)
+	c.MaxDeliver = config.Positive(c.MaxDeliver, 20)
+	c.HandlerTimeout = config.Positive(c.HandlerTimeout, 60*time.Second)
 	if len(c.NakDelays) == 0 {
 		c.NakDelays = []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second}
-	}
-	if c.HandlerTimeout <= 0 {
-		c.HandlerTimeout = 60 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

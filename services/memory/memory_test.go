@@ -68,11 +68,8 @@ func publish(t *testing.T, b *bus.Bus, subject string, e *envelope.Envelope) {
 	}
 }
 
-func newEnv(thread string, role envelope.Role, content string) *envelope.Envelope {
-	e := envelope.New(envelope.ChannelGitHub, role, content)
-	e.Meta.Thread = thread
-	return e
-}
+// newEnv is memtest.Envelope under this package's name for it.
+var newEnv = memtest.Envelope
 
 // TestWorkerEmbedded runs the worker on the embedded defaults and talks to it
 // over the bus like the agent in another process would.
@@ -202,13 +199,7 @@ func TestWorkerRedisOutage(t *testing.T) {
 
 	proxy.Down()
 	publish(t, b, "in.github.issues", newEnv(th, envelope.RoleUser, "during the outage"))
-	testenv.Poll(t, 15*time.Second, func() (bool, string) {
-		info, err := consumerInfo(t, b, "memory-in")
-		if err != nil {
-			return false, err.Error()
-		}
-		return info.NumRedelivered > 0, "no redelivery yet"
-	})
+	waitRedelivered(t, b, "memory-in")
 	proxy.Up(t)
 	waitTurns(t, rs, th, 2)
 	if dls, _ := b.DeadLetters(t.Context(), 0); len(dls) != 0 {
@@ -252,13 +243,7 @@ func TestWorkerPostgresOutage(t *testing.T) {
 	e := newEnv("github:o/r#9", envelope.RoleAssistant, "")
 	e.MemoryUpdate = &envelope.MemoryUpdate{Kind: envelope.MemoryLongTerm, Data: map[string]any{"text": "kept across a database outage"}}
 	publish(t, b, "agent.answer", e)
-	testenv.Poll(t, 15*time.Second, func() (bool, string) {
-		info, err := consumerInfo(t, b, "memory-agent")
-		if err != nil {
-			return false, err.Error()
-		}
-		return info.NumRedelivered > 0, "no redelivery yet"
-	})
+	waitRedelivered(t, b, "memory-agent")
 	proxy.Up(t)
 	testenv.Poll(t, 30*time.Second, func() (bool, string) {
 		n, err := pg.Count(t.Context())
@@ -284,6 +269,18 @@ func waitTurns(t *testing.T, s session.Store, th string, n int) {
 }
 
 type consumerState struct{ NumRedelivered int }
+
+// waitRedelivered waits until the consumer name has redelivered a message.
+func waitRedelivered(t *testing.T, b *bus.Bus, name string) {
+	t.Helper()
+	testenv.Poll(t, 15*time.Second, func() (bool, string) {
+		info, err := consumerInfo(t, b, name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.NumRedelivered > 0, "no redelivery yet"
+	})
+}
 
 func consumerInfo(t *testing.T, b *bus.Bus, name string) (consumerState, error) {
 	c, err := b.JetStream().Consumer(t.Context(), b.StreamName("in.x"), name)

@@ -78,6 +78,25 @@ func waiting(t *testing.T, q *threadQueues, thread string, n int) {
 	}
 }
 
+// heldLeader makes queues of batches up to maxBatch and a recorder that
+// holds each batch at its gate, and starts a leader ("first" on thread th)
+// that has taken its batch and waits there.
+func heldLeader(t *testing.T, maxBatch int) (*threadQueues, *recorder, *sync.WaitGroup) {
+	q, r := newThreadQueues(maxBatch), newRecorder(t)
+	r.gate = make(chan struct{})
+	wg := new(sync.WaitGroup)
+	enqueue(t, q, r, wg, "first", 0)
+	return q, r, wg
+}
+
+// enqueue starts a handler of content on thread th and waits until n
+// handlers wait behind the leader.
+func enqueue(t *testing.T, q *threadQueues, r *recorder, wg *sync.WaitGroup, content string, n int) {
+	t.Helper()
+	wg.Go(func() { _ = q.do(t.Context(), "th", env(content), r.observe) })
+	waiting(t, q, "th", n)
+}
+
 func TestThreadQueues(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -138,14 +157,9 @@ func testOneBatchAtATime(t *testing.T) {
 // testWaitersShareTheNextBatch queues five handlers behind a busy leader and
 // expects them observed together, in arrival order, in the next batch.
 func testWaitersShareTheNextBatch(t *testing.T) {
-	q, r := newThreadQueues(64), newRecorder(t)
-	r.gate = make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = q.do(t.Context(), "th", env("first"), r.observe) })
-	waiting(t, q, "th", 0) // the leader took its batch and is observing
+	q, r, wg := heldLeader(t, 64) // the leader took its batch and is observing
 	for i := range 5 {
-		wg.Go(func() { _ = q.do(t.Context(), "th", env(fmt.Sprint(i)), r.observe) })
-		waiting(t, q, "th", i+1)
+		enqueue(t, q, r, wg, fmt.Sprint(i), i+1)
 	}
 	close(r.gate)
 	wg.Wait()
@@ -178,17 +192,12 @@ func testOtherThreadsGoOn(t *testing.T) {
 // testAWaiterThatGivesUp cancels a queued handler and expects it out of the
 // next batch, the handler behind it observed, and the thread removed after.
 func testAWaiterThatGivesUp(t *testing.T) {
-	q, r := newThreadQueues(64), newRecorder(t)
-	r.gate = make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = q.do(t.Context(), "th", env("first"), r.observe) })
-	waiting(t, q, "th", 0)
+	q, r, wg := heldLeader(t, 64)
 	ctx, cancel := context.WithCancel(t.Context())
 	gaveUp := make(chan error, 1)
 	go func() { gaveUp <- q.do(ctx, "th", env("gives up"), r.observe) }()
 	waiting(t, q, "th", 1)
-	wg.Go(func() { _ = q.do(t.Context(), "th", env("stays"), r.observe) })
-	waiting(t, q, "th", 2)
+	enqueue(t, q, r, wg, "stays", 2)
 	cancel()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
@@ -207,15 +216,9 @@ func testAWaiterThatGivesUp(t *testing.T) {
 // testTheNextLeaderGivesUp uses batches of one, so each leader gives up the
 // lead to the next handler in line, and all are observed in order.
 func testTheNextLeaderGivesUp(t *testing.T) {
-	q, r := newThreadQueues(1), newRecorder(t)
-	r.gate = make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = q.do(t.Context(), "th", env("first"), r.observe) })
-	waiting(t, q, "th", 0)
-	for _, c := range []string{"second", "third"} {
-		wg.Go(func() { _ = q.do(t.Context(), "th", env(c), r.observe) })
-		waiting(t, q, "th", map[string]int{"second": 1, "third": 2}[c])
-	}
+	q, r, wg := heldLeader(t, 1)
+	enqueue(t, q, r, wg, "second", 1)
+	enqueue(t, q, r, wg, "third", 2)
 	// With batches of one, the lead passes at every step.
 	close(r.gate)
 	wg.Wait()

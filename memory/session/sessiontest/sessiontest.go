@@ -348,7 +348,7 @@ func testConcurrentInOrder(t *testing.T, newStore Factory) {
 			ctx := context.WithoutCancel(t.Context())
 			var prev session.Turn
 			for i := range each {
-				tu := session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("w%d %03d", w, i)}
+				tu := userTurn("w%d %03d", w, i)
 				if ok, err := s.Append(ctx, th, tu); err != nil || !ok {
 					errs <- fmt.Errorf("Append %s = %v, %v; want true, nil", tu.Content, ok, err)
 				}
@@ -374,6 +374,27 @@ func testConcurrentInOrder(t *testing.T, newStore Factory) {
 }
 
 // appendFold appends one turn with AppendFold.
+// userTurn is a new user turn whose content is format with args.
+func userTurn(format string, args ...any) session.Turn {
+	return session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf(format, args...)}
+}
+
+// appendTurns appends new user turns from to to-1 (content format with the
+// number) to th with f, one call each, fails the test unless each is added,
+// and returns them.
+func appendTurns(t *testing.T, s session.Store, th string, f session.Folder, format string, from, to int) []session.Turn {
+	t.Helper()
+	var ts []session.Turn
+	for i := from; i < to; i++ {
+		tu := userTurn(format, i)
+		if ok, err := appendFold(s, t.Context(), th, tu, f); err != nil || !ok {
+			t.Fatalf("AppendFold %s = %v, %v; want true, nil", tu.Content, ok, err)
+		}
+		ts = append(ts, tu)
+	}
+	return ts
+}
+
 func appendFold(s session.Store, ctx context.Context, th string, tu session.Turn, f session.Folder) (bool, error) {
 	added, err := s.AppendFold(ctx, th, f, tu)
 	if err == nil && len(added) != 1 {
@@ -415,6 +436,14 @@ func checkWriterOrder(t *testing.T, texts []string, writers, each int) {
 // idFolder folds all but the newest turn once the session passes at bytes;
 // its summary is the previous one plus the folded turns' contents, so a test
 // can tell that every turn was folded once and in order.
+// folding opens a store with the default options, a new thread, and an
+// idFolder at bytes that counts its calls.
+func folding(t *testing.T, newStore Factory, at int) (session.Store, string, session.Folder, *atomic.Int64) {
+	t.Helper()
+	calls := new(atomic.Int64)
+	return open(t, newStore, session.Options{}), thread(), idFolder(at, calls), calls
+}
+
 func idFolder(at int, calls *atomic.Int64) session.Folder {
 	return session.Folder{At: at, Fold: func(_ context.Context, s *session.Session) (int, string, error) {
 		calls.Add(1)
@@ -429,29 +458,13 @@ func idFolder(at int, calls *atomic.Int64) session.Folder {
 }
 
 func testAppendFold(t *testing.T, newStore Factory) {
-	s := open(t, newStore, session.Options{})
+	s, th, f, calls := folding(t, newStore, 40)
 	ctx := t.Context()
-	th := thread()
-	var calls atomic.Int64
-	f := idFolder(40, &calls)
-	var ts []session.Turn
-	for i := range 3 { // 3 × 10 bytes: under At, no fold
-		tu := session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("turn %05d", i)}
-		ts = append(ts, tu)
-		if ok, err := appendFold(s, ctx, th, tu, f); err != nil || !ok {
-			t.Fatalf("AppendFold = %v, %v; want true, nil", ok, err)
-		}
-	}
+	ts := appendTurns(t, s, th, f, "turn %05d", 0, 3) // 3 × 10 bytes: under At, no fold
 	if calls.Load() != 0 {
 		t.Fatalf("Fold asked %d times under At, want 0", calls.Load())
 	}
-	for i := 3; i < 5; i++ { // 50 bytes: past At, folded as part of the append
-		tu := session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("turn %05d", i)}
-		ts = append(ts, tu)
-		if ok, err := appendFold(s, ctx, th, tu, f); err != nil || !ok {
-			t.Fatalf("AppendFold = %v, %v; want true, nil", ok, err)
-		}
-	}
+	ts = append(ts, appendTurns(t, s, th, f, "turn %05d", 3, 5)...) // 50 bytes: past At, folded as part of the append
 	got := mustLoad(t, s, th)
 	if len(got.Turns) != 1 || got.Turns[0].ID != ts[4].ID {
 		t.Fatalf("got %d turns, want only the newest (turn 4)", len(got.Turns))
@@ -491,7 +504,7 @@ func testConcurrentFolds(t *testing.T, newStore Factory) {
 		s := stores[w%len(stores)]
 		wg.Go(func() {
 			for i := range each {
-				tu := session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("w%d %03d", w, i)}
+				tu := userTurn("w%d %03d", w, i)
 				if ok, err := appendFold(s, context.WithoutCancel(t.Context()), th, tu, f); err != nil || !ok {
 					errs <- fmt.Errorf("AppendFold %s = %v, %v; want true, nil", tu.Content, ok, err)
 				}
@@ -524,14 +537,7 @@ func testRedelivered(t *testing.T, newStore Factory) {
 	th := thread()
 	var calls atomic.Int64
 	f := idFolder(25, &calls)
-	var ts []session.Turn
-	for i := range 20 {
-		tu := session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("turn %03d", i)}
-		ts = append(ts, tu)
-		if ok, err := appendFold(a, ctx, th, tu, f); err != nil || !ok {
-			t.Fatalf("AppendFold = %v, %v; want true, nil", ok, err)
-		}
-	}
+	ts := appendTurns(t, a, th, f, "turn %03d", 0, 20)
 	before := mustLoad(t, a, th)
 	for _, s := range stores {
 		for _, tu := range ts {
@@ -554,18 +560,10 @@ func testRedelivered(t *testing.T, newStore Factory) {
 // (repeats inside the batch and turns appended before are reported as not
 // added), and the fold applies once to the whole batch.
 func testAppendFoldBatch(t *testing.T, newStore Factory) {
-	s := open(t, newStore, session.Options{})
+	s, th, f, calls := folding(t, newStore, 45)
 	ctx := t.Context()
-	th := thread()
-	var calls atomic.Int64
-	f := idFolder(45, &calls)
-	mk := func(i int) session.Turn {
-		return session.Turn{ID: uuid.NewString(), Role: "user", Content: fmt.Sprintf("turn %05d", i)}
-	}
-	first := mk(0)
-	if ok, err := appendFold(s, ctx, th, first, f); err != nil || !ok {
-		t.Fatalf("AppendFold = %v, %v; want true, nil", ok, err)
-	}
+	mk := func(i int) session.Turn { return userTurn("turn %05d", i) }
+	first := appendTurns(t, s, th, f, "turn %05d", 0, 1)[0]
 	batch := []session.Turn{mk(1), mk(2), first, mk(3)}
 	batch = append(batch, batch[1], mk(4)) // turn 2 twice in one batch
 	added, err := s.AppendFold(ctx, th, f, batch...)
