@@ -16,19 +16,26 @@ import (
 // Record is one audit line: one per invocation, whatever its outcome. It
 // never holds the arguments themselves, only their SHA-256.
 type Record struct {
-	// ID is the record's own id.
+	// ID is the record's own id, a UUID.
 	ID string `json:"id"`
 	// Time is when the invocation ended.
 	Time time.Time `json:"timestamp"`
+	// ExecutionID is the execution's id (CallID, else a fresh UUID).
+	ExecutionID string `json:"execution_id"`
+	// RunID correlates the records of one run: the task, the Slack message
+	// of a code block, the CLI invocation.
+	RunID string `json:"run_id"`
 	// CallID is the id of the tool-call envelope (empty for CLI calls).
 	CallID string `json:"call_id,omitempty"`
 	TaskID string `json:"task_id,omitempty"`
 	Thread string `json:"thread,omitempty"`
-	// AgentID and Role are the caller's.
+	// AgentID and Role are the caller's ("cli" for `relay mcp call`).
 	AgentID string `json:"agent_id,omitempty"`
-	Role    string `json:"role,omitempty"`
-	Server  string `json:"server"`
-	Tool    string `json:"tool"`
+	// Actor is who the call ran for (a person, the agent, "cli:<user>").
+	Actor  string `json:"actor,omitempty"`
+	Role   string `json:"role,omitempty"`
+	Server string `json:"server"`
+	Tool   string `json:"tool"`
 	// ArgsSHA256 is the hex SHA-256 of the canonical JSON of the arguments
 	// (object keys sorted, no spaces).
 	ArgsSHA256 string `json:"args_sha256"`
@@ -37,6 +44,8 @@ type Record struct {
 	DurationMS float64 `json:"duration_ms"`
 	Status     Status  `json:"status"`
 	Error      string  `json:"error,omitempty"`
+	// CancelledBy names who cancelled the execution (status cancelled).
+	CancelledBy string `json:"cancelled_by,omitempty"`
 	// Attempts counts the calls sent or tried (retries included).
 	Attempts int `json:"attempts,omitempty"`
 }

@@ -11,12 +11,13 @@ import (
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
-// budgets enforces the policy's budgets: a token bucket, a concurrency limit
-// and a daily quota per server and per tool, and the global concurrency limit.
-// Quotas are counted in this process (they reset at UTC midnight and on restart).
+// budgets enforces the policy's budgets: a token bucket and a concurrency
+// limit per server and per tool (in this process), and, in the LimitStore
+// every runner on the bus shares, the daily quotas per server and per tool,
+// the per-thread session limit and the global concurrency limit.
 type budgets struct {
 	policy *mcpconfig.Policy
-	global chan struct{}
+	store  LimitStore
 	now    func() time.Time
 
 	mu     sync.Mutex
@@ -27,14 +28,11 @@ type limit struct {
 	lim   *rate.Limiter // nil: no rate limit
 	sem   chan struct{} // nil: no concurrency limit
 	quota int           // 0: none
-
-	mu   sync.Mutex
-	day  string
-	used int
+	full  error         // the error of a used-up quota
 }
 
-func newBudgets(p *mcpconfig.Policy, now func() time.Time) *budgets {
-	return &budgets{policy: p, global: make(chan struct{}, p.Limits.Concurrency), now: now, limits: map[string]*limit{}}
+func newBudgets(p *mcpconfig.Policy, store LimitStore, now func() time.Time) *budgets {
+	return &budgets{policy: p, store: store, now: now, limits: map[string]*limit{}}
 }
 
 // limitFor returns the limit of a budget key, or nil when it has no budget.
@@ -47,7 +45,8 @@ func (b *budgets) limitFor(key string) *limit {
 	bud, ok := b.policy.Budgets[key]
 	var l *limit
 	if ok && (bud.RPS > 0 || bud.Concurrency > 0 || bud.DailyQuota > 0) {
-		l = &limit{quota: bud.DailyQuota}
+		l = &limit{quota: bud.DailyQuota,
+			full: fmt.Errorf("%w: budget %s allows %d calls a day", ErrQuotaExhausted, key, bud.DailyQuota)}
 		if bud.RPS > 0 {
 			l.lim = rate.NewLimiter(rate.Limit(bud.RPS), bud.Burst)
 		}
@@ -59,15 +58,17 @@ func (b *budgets) limitFor(key string) *limit {
 	return l
 }
 
-// admit applies the budgets of server and server.tool and returns the
-// function that releases the concurrency slots taken. Rate limits wait for a
-// token when it comes before ctx's deadline and fail with ErrRateLimited
-// otherwise; quotas fail with ErrQuotaExhausted; concurrency waits until ctx
-// ends (ErrTimeout or ErrCancelled).
-func (b *budgets) admit(ctx context.Context, server, tool string) (release func(), err error) {
+// admit applies the budgets of e's server and server.tool and the global
+// limits, and returns the function that releases the concurrency slots
+// taken. Rate limits wait for a token when it comes before ctx's deadline
+// and fail with ErrRateLimited otherwise; quotas fail with
+// ErrQuotaExhausted and the session limit with ErrLimitExceeded; a budget's
+// concurrency waits until ctx ends (ErrTimeout or ErrCancelled), the global
+// one too (ErrLimitExceeded at the deadline).
+func (b *budgets) admit(ctx context.Context, e Execution) (release func(), err error) {
 	ls := make([]*limit, 0, 2)
 	keys := make([]string, 0, 2)
-	for _, k := range [...]string{server, server + "." + tool} {
+	for _, k := range [...]string{e.Server, e.Server + "." + e.Tool} {
 		if l := b.limitFor(k); l != nil {
 			ls = append(ls, l)
 			keys = append(keys, k)
@@ -76,10 +77,74 @@ func (b *budgets) admit(ctx context.Context, server, tool string) (release func(
 	if err := reserveRate(ctx, ls, keys); err != nil {
 		return nil, err
 	}
-	if err := b.countQuota(ls, keys); err != nil {
+	undo := func() {}
+	if counters := b.counters(e, ls, keys); len(counters) > 0 {
+		if undo, err = b.store.Count(ctx, counters); err != nil {
+			return nil, err
+		}
+	}
+	releaseSems, err := acquireSems(ctx, ls)
+	if err != nil {
+		undo()
 		return nil, err
 	}
-	return b.acquireSlots(ctx, ls)
+	releaseSlot, err := b.acquireSlot(ctx, e)
+	if err != nil {
+		releaseSems()
+		undo()
+		return nil, err
+	}
+	return func() { releaseSlot(); releaseSems() }, nil
+}
+
+// counters are the counts e adds to: its thread's session and the daily
+// quotas of its budgets.
+func (b *budgets) counters(e Execution, ls []*limit, keys []string) []Counter {
+	var out []Counter
+	if n := b.policy.Limits.PerSession; e.Thread != "" && n > 0 {
+		out = append(out, Counter{Key: "session." + e.Thread, Limit: n, Full: &sessionFull{thread: e.Thread, limit: n}})
+	}
+	var day string
+	for i, l := range ls {
+		if l.quota == 0 {
+			continue
+		}
+		if day == "" {
+			day = b.now().UTC().Format(time.DateOnly)
+		}
+		out = append(out, Counter{Key: "quota." + day + "." + keys[i], Limit: l.quota, Full: l.full})
+	}
+	return out
+}
+
+// sessionFull is the error of a thread at its session limit. Its message
+// is built only when read, not on every call.
+type sessionFull struct {
+	thread string
+	limit  int
+}
+
+func (e *sessionFull) Error() string {
+	return fmt.Sprintf("%s: thread %s reached its session limit of %d executions (policy limits.perSession)", ErrLimitExceeded, e.thread, e.limit)
+}
+
+func (e *sessionFull) Unwrap() error { return ErrLimitExceeded }
+
+// acquireSlot takes one of the global concurrency slots for e.
+func (b *budgets) acquireSlot(ctx context.Context, e Execution) (func(), error) {
+	n := b.policy.Limits.Concurrency
+	release, err := b.store.Acquire(ctx, e, n)
+	switch {
+	case err == nil:
+		return release, nil
+	case err == context.DeadlineExceeded: // the wait for a slot, not a store failure it wrapped
+		return nil, fmt.Errorf("%w: all %d execution slots (policy limits.concurrency) stayed taken until the call's timeout", ErrLimitExceeded, n)
+	case ctx.Err() == context.DeadlineExceeded:
+		return nil, fmt.Errorf("%w: no execution slot: %w", ErrTimeout, err)
+	case ctx.Err() != nil:
+		return nil, ctxErr(ctx)
+	}
+	return nil, fmt.Errorf("take an execution slot: %w", err)
 }
 
 // reserveRate waits for a token of every rate-limited budget: every bucket
@@ -121,66 +186,27 @@ func reserveRate(ctx context.Context, ls []*limit, keys []string) error {
 	}
 }
 
-// countQuota counts the call against every daily quota, undoing the counts
-// already taken when one is used up.
-func (b *budgets) countQuota(ls []*limit, keys []string) error {
-	day := b.now().UTC().Format(time.DateOnly)
-	for i, l := range ls {
-		if l.quota == 0 {
-			continue
-		}
-		l.mu.Lock()
-		if l.day != day {
-			l.day, l.used = day, 0
-		}
-		if l.used >= l.quota {
-			l.mu.Unlock()
-			for _, u := range ls[:i] {
-				u.unuse()
-			}
-			return fmt.Errorf("%w: budget %s allows %d calls a day", ErrQuotaExhausted, keys[i], l.quota)
-		}
-		l.used++
-		l.mu.Unlock()
-	}
-	return nil
-}
-
-// acquireSlots takes a concurrency slot: global, then server, then tool.
-func (b *budgets) acquireSlots(ctx context.Context, ls []*limit) (release func(), err error) {
-	taken := make([]chan struct{}, 0, 3)
+// acquireSems takes the budgets' concurrency slots: server, then tool.
+func acquireSems(ctx context.Context, ls []*limit) (release func(), err error) {
+	taken := make([]chan struct{}, 0, 2)
 	release = func() {
 		for _, s := range taken {
 			<-s
 		}
 	}
-	sems := []chan struct{}{b.global}
 	for _, l := range ls {
-		if l.sem != nil {
-			sems = append(sems, l.sem)
+		if l.sem == nil {
+			continue
 		}
-	}
-	for _, s := range sems {
 		select {
-		case s <- struct{}{}:
-			taken = append(taken, s)
+		case l.sem <- struct{}{}:
+			taken = append(taken, l.sem)
 		case <-ctx.Done():
 			release()
 			return nil, ctxErr(ctx)
 		}
 	}
 	return release, nil
-}
-
-func (l *limit) unuse() {
-	if l.quota == 0 {
-		return
-	}
-	l.mu.Lock()
-	if l.used > 0 {
-		l.used--
-	}
-	l.mu.Unlock()
 }
 
 // ctxErr maps a done context to ErrTimeout or ErrCancelled.

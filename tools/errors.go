@@ -17,6 +17,9 @@ const (
 	StatusTimeout          Status = "timeout"
 	StatusCancelled        Status = "cancelled"
 	StatusDisabled         Status = "disabled"
+	// StatusLimitExceeded: the per-thread session limit or the global
+	// concurrency limit refused the execution.
+	StatusLimitExceeded Status = "limit_exceeded"
 )
 
 // Errors of a call; test with errors.Is. Each maps to one Status (see StatusOf).
@@ -28,6 +31,9 @@ var (
 	ErrRateLimited = errors.New("rate limited")
 	// ErrQuotaExhausted: the budget's daily quota is used up (status rate_limited).
 	ErrQuotaExhausted = fmt.Errorf("%w: daily quota exhausted", ErrRateLimited)
+	// ErrLimitExceeded: the thread's session limit is reached, or every
+	// global execution slot stayed taken until the call's deadline.
+	ErrLimitExceeded = errors.New("limit exceeded")
 	// ErrStopped: the stop switch blocks new executions (status disabled).
 	ErrStopped = errors.New("tool execution stopped by the stop switch")
 	// ErrDisabled: the server is disabled (by configuration, an operator or
@@ -95,6 +101,8 @@ func StatusOf(err error) Status {
 		return StatusSuccess
 	case errors.Is(err, ErrPermissionDenied):
 		return StatusPermissionDenied
+	case errors.Is(err, ErrLimitExceeded):
+		return StatusLimitExceeded
 	case errors.Is(err, ErrRateLimited):
 		return StatusRateLimited
 	case errors.Is(err, ErrTimeout):

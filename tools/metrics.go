@@ -18,7 +18,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"server"}),
 		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relay_tool_invocations_total", Help: "Tool invocations per server, tool and status (success, error, permission_denied, rate_limited, timeout, cancelled, disabled).",
+			Name: "relay_tool_invocations_total", Help: "Tool invocations per server, tool and status (success, error, permission_denied, rate_limited, limit_exceeded, timeout, cancelled, disabled).",
 		}, []string{"server", "tool", "status"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "relay_tool_call_seconds", Help: "Tool call latency per server and tool, all outcomes.",

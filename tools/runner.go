@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -59,6 +60,10 @@ type Config struct {
 	Notify func(ctx context.Context, n Notice)
 	// State persists enable/disable and the stop switch across processes; optional.
 	State StateStore
+	// Limits counts the session limits and daily quotas and holds the
+	// global concurrency slots and the active executions; nil keeps them in
+	// this process (NewMemoryLimits). services/toolrunner shares them on the bus.
+	Limits LimitStore
 	// Redactor removes secrets from results; nil removes token shapes only.
 	Redactor *Redactor
 	// BaseEnv is the environment every stdio server starts with (plus its own
@@ -139,6 +144,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Redactor == nil {
 		c.Redactor = NewRedactor()
+	}
+	if c.Limits == nil {
+		c.Limits = NewMemoryLimits()
 	}
 	if c.BaseEnv == nil {
 		c.BaseEnv = BaseEnvFrom(os.Environ())
@@ -269,6 +277,12 @@ type Runner struct {
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// id names this runner in the executions it registers (Execution.Owner).
+	id string
+	// execs are the executions running here, by id (Cancel).
+	execsMu sync.Mutex
+	execs   map[string]*running
 }
 
 // New builds a Runner (opening the audit log) without connecting anything.
@@ -281,7 +295,9 @@ func New(cfg Config) (*Runner, error) {
 		cfg:        cfg,
 		log:        cfg.Logger,
 		metrics:    newMetrics(cfg.Registerer),
-		budgets:    newBudgets(cfg.Policy, cfg.Now),
+		budgets:    newBudgets(cfg.Policy, cfg.Limits, cfg.Now),
+		id:         uuid.NewString(),
+		execs:      map[string]*running{},
 		redactor:   cfg.Redactor,
 		progress:   &progressRouter{},
 		conns:      map[string]*conn{},
@@ -522,23 +538,7 @@ func (r *Runner) autoDisable(ctx context.Context, c *conn, failures int, err err
 // Tools lists the tools role may call, from every ready server, in server
 // then tool order. Servers that cannot list are left out.
 func (r *Runner) Tools(ctx context.Context, role string) []ToolInfo {
-	var out []ToolInfo
-	for _, c := range r.list() {
-		name := c.cfg.Name
-		if c.isDisabled() {
-			continue
-		}
-		list, err := c.cachedTools(ctx)
-		if err != nil {
-			continue
-		}
-		for _, e := range list {
-			if r.cfg.Policy.Allowed(role, name, e.info.Tool) {
-				out = append(out, e.info)
-			}
-		}
-	}
-	return out
+	return r.ToolsAt(ctx, role, mcpconfig.Location{})
 }
 
 // AllTools lists every tool of every ready server, unfiltered (operators).
@@ -581,8 +581,15 @@ type Request struct {
 	// Args are the tool's arguments.
 	Args   map[string]any
 	Caller Caller
-	// TaskID and Thread are recorded in the audit log.
+	// TaskID and Thread are recorded in the audit log; Thread is the
+	// session the policy's limits.perSession counts.
 	TaskID, Thread string
+	// RunID is the audit log's run id: the Slack message of a code block,
+	// the CLI invocation. Default: TaskID, else the execution id.
+	RunID string
+	// Actor is who the call runs for, as the audit log and `relay mcp
+	// active` show it. Default: ActsFor, else Caller.AgentID.
+	Actor string
 	// ActsFor is the person the call acts for (a Slack user id), who answers
 	// the server's questions; empty for an agent's task (an approver answers).
 	ActsFor string
@@ -616,12 +623,18 @@ type Result struct {
 	Attempts int
 	// AuditID is the id of the call's audit record.
 	AuditID string
+	// ExecutionID is the call's execution id (Request.CallID, else a fresh
+	// UUID): what `relay mcp active` lists and `relay mcp cancel` takes.
+	ExecutionID string
+	// CancelledBy is who cancelled the execution (Runner.Cancel), if anyone.
+	CancelledBy string
 	// SamplingTokens are the LLM tokens the server's sampling requests used.
 	SamplingTokens int
 }
 
 // Map is the result as tool_call.result: content, text, structured,
-// status, redacted, duration_ms and, on failure, error.
+// status, redacted, duration_ms and, on failure, error (and cancelled_by
+// when someone cancelled it).
 func (res *Result) Map() map[string]any {
 	m := map[string]any{
 		"status":      string(res.Status),
@@ -643,6 +656,9 @@ func (res *Result) Map() map[string]any {
 	if res.SamplingTokens > 0 {
 		m["sampling_tokens"] = res.SamplingTokens
 	}
+	if res.CancelledBy != "" {
+		m["cancelled_by"] = res.CancelledBy
+	}
 	return m
 }
 
@@ -651,7 +667,11 @@ func (res *Result) Map() map[string]any {
 func (r *Runner) Call(ctx context.Context, req Request) *Result {
 	start := time.Now()
 	server, tool, _ := mcpconfig.SplitTool(req.Tool)
-	res := r.call(ctx, &req, server, tool)
+	e := r.newExecution(&req, server, tool, start)
+	ctx, run, untrack := r.track(ctx, e.ID)
+	res := r.call(ctx, &req, e)
+	untrack()
+	res.ExecutionID, res.CancelledBy = e.ID, run.cancelledBy()
 	res.Duration = time.Since(start)
 	res.Status = StatusOf(res.Err)
 	if res.Err != nil {
@@ -664,42 +684,39 @@ func (r *Runner) Call(ctx context.Context, req Request) *Result {
 		r.metrics.invocations.WithLabelValues(server, tool, string(res.Status)).Inc()
 		r.metrics.latency.WithLabelValues(server, tool).Observe(res.Duration.Seconds())
 	}
-	r.record(ctx, &req, server, tool, res)
+	r.record(ctx, &req, e, res)
 	return res
 }
 
-// auditPrefix makes audit ids unique across processes; the counter makes
-// them unique within one. Cheaper than a UUID per call (no getrandom syscall
-// on the call path), and still sortable by issue order within a process.
-var (
-	auditPrefix = func() string {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		return hex.EncodeToString(b[:])
-	}()
-	auditSeq atomic.Uint64
-)
+// auditPrefix makes the ids of elicitation questions unique across
+// processes.
+var auditPrefix = func() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}()
 
-func newAuditID() string {
-	return auditPrefix + "-" + strconv.FormatUint(auditSeq.Add(1), 10)
-}
-
-func (r *Runner) record(ctx context.Context, req *Request, server, tool string, res *Result) {
+func (r *Runner) record(ctx context.Context, req *Request, e Execution, res *Result) {
+	server := e.Server
 	rec := Record{
-		ID:         newAuditID(),
-		Time:       time.Now().UTC(),
-		CallID:     req.CallID,
-		TaskID:     req.TaskID,
-		Thread:     req.Thread,
-		AgentID:    req.Caller.AgentID,
-		Role:       req.Caller.Role,
-		Server:     server,
-		Tool:       tool,
-		ArgsSHA256: ArgsHash(req.Args),
-		Redacted:   res.Redacted,
-		DurationMS: float64(res.Duration.Microseconds()) / 1000,
-		Status:     res.Status,
-		Attempts:   res.Attempts,
+		ID:          uuid.NewString(),
+		Time:        time.Now().UTC(),
+		ExecutionID: e.ID,
+		RunID:       e.RunID,
+		CallID:      req.CallID,
+		TaskID:      req.TaskID,
+		Thread:      req.Thread,
+		AgentID:     req.Caller.AgentID,
+		Actor:       e.Actor,
+		Role:        req.Caller.Role,
+		Server:      server,
+		Tool:        e.Tool,
+		CancelledBy: res.CancelledBy,
+		ArgsSHA256:  ArgsHash(req.Args),
+		Redacted:    res.Redacted,
+		DurationMS:  float64(res.Duration.Microseconds()) / 1000,
+		Status:      res.Status,
+		Attempts:    res.Attempts,
 	}
 	if req.Operator && rec.Role == "" {
 		rec.Role = "operator"
@@ -722,8 +739,9 @@ func (r *Runner) record(ctx context.Context, req *Request, server, tool string, 
 	}
 }
 
-func (r *Runner) call(ctx context.Context, req *Request, server, tool string) (res *Result) {
+func (r *Runner) call(ctx context.Context, req *Request, e Execution) (res *Result) {
 	res = &Result{}
+	server, tool := e.Server, e.Tool
 	if server == "" {
 		res.Err = fmt.Errorf("%w: %q is not <server>.<tool>", ErrUnknownTool, req.Tool)
 		return res
@@ -768,6 +786,10 @@ func (r *Runner) call(ctx context.Context, req *Request, server, tool string) (r
 		res.Err = err
 		return res
 	}
+	if !req.Operator && !r.cfg.Policy.AllowedTool(req.Caller.Role, server, tool, entry.info.ReadOnly) {
+		res.Err = fmt.Errorf("%w: role %s lacks capability %s.%s (the tool is %s)", ErrPermissionDenied, req.Caller.Role, server, tool, verbOf(entry.info.ReadOnly))
+		return res
+	}
 	in, out := entry.schemas()
 	if entry.schemaErr != nil {
 		r.log.Warn("tool schema does not compile; not validating", "tool", entry.info.Name, "err", entry.schemaErr)
@@ -780,7 +802,7 @@ func (r *Runner) call(ctx context.Context, req *Request, server, tool string) (r
 		res.Err = fmt.Errorf("%w: %v", ErrInvalidArguments, err)
 		return res
 	}
-	release, err := r.budgets.admit(ctx, server, tool)
+	release, err := r.budgets.admit(ctx, e)
 	if err != nil {
 		res.Err = err
 		return res

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relaystation/relay/internal/testenv"
@@ -312,7 +313,7 @@ budgets:
 	}
 	for i, s := range steps {
 		rec := recs[i]
-		if rec.Status != s.status || rec.ID == "" || rec.TaskID != "task-1" || rec.Time.IsZero() || len(rec.ArgsSHA256) != 64 {
+		if rec.Status != s.status || uuid.Validate(rec.ID) != nil || rec.TaskID != "task-1" || rec.RunID != "task-1" || rec.Time.IsZero() || len(rec.ArgsSHA256) != 64 {
 			t.Errorf("%s: audit record %+v, want status %s with ids and hash", s.name, rec, s.status)
 		}
 		if s.status != StatusSuccess && rec.Error == "" {
@@ -514,8 +515,8 @@ func TestGlobalConcurrencyLimit(t *testing.T) {
 	}()
 	testenv.WaitFor(t, 10*time.Second, "slow-started", func() bool { return fileExists(dir, "slow-started") })
 	res := r.Call(t.Context(), Request{Tool: "h.echo", Args: map[string]any{"message": "x"}, Caller: Caller{Role: "agent"}})
-	if res.Status != StatusTimeout {
-		t.Errorf("second call with the only slot taken: got %s (%v), want timeout", res.Status, res.Err)
+	if res.Status != StatusLimitExceeded || !errors.Is(res.Err, ErrLimitExceeded) {
+		t.Errorf("second call with the only slot taken: got %s (%v), want limit_exceeded at its timeout", res.Status, res.Err)
 	}
 	if res := <-done; res.Err != nil {
 		t.Errorf("slow call: %v", res.Err)

@@ -189,8 +189,12 @@ func TestFlappingServerIsAutoDisabled(t *testing.T) {
 	var log recorder[Notice]
 	cfg.Notify = log.notify
 	r := startUnready(t, cfg)
-	testenv.WaitFor(t, 30*time.Second, "the flapping server to be auto-disabled", func() bool { return r.Servers()[0].State == StateDisabled })
+	// The notice is sent after the state changes: wait for it, not the state.
+	testenv.WaitFor(t, 30*time.Second, "the auto-disable notice", func() bool { return len(log.all()) > 0 })
 	st := r.Servers()[0]
+	if st.State != StateDisabled {
+		t.Errorf("state after the notice: got %s, want %s", st.State, StateDisabled)
+	}
 	if st.DisabledBy != "health" || !strings.Contains(st.DisabledReason, "3 failed health checks") || st.AutoDisabledAt.IsZero() {
 		t.Errorf("got %+v, want auto-disabled after 3 failed checks", st)
 	}

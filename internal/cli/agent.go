@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/slack-go/slack"
+
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/services/agent"
 )
@@ -32,6 +34,16 @@ func configureAgent(env *config.Env) buildFunc {
 			cfg.Model, cfg.ModelName = m, s.LLM.Model
 			cfg.Memory = agent.BusMemory(d.Bus.Conn(), d.Bus.Prefix(), 10*time.Second)
 			cfg.Tools = agent.BusTools(d.Bus.Conn(), d.Bus.Prefix(), 30*time.Second).SetWait(s.ToolsWait)
+		}
+		if cfg.Policy != nil && cfg.Tools == nil {
+			cfg.Tools = agent.BusTools(d.Bus.Conn(), d.Bus.Prefix(), 30*time.Second).SetWait(s.ToolsWait)
+		}
+		if cfg.Policy != nil && s.SlackToken.IsSet() {
+			opts := []slack.Option{}
+			if s.SlackURL != "" {
+				opts = append(opts, slack.OptionAPIURL(s.SlackURL))
+			}
+			cfg.Slack = slack.New(s.SlackToken.Reveal(), opts...)
 		}
 		svc, err := agent.New(ctx, cfg, d.Bus)
 		if err != nil {

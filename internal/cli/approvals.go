@@ -6,6 +6,7 @@ import (
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/services/approvals"
 	"github.com/relaystation/relay/services/outbound"
+	"github.com/relaystation/relay/services/toolrunner"
 )
 
 func init() {
@@ -28,6 +29,11 @@ func configureApprovals(env *config.Env) buildFunc {
 		var runs []func(context.Context) error
 		if enabled {
 			cfg.Logger = log
+			st, err := toolrunner.OpenState(ctx, d.Bus)
+			if err != nil {
+				return nil, err
+			}
+			cfg.Stop = st
 			svc, err := approvals.New(ctx, cfg, d.Bus, nil)
 			if err != nil {
 				return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/services/toolrunner"
 	"github.com/relaystation/relay/tools"
@@ -25,8 +28,8 @@ import (
 func init() {
 	registerCommand(&command{
 		name:    "mcp",
-		usage:   "list|test|call|enable|disable|refresh|stop|resume|install|uninstall|bundles",
-		summary: "MCP servers of mcp.json: `list [-json]`, `test <server>`, `call <server> <tool> --args '{...}'`, `enable|disable <server>`, `refresh [server]` (tool lists), `stop|resume` (stop switch), `install|uninstall|bundles` (bundles)",
+		usage:   "list|test|call|active|cancel|enable|disable|refresh|stop|resume|install|uninstall|bundles",
+		summary: "MCP servers of mcp.json: `list [-json]`, `test <server>`, `call <server> <tool> --args '{...}'`, `active [-json]`, `cancel <id>` (running executions), `enable|disable <server>`, `refresh [server]` (tool lists), `stop|resume` (stop switch), `install|uninstall|bundles` (bundles)",
 		run:     runMCP,
 	})
 }
@@ -35,6 +38,8 @@ const mcpUsage = `usage:
   relay mcp list [-json]                              servers, status and tools (from the running relay, else probed)
   relay mcp test <server> [-json]                     Healthy / Degraded / Unhealthy with a timestamp; exit 1 when unhealthy
   relay mcp call <server> <tool> [--args '{...}'] [--role R] [--save DIR] [-v] [-json]
+  relay mcp active [-json]                            executions running in every tool runner (id, server, tool, thread, actor, started, elapsed)
+  relay mcp cancel <id> [--actor WHO]                 cancel a running execution (the server gets notifications/cancelled)
   relay mcp enable <server>                           re-enable (resets the health failure count)
   relay mcp disable <server> [--reason TEXT]
   relay mcp refresh [server]                          running tool runners drop their cached tool list (of one server, or all)
@@ -64,6 +69,10 @@ func runMCP(ctx context.Context, a *app, args []string) error {
 		return mcpEnable(ctx, a, ts, sub == "enable", rest)
 	case "refresh":
 		return mcpRefresh(ctx, a, rest)
+	case "active":
+		return mcpActive(ctx, a, rest)
+	case "cancel":
+		return mcpCancel(ctx, a, rest)
 	case "stop", "resume":
 		return mcpStop(ctx, a, sub == "stop")
 	}
@@ -239,7 +248,12 @@ func mcpTest(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
+	release, err := a.admitProbe(ctx, ts, s.Name)
+	if err != nil {
+		return err
+	}
 	p := tools.ProbeServer(ctx, ts.Runner, s)
+	release()
 	if *asJSON {
 		if err := json.NewEncoder(a.stdout).Encode(p); err != nil {
 			return err
@@ -287,31 +301,15 @@ func mcpCall(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 	if err := json.Unmarshal([]byte(*rawArgs), &targs); err != nil {
 		return &exitError{code: 2, msg: fmt.Sprintf("--args: not a JSON object: %v", err)}
 	}
-	cfg := ts.Runner
-	s.Disabled = false // an operator may call a disabled server directly
-	cfg.Servers = []mcpconfig.Server{s}
-	cfg.Logger = a.log
-	cfg.StderrLevel = slog.LevelDebug // a server's stderr is noise in a CLI's output
-	if *verbose {
-		cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	cfg.Elicitor = terminalElicitor(a)
-	r, err := tools.New(cfg)
+	sh, closeShared := a.openShared(ctx, "call")
+	defer closeShared()
+	r, err := callRunner(ctx, a, ts, s, sh, *verbose)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	if err := r.Start(ctx); err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	pending := r.WaitReady(wctx)
-	cancel()
-	if len(pending) > 0 {
-		st := r.Servers()[0]
-		return &exitError{code: 1, msg: fmt.Sprintf("server %s is %s: %s", s.Name, st.State, st.LastError)}
-	}
-	res := r.Call(ctx, tools.Request{Tool: s.Name + "." + tool, Args: targs, Caller: tools.Caller{Role: *role}, Operator: *role == "",
+	res := r.Call(ctx, tools.Request{Tool: s.Name + "." + tool, Args: targs, Caller: tools.Caller{AgentID: "cli", Role: *role}, Operator: *role == "",
+		RunID: uuid.NewString(), Actor: cliActor(),
 		Progress: func(p tools.ProgressEvent) {
 			fmt.Fprintf(a.stderr, "progress %g/%g %s\n", p.Progress, p.Total, p.Message)
 		}})
@@ -328,10 +326,50 @@ func mcpCall(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 			fmt.Fprintln(a.stdout, string(b))
 		}
 	}
+	if errors.Is(res.Err, tools.ErrStopped) {
+		return &exitError{code: 1, msg: fmt.Sprintf("%s (status %s; `relay mcp resume` allows executions again)", res.Err, res.Status)}
+	}
 	if res.Err != nil {
 		return &exitError{code: 1, msg: fmt.Sprintf("%s (status %s)", res.Err, res.Status)}
 	}
 	return nil
+}
+
+// callRunner starts a runner on server s alone for `relay mcp call`, on
+// the shared stop switch and limits when sh is set, and waits until s is
+// ready (not when the stop switch refuses the call anyway).
+func callRunner(ctx context.Context, a *app, ts *toolrunner.Settings, s mcpconfig.Server, sh *sharedTools, verbose bool) (*tools.Runner, error) {
+	cfg := ts.Runner
+	if sh != nil {
+		cfg.State, cfg.Limits = stopOnly{sh.state}, sh.limits
+	}
+	s.Disabled = false // an operator may call a disabled server directly
+	cfg.Servers = []mcpconfig.Server{s}
+	cfg.Logger = a.log
+	cfg.StderrLevel = slog.LevelDebug // a server's stderr is noise in a CLI's output
+	if verbose {
+		cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	cfg.Elicitor = terminalElicitor(a)
+	r, err := tools.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Start(ctx); err != nil {
+		_ = r.Close()
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if r.Stopped() { // the call is refused (and audited) without the server
+		return r, nil
+	}
+	if pending := r.WaitReady(wctx); len(pending) > 0 {
+		st := r.Servers()[0]
+		_ = r.Close()
+		return nil, &exitError{code: 1, msg: fmt.Sprintf("server %s is %s: %s", s.Name, st.State, st.LastError)}
+	}
+	return r, nil
 }
 
 func mcpEnable(ctx context.Context, a *app, ts *toolrunner.Settings, enable bool, args []string) error {

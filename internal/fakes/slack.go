@@ -32,7 +32,8 @@ type Slack struct {
 	fail   map[string]string
 	hook   func(SlackCall)
 	wsURL  string
-	msgs   []map[string]any // posted messages, for conversations.history and .replies
+	msgs   []map[string]any  // posted messages, for conversations.history and .replies
+	files  map[string][]byte // uploaded file contents by file id (files.getUploadURLExternal)
 }
 
 // OnCall makes the fake call fn for every call it receives, after recording
@@ -45,7 +46,7 @@ func (f *Slack) OnCall(fn func(SlackCall)) {
 
 // NewSlack starts a fake Slack Web API, closed when the test ends.
 func NewSlack(t Cleaner) *Slack {
-	f := &Slack{groups: map[string][]string{}, fail: map[string]string{}}
+	f := &Slack{groups: map[string][]string{}, fail: map[string]string{}, files: map[string][]byte{}}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -121,7 +122,14 @@ func callParams(r *http.Request) map[string]string {
 
 func (f *Slack) serve(w http.ResponseWriter, r *http.Request) {
 	method := strings.TrimPrefix(r.URL.Path, "/api/")
+	if id, ok := strings.CutPrefix(method, uploadPath); ok {
+		f.receiveUpload(w, r, id)
+		return
+	}
 	params := callParams(r)
+	if method == "files.getUploadURLExternal" {
+		params["_base"] = "http://" + r.Host + "/api/"
+	}
 	f.mu.Lock()
 	f.seq++
 	ts := fmt.Sprintf("1700000000.%06d", f.seq)
@@ -183,6 +191,13 @@ func (c call) answer() any {
 			"message": map[string]any{"type": "message", "ts": c.ts, "text": c.params["text"]}}
 	case "chat.update":
 		resp = map[string]any{"ok": true, "channel": c.params["channel"], "ts": c.params["ts"], "text": c.params["text"]}
+	case "files.getUploadURLExternal":
+		id := fmt.Sprintf("F%06d", c.seq)
+		resp = map[string]any{"ok": true, "file_id": id, "upload_url": c.params["_base"] + uploadPath + id}
+	case "files.completeUploadExternal":
+		var files []map[string]any
+		_ = json.Unmarshal([]byte(c.params["files"]), &files)
+		resp = map[string]any{"ok": true, "files": files}
 	case "chat.postEphemeral":
 		resp = map[string]any{"ok": true, "message_ts": c.ts}
 	case "views.open", "views.update", "views.push":
@@ -322,4 +337,50 @@ func ViewSubmission(team, user, triggerID string, view SlackCall, values map[str
 // FormPayload wraps an interaction payload as Slack posts it: payload=<json>.
 func FormPayload(payload []byte) []byte {
 	return []byte("payload=" + url.QueryEscape(string(payload)))
+}
+
+// uploadPath is where the fake's upload URLs point, under the API base (the
+// client sends its token only there).
+const uploadPath = "upload/"
+
+// receiveUpload stores the "file" part of an upload to an upload URL.
+func (f *Slack) receiveUpload(w http.ResponseWriter, r *http.Request, id string) {
+	file, _, err := r.FormFile("file")
+	if err != nil {
+		http.Error(w, "no file part: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	data, err := io.ReadAll(file)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.files[id] = data
+	f.mu.Unlock()
+	fmt.Fprintf(w, "OK - %d", len(data))
+}
+
+// Upload is a file uploaded and shared (files.completeUploadExternal).
+type Upload struct {
+	ID, Title, Channel, ThreadTS string
+	Data                         []byte
+}
+
+// Uploads returns the files uploaded and completed, in order.
+func (f *Slack) Uploads() []Upload {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Upload
+	for _, c := range f.calls {
+		if c.Method != "files.completeUploadExternal" {
+			continue
+		}
+		var files []struct{ ID, Title string }
+		_ = json.Unmarshal([]byte(c.Params["files"]), &files)
+		for _, fl := range files {
+			out = append(out, Upload{ID: fl.ID, Title: fl.Title, Channel: c.Params["channel_id"], ThreadTS: c.Params["thread_ts"], Data: f.files[fl.ID]})
+		}
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"sync"
@@ -160,6 +161,22 @@ func markerKey(thread, id string) string {
 
 const maxCASRetries = 50
 
+// casBackoff waits before the next try after the attempt-th lost
+// compare-and-swap: a random delay up to 100µs·2^attempt, capped at 20ms, so
+// writers that keep colliding spread out instead of starving one another
+// (without it, a slow writer on a loaded machine could lose 50 rounds in a row).
+func casBackoff(ctx context.Context, attempt int) error {
+	limit := min(100*time.Microsecond<<min(attempt, 8), 20*time.Millisecond)
+	t := time.NewTimer(rand.N(limit) + 1)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // read decodes the JSON value of key into v and returns its revision: 0,
 // with v untouched, when the key does not exist.
 func read(ctx context.Context, kv jetstream.KeyValue, key string, v any) (uint64, error) {
@@ -195,7 +212,12 @@ func write(ctx context.Context, kv jetstream.KeyValue, key string, b []byte, rev
 // update reads the key, applies fn and writes it back with the read revision,
 // retrying on conflicts. fn returns false to write nothing.
 func update[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn func(v *T) (bool, error)) error {
-	for range maxCASRetries {
+	for attempt := range maxCASRetries {
+		if attempt > 0 {
+			if err := casBackoff(ctx, attempt); err != nil {
+				return err
+			}
+		}
 		var v T
 		rev, err := read(ctx, kv, key, &v)
 		if err != nil {
@@ -274,7 +296,12 @@ type change func(cur *kvSession) (next *kvSession, removed []string, err error)
 func (k *KV) modify(ctx context.Context, thread string, fn change) error {
 	key := kvKey(thread)
 	fresh := false
-	for range maxCASRetries {
+	for attempt := range maxCASRetries {
+		if attempt > 0 {
+			if err := casBackoff(ctx, attempt); err != nil {
+				return err
+			}
+		}
 		cur, rev, err := k.session(ctx, key, fresh)
 		if err != nil {
 			return err

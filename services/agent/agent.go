@@ -60,6 +60,7 @@ import (
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 // Subjects the agent publishes, relative to the bus prefix.
@@ -88,6 +89,18 @@ type Config struct {
 	ModelName string
 	// Tools lists the MCP tools of Role; nil offers only retrieve_docs.
 	Tools ToolLister
+	// Policy, when set, turns on code-block runs (coderun.go): members of
+	// its roles run a tool by writing a fenced block naming it, and the
+	// bindings limit the tools offered at each place. Nil: every message
+	// goes to the model.
+	Policy *mcpconfig.Policy
+	// Slack answers Slack user-group membership of policy members and posts
+	// ephemeral refusals; nil checks only user ids and refuses in the
+	// thread.
+	Slack SlackAPI
+	// LongOutput is how many characters of a run's output are shown before
+	// it is collapsed to a summary line. Default DefaultLongOutput.
+	LongOutput int
 	// Memory gives session context, long-term memories and retrieve_docs;
 	// nil gives none.
 	Memory Memory
@@ -263,10 +276,13 @@ const (
 // Run consumes triggers and tool results until ctx is cancelled, then drains
 // in-flight work. Without a model it logs that the agent is off and waits.
 func (s *Service) Run(ctx context.Context) error {
-	if s.cfg.Model == nil {
+	if s.cfg.Model == nil && s.cfg.Policy == nil {
 		s.log.Info("agent is off: no LLM configured (set LLM_BASE_URL and LLM_MODEL)")
 		<-ctx.Done()
 		return nil
+	}
+	if s.cfg.Model == nil {
+		s.log.Info("no LLM configured (set LLM_BASE_URL and LLM_MODEL): only code-block runs are answered")
 	}
 	consumers := []struct {
 		name, subject string

@@ -10,13 +10,15 @@ import (
 	"github.com/relaystation/relay/memory"
 	"github.com/relaystation/relay/memory/remote"
 	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
-// ToolLister lists the MCP tools a role may call. The tool runner answers
-// this over NATS request/reply (tools.ListRemote on rpc.tool.list);
-// BusTools adapts it.
+// ToolLister lists the MCP tools a role may call at a place (a zero
+// Location: anywhere; a binding of the place limits the servers). The tool
+// runner answers this over NATS request/reply (tools.ListRemoteAt on
+// rpc.tool.list); BusTools adapts it.
 type ToolLister interface {
-	Tools(ctx context.Context, role string) ([]tools.ToolInfo, error)
+	Tools(ctx context.Context, role string, at mcpconfig.Location) ([]tools.ToolInfo, error)
 }
 
 // Memory is what the agent asks of the memory worker: a thread's session
@@ -46,8 +48,8 @@ const DefaultToolsWait = 10 * time.Second
 // partial tool list. It is safe for concurrent use.
 func BusTools(nc *nats.Conn, prefix string, ttl time.Duration) *CachedTools {
 	return &CachedTools{
-		list: func(ctx context.Context, role string) ([]tools.ToolInfo, error) {
-			return tools.ListRemote(ctx, nc, prefix, role)
+		list: func(ctx context.Context, role string, at mcpconfig.Location) ([]tools.ToolInfo, error) {
+			return tools.ListRemoteAt(ctx, nc, prefix, role, at)
 		},
 		pending: func(ctx context.Context) ([]string, error) {
 			st, err := tools.StatusRemote(ctx, nc, prefix)
@@ -62,9 +64,10 @@ func BusTools(nc *nats.Conn, prefix string, ttl time.Duration) *CachedTools {
 	}
 }
 
-// CachedTools caches a tool list per role. Failed listings are not cached.
+// CachedTools caches a tool list per role and place. Failed listings are not
+// cached.
 type CachedTools struct {
-	list    func(ctx context.Context, role string) ([]tools.ToolInfo, error)
+	list    func(ctx context.Context, role string, at mcpconfig.Location) ([]tools.ToolInfo, error)
 	pending func(ctx context.Context) ([]string, error)
 	wait    time.Duration
 	ttl     time.Duration
@@ -116,23 +119,24 @@ type cachedList struct {
 }
 
 // Tools implements ToolLister.
-func (c *CachedTools) Tools(ctx context.Context, role string) ([]tools.ToolInfo, error) {
+func (c *CachedTools) Tools(ctx context.Context, role string, at mcpconfig.Location) ([]tools.ToolInfo, error) {
 	c.awaitDiscovery(ctx)
+	key := role + "@" + at.String()
 	if c.ttl > 0 {
 		c.mu.Lock()
-		e, ok := c.cache[role]
+		e, ok := c.cache[key]
 		c.mu.Unlock()
 		if ok && time.Since(e.at) < c.ttl {
 			return e.tools, nil
 		}
 	}
-	list, err := c.list(ctx, role)
+	list, err := c.list(ctx, role, at)
 	if err != nil {
 		return nil, err
 	}
 	if c.ttl > 0 {
 		c.mu.Lock()
-		c.cache[role] = cachedList{tools: list, at: time.Now()}
+		c.cache[key] = cachedList{tools: list, at: time.Now()}
 		c.mu.Unlock()
 	}
 	return list, nil

@@ -1,16 +1,9 @@
 package agent
 
 import (
-	"log/slog"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/relaystation/relay/bus/bustest"
-	"github.com/relaystation/relay/internal/testenv"
-	"github.com/relaystation/relay/services/toolrunner"
-	"github.com/relaystation/relay/tools"
-	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 // TestWithRealToolRunner runs the loop against the real tool runner and the
@@ -19,25 +12,8 @@ import (
 // tool.result.
 func TestWithRealToolRunner(t *testing.T) {
 	t.Parallel()
-	bin := testenv.NPMBin(t, "mcp-server-everything")
 	b := bustest.Embedded(t)
-	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['everything.echo']\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := toolrunner.New(t.Context(), toolrunner.Config{Logger: testenv.Logger(t, slog.LevelWarn), Tools: tools.Config{
-		Servers: []mcpconfig.Server{{Name: "everything", Type: mcpconfig.Stdio, Command: bin, Args: []string{"stdio"},
-			ProtocolVersion: mcpconfig.DefaultProtocolVersion}},
-		Policy: pol, AuditPath: filepath.Join(t.TempDir(), "tools.jsonl"),
-	}}, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.Go(t, "toolrunner Run", tr.Run)
-	testenv.WaitFor(t, 30*time.Second, "mcp-server-everything ready", func() bool {
-		s := tr.Runner().Servers()
-		return len(s) == 1 && s[0].State == tools.StateReady
-	})
+	startToolRunner(t, b, "roles:\n  - role: agent\n    capabilities: ['everything.echo']\n", "everything")
 
 	h := setup(t, []reply{callTool("everything__echo", map[string]any{"message": "hi"}), say("It echoed.")}, withBus(b))
 	h.publish(t, "in.github.issues", githubIssueOpened())

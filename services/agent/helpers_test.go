@@ -345,11 +345,17 @@ func (h *harness) publish(t testing.TB, subject string, e *envelope.Envelope) {
 // next returns the next envelope the agent published on agent.>.
 func (h *harness) next(t testing.TB) *envelope.Envelope {
 	t.Helper()
+	return receive(t, h.out, "agent.>")
+}
+
+// receive returns the next envelope of an observed subject.
+func receive(t testing.TB, ch <-chan *envelope.Envelope, subject string) *envelope.Envelope {
+	t.Helper()
 	select {
-	case e := <-h.out:
+	case e := <-ch:
 		return e
-	case <-time.After(20 * time.Second):
-		t.Fatal("the agent published nothing on agent.>")
+	case <-time.After(30 * time.Second):
+		t.Fatalf("nothing was published on %s", subject)
 		return nil
 	}
 }

@@ -22,7 +22,16 @@ import (
 // handleInbound starts (or resumes) the task of a triggering envelope.
 func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 	e := m.Envelope
+	if ran, err := s.handleRun(ctx, m); ran {
+		return err
+	}
+	if switchCommand(e) {
+		return nil // `/relay stop|resume`: the approvals worker's
+	}
 	ok, why := s.match.Match(e)
+	if ok && s.tasks == nil {
+		ok, why = false, "no model configured"
+	}
 	if !ok {
 		if why != SkipNoTrigger && why != SkipNotUser {
 			s.log.Debug("inbound envelope starts no task", "envelope_id", e.ID, "subject", m.Subject, "reason", why)
@@ -64,7 +73,10 @@ func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 // every call of the step is answered, continues the task.
 func (s *Service) handleResult(ctx context.Context, m *bus.Message) error {
 	e := m.Envelope
-	if e.ToolCall == nil || e.ToolCall.ID == "" || e.Meta.TaskID == "" {
+	if st, ok := runStateOf(e); ok {
+		return s.handleRunResult(ctx, e, st)
+	}
+	if e.ToolCall == nil || e.ToolCall.ID == "" || e.Meta.TaskID == "" || s.tasks == nil {
 		return nil
 	}
 	for range 20 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/memory"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 // retrieveDocsSpec is the function the agent answers itself.
@@ -58,7 +59,7 @@ func (s *Service) newTask(ctx context.Context, id string, e *envelope.Envelope, 
 			}
 		}
 	}
-	t.Tools = s.offeredTools(ctx, log)
+	t.Tools = s.offeredTools(ctx, LocationOf(e), log)
 	t.Messages = []Message{
 		{Role: "system", Content: s.systemPrompt(t)},
 		{Role: "user", Content: t.TaskText},
@@ -66,9 +67,9 @@ func (s *Service) newTask(ctx context.Context, id string, e *envelope.Envelope, 
 	return t
 }
 
-// offeredTools lists the role's MCP tools (function names made valid and
-// unique) and retrieve_docs.
-func (s *Service) offeredTools(ctx context.Context, log *slog.Logger) []OfferedTool {
+// offeredTools lists the role's MCP tools offered at the place (function
+// names made valid and unique) and retrieve_docs.
+func (s *Service) offeredTools(ctx context.Context, at mcpconfig.Location, log *slog.Logger) []OfferedTool {
 	var out []OfferedTool
 	used := map[string]bool{}
 	if s.cfg.Memory != nil {
@@ -78,7 +79,7 @@ func (s *Service) offeredTools(ctx context.Context, log *slog.Logger) []OfferedT
 	if s.cfg.Tools == nil {
 		return out
 	}
-	list, err := s.cfg.Tools.Tools(ctx, s.cfg.Role)
+	list, err := s.cfg.Tools.Tools(ctx, s.cfg.Role, at)
 	if err != nil {
 		log.Warn("tool list unavailable; offering no MCP tools", "role", s.cfg.Role, "err", err)
 		return out

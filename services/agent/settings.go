@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/secret"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 // Settings are the agent's settings from the environment: the service's
@@ -14,6 +16,11 @@ import (
 type Settings struct {
 	Config Config
 	LLM    OpenAIConfig
+	// SlackToken and SlackURL (SLACK_BOT_TOKEN, SLACK_API_URL) give code-block
+	// runs a Slack client: user-group membership, ephemeral refusals, file
+	// uploads.
+	SlackToken secret.Value
+	SlackURL   string
 	// ToolsWait bounds the wait for the tool runner's first discovery of
 	// every enabled server before the first task lists tools
 	// (RELAY_AGENT_TOOLS_WAIT).
@@ -67,8 +74,11 @@ func ReadSettings(env *config.Env) Settings {
 		Timeout:  env.Duration("RELAY_AGENT_LLM_TIMEOUT", 120*time.Second, time.Second, time.Hour),
 		MaxTries: env.Int("RELAY_AGENT_LLM_TRIES", 4, 1, 20),
 	}
+	cfg.Policy = readPolicy(env)
+	cfg.LongOutput = env.Int("RELAY_RUN_LONG_OUTPUT", DefaultLongOutput, 200, 40000)
 	toolsWait := env.Duration("RELAY_AGENT_TOOLS_WAIT", DefaultToolsWait, 0, 10*time.Minute)
-	return Settings{Config: cfg, LLM: llm, ToolsWait: toolsWait}
+	return Settings{Config: cfg, LLM: llm, ToolsWait: toolsWait,
+		SlackToken: env.Secret("SLACK_BOT_TOKEN"), SlackURL: env.URL("SLACK_API_URL", "http", "https")}
 }
 
 // readSystemPrompt reads RELAY_AGENT_SYSTEM_PROMPT or the file named by
@@ -87,4 +97,19 @@ func readSystemPrompt(env *config.Env) string {
 		env.Failf("RELAY_AGENT_POLICY_FILE", "read policy: %v", err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// readPolicy reads the policy file of RELAY_POLICY (the tool runner's), whose
+// members and bindings govern code-block runs; nil when unset.
+func readPolicy(env *config.Env) *mcpconfig.Policy {
+	path := env.String("RELAY_POLICY", "")
+	if path == "" {
+		return nil
+	}
+	p, err := mcpconfig.LoadPolicy(path)
+	if err != nil {
+		env.Failf("RELAY_POLICY", "%v", err)
+		return nil
+	}
+	return p
 }

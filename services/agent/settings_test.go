@@ -15,6 +15,14 @@ func TestReadSettings(t *testing.T) {
 	if err := os.WriteFile(policy, []byte("  Be brief.\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	tools := filepath.Join(t.TempDir(), "tools.yaml")
+	if err := os.WriteFile(tools, []byte("roles:\n  - role: oncall\n    capabilities: [everything.read]\n    members: {slack: [U0ONCALL]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty.yaml")
+	if err := os.WriteFile(empty, []byte("roles:\n  - role: none\n    capabilities: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	configtest.Run(t, ReadSettings, []configtest.Case[Settings]{
 		{Name: "defaults: model off", Env: map[string]string{}, Check: func(s Settings) bool {
 			return s.LLM.BaseURL == "" && s.Config.MaxSteps == 8 && s.Config.Refs == 5 && s.Config.Role == "agent" &&
@@ -31,6 +39,13 @@ func TestReadSettings(t *testing.T) {
 			WantErr: []string{"RELAY_AGENT_POLICY_FILE", "read policy"}},
 		{Name: "mention trigger without a mention", Env: map[string]string{"RELAY_AGENT_TRIGGERS": "slack.app_mention:mention"},
 			WantErr: []string{"RELAY_AGENT_MENTION"}},
+		{Name: "tool policy turns code-block runs on", Env: map[string]string{"RELAY_POLICY": tools, "RELAY_RUN_LONG_OUTPUT": "900", "SLACK_BOT_TOKEN": "xoxb-1"},
+			Check: func(s Settings) bool {
+				return s.Config.Policy.RoleOf("slack", "U0ONCALL", nil) == "oncall" && s.Config.LongOutput == 900 && s.SlackToken.IsSet()
+			}},
+		{Name: "no tool policy: runs off", Env: map[string]string{}, Check: func(s Settings) bool { return s.Config.Policy == nil && s.Config.LongOutput == DefaultLongOutput }},
+		{Name: "empty capability list", Env: map[string]string{"RELAY_POLICY": empty}, WantErr: []string{"RELAY_POLICY", "capabilities"}},
+		{Name: "long output too small", Env: map[string]string{"RELAY_RUN_LONG_OUTPUT": "10"}, WantErr: []string{"RELAY_RUN_LONG_OUTPUT"}},
 		{Name: "several at once", Env: map[string]string{"RELAY_AGENT_MAX_STEPS": "0", "RELAY_AGENT_LLM_TRIES": "x"},
 			WantErr: []string{"RELAY_AGENT_MAX_STEPS", "RELAY_AGENT_LLM_TRIES"}},
 	})

@@ -37,7 +37,7 @@ func TestBusToolsWaitsForFirstDiscovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	lister := BusTools(b.Conn(), b.Prefix(), 0).SetWait(30 * time.Second)
-	list, err := lister.Tools(t.Context(), "agent")
+	list, err := lister.Tools(t.Context(), "agent", mcpconfig.Location{})
 	if err != nil {
 		t.Fatal(err)
 	}

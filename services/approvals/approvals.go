@@ -116,6 +116,7 @@ func (s *Service) Run(ctx context.Context) error {
 		{bus.ConsumerConfig{Name: s.cfg.Consumer, Subject: SubjectSuggestion, Concurrency: s.cfg.Concurrency, AckWait: ackWait}, s.HandleSuggestion},
 		{bus.ConsumerConfig{Name: s.cfg.Consumer + "-actions", Subject: SubjectBlockActions, Concurrency: s.cfg.Concurrency, AckWait: ackWait}, s.HandleBlockActions},
 		{bus.ConsumerConfig{Name: s.cfg.Consumer + "-views", Subject: SubjectViewSubmission, Concurrency: s.cfg.Concurrency, AckWait: ackWait}, s.HandleViewSubmission},
+		{bus.ConsumerConfig{Name: s.cfg.Consumer + "-commands", Subject: SubjectCommands, Concurrency: s.cfg.Concurrency, AckWait: ackWait, DeliverNew: true}, s.HandleCommand},
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(consumers))

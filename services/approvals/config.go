@@ -50,6 +50,9 @@ type Config struct {
 	// RefURL returns the URL of a cited reference [[ref:id]] (RELAY_REF_BASE_URL,
 	// as outbound links it), or ""; nil shows citations as "[ref:id]".
 	RefURL func(id string) string
+	// Stop flips the tool runner's stop switch for `/relay stop` and `/relay
+	// resume` from approvers; nil answers that it cannot be changed here.
+	Stop StopSwitch
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil discards.

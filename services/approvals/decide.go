@@ -15,6 +15,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/telemetry"
+	slackmapper "github.com/relaystation/relay/mappers/slack"
 )
 
 // interaction is what the worker reads of meta.slack of an interaction
@@ -83,6 +84,9 @@ func (s *Service) HandleBlockActions(ctx context.Context, m *bus.Message) error 
 	if action == "" {
 		if action, id := ia.questionAction(); action != "" {
 			return s.handleQuestionAction(ctx, ia, action, id)
+		}
+		if _, id := ia.button(slackmapper.ActionCancelRun); id != "" {
+			return s.cancelRun(ctx, ia, id)
 		}
 		return nil
 	}

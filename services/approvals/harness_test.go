@@ -128,13 +128,20 @@ func (h *harness) interact(payload map[string]any) *envelope.Envelope {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	body := []byte("payload=" + url.QueryEscape(string(raw)))
+	return h.deliver(slackmapper.RouteInteractions, []byte("payload="+url.QueryEscape(string(raw))))
+}
+
+// deliver sends a signed Slack request body to route through the real Slack
+// mapper (signed, verified, mapped) and publishes what it produced, as the
+// webhook gateway does.
+func (h *harness) deliver(route string, body []byte) *envelope.Envelope {
+	h.t.Helper()
 	now := time.Now()
 	ts := strconv.FormatInt(now.Unix(), 10)
 	hdr := http.Header{}
 	hdr.Set(slackmapper.HeaderTimestamp, ts)
 	hdr.Set(slackmapper.HeaderSignature, slackmapper.SignatureHeader(signingSecret, ts, body))
-	req := &mappers.Request{Route: slackmapper.RouteInteractions, Header: hdr, Body: body, Received: now}
+	req := &mappers.Request{Route: route, Header: hdr, Body: body, Received: now}
 	p := slackmapper.New(slackmapper.Config{Secret: secret.New(signingSecret)})
 	if err := p.Verify(req); err != nil {
 		h.t.Fatalf("verify: %v", err)

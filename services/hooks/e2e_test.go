@@ -64,7 +64,9 @@ func start(t testing.TB, file string, extra ...mcpconfig.Server) *rig {
 	audit := filepath.Join(t.TempDir(), "tools.jsonl")
 	tr, err := toolrunner.New(t.Context(), toolrunner.Config{Tools: tools.Config{
 		Servers: append([]mcpconfig.Server{everything(t)}, extra...), Policy: pol, AuditPath: audit,
-		HealthBackoff: []time.Duration{20 * time.Millisecond}, DisableAfter: 100,
+		// A failing server is retried at once, then every second: it stays
+		// offline (not auto-disabled) for the whole test however slow the machine.
+		HealthBackoff: []time.Duration{20 * time.Millisecond, time.Second}, DisableAfter: 100,
 	}}, b)
 	if err != nil {
 		t.Fatal(err)

@@ -65,9 +65,13 @@ func (s *Service) reload(ctx context.Context, path string) {
 	}
 }
 
+// digest is the SHA-256 of the file, or nil when it is missing or empty: an
+// editor that truncates before it writes leaves an empty file for a moment,
+// and putting that in force would drop every hook (a file that means "no
+// hooks" says `hooks: []`).
 func digest(path string) []byte {
 	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) || err != nil {
+	if errors.Is(err, os.ErrNotExist) || err != nil || len(b) == 0 {
 		return nil
 	}
 	sum := sha256.Sum256(b)

@@ -195,3 +195,21 @@ func mustOf(t *testing.T) func(error) {
 		}
 	}
 }
+
+// TestDigestIgnoresEmptyFile: a file an editor has truncated but not yet
+// written is not a change to put in force (it would drop every hook).
+func TestDigestIgnoresEmptyFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hooks.yaml")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if d := digest(path); d != nil {
+		t.Errorf("digest of an empty file: got %x, want nil", d)
+	}
+	if err := os.WriteFile(path, []byte("hooks: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if d := digest(path); d == nil {
+		t.Error("digest of `hooks: []`: got nil, want a digest")
+	}
+}

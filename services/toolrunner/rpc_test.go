@@ -197,14 +197,17 @@ func TestRunnerServiceLifecycle(t *testing.T) {
 	info := discover(t, nc, f.b.Prefix()).Info
 	got := map[string]string{}
 	for _, ep := range info.Endpoints {
-		// refresh reaches every instance: no queue group.
-		if want := tools.QueueGroup; ep.Name != "refresh" && ep.QueueGroup != want || ep.Name == "refresh" && ep.QueueGroup != "" {
+		// refresh reaches every instance, cancel-owned is this instance's
+		// own subject: no queue group.
+		own := ep.Name == "refresh" || ep.Name == "cancel-owned"
+		if want := tools.QueueGroup; !own && ep.QueueGroup != want || own && ep.QueueGroup != "" {
 			t.Errorf("endpoint %s: queue group %q", ep.Name, ep.QueueGroup)
 		}
 		got[ep.Name] = ep.Subject
 	}
-	if len(got) != 3 || got["list"] != f.b.Subject(tools.SubjectList) || got["status"] != f.b.Subject(tools.SubjectStatus) ||
-		got["refresh"] != f.b.Subject(tools.SubjectRefresh) ||
+	if len(got) != 6 || got["list"] != f.b.Subject(tools.SubjectList) || got["status"] != f.b.Subject(tools.SubjectStatus) ||
+		got["refresh"] != f.b.Subject(tools.SubjectRefresh) || got["active"] != f.b.Subject(tools.SubjectActive) ||
+		got["cancel"] != f.b.Subject(tools.SubjectCancel) || got["cancel-owned"] != f.b.Subject(tools.SubjectCancel)+"."+f.svc.Runner().ID() ||
 		info.Metadata[rpc.MetadataPrefix] != f.b.Prefix() {
 		t.Errorf("info: got %+v", info)
 	}

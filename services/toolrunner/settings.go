@@ -78,6 +78,15 @@ func ReadSettings(env *config.Env) *Settings {
 			ts.Policy, ts.PolicySet = pol, true
 		}
 	}
+	if ts.PolicySet {
+		names := make([]string, len(ts.Servers))
+		for i, s := range ts.Servers {
+			names[i] = s.Name
+		}
+		if err := ts.Policy.CheckServers(names); err != nil {
+			env.Failf("RELAY_POLICY", "%v", err)
+		}
+	}
 	var secrets []secret.Value
 	for _, name := range slices.Concat(KnownSecrets, env.List("RELAY_REDACT_SECRETS")) {
 		if v := env.Secret(name); v.IsSet() {

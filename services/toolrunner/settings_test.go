@@ -53,4 +53,15 @@ func TestReadSettings(t *testing.T) {
 			t.Errorf("got %v, want an error naming %s", err, want)
 		}
 	}
+
+	// A binding naming a server mcp.json lacks stops startup.
+	pol := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(pol, []byte("bindings:\n  - slack: {channel: C0OPS}\n    servers: [echo, jira]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unbound := config.FromMap(map[string]string{"RELAY_MCP_CONFIG": mcpJSON, "RELAY_DATA_DIR": dir, "RELAY_POLICY": pol})
+	ReadSettings(unbound)
+	if err := unbound.Err(); err == nil || !strings.Contains(err.Error(), `RELAY_POLICY`) || !strings.Contains(err.Error(), `server "jira" is not in mcp.json`) {
+		t.Errorf("got %v, want RELAY_POLICY naming the unknown server jira", err)
+	}
 }

@@ -66,6 +66,9 @@ type Config struct {
 	// CallRecordTTL is how long completed calls are remembered for
 	// de-duplication. Default 24h.
 	CallRecordTTL time.Duration
+	// LeaseTTL is how long a global concurrency slot outlives a runner that
+	// died holding it (KVLimits). Default DefaultLeaseTTL.
+	LeaseTTL time.Duration
 	// AuditBuffer is how many audit records may wait for the bus. Default 1024.
 	AuditBuffer int
 	// NoticeChannel is the Slack channel id (C…) auto-disable and re-enable
@@ -138,8 +141,13 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open call bucket %s: %w", CallBucket(b.Prefix()), err)
 	}
+	limits, err := OpenLimits(ctx, b, cfg.LeaseTTL, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
 	tc := cfg.Tools
 	tc.State = st
+	tc.Limits = limits
 	tc.Audit = s
 	tc.Notify = s.notify
 	if tc.Elicitor == nil {
@@ -317,10 +325,19 @@ func request(call *envelope.Envelope) tools.Request {
 		Caller: CallerOf(call),
 		TaskID: call.Meta.TaskID,
 		Thread: call.Meta.Thread,
+		Actor:  sourceActor(call),
 		// Elicitation and sampling (elicit.go).
 		ActsFor:     ActsFor(call),
 		TokenBudget: tokensLeft(call),
 	}
+}
+
+// sourceActor is the person whose webhook led to the call, if known.
+func sourceActor(call *envelope.Envelope) string {
+	if call.Meta.Source != nil {
+		return call.Meta.Source.Actor
+	}
+	return ""
 }
 
 // CallerOf reads meta "agent": {"id", "role"} of an envelope.

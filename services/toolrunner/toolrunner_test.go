@@ -32,7 +32,7 @@ type msgIn struct {
 
 // mcpServer is an in-process SDK server over streamable HTTP with a
 // read-only echo and a side-effecting write that counts its runs.
-func mcpServer(t *testing.T) (url string, writes *atomic.Int32) {
+func mcpServer(t testing.TB) (url string, writes *atomic.Int32) {
 	t.Helper()
 	writes = new(atomic.Int32)
 	s := mcp.NewServer(&mcp.Implementation{Name: "svc-test", Version: "1"}, nil)

@@ -207,7 +207,7 @@ limits: {concurrency: 7, stop: true}
 		want               bool
 	}{
 		{"triage", "github", "read", true},
-		{"triage", "github", "write", false},
+		{"triage", "gitlab", "read", false},
 		{"triage", "jira", "anything", true},
 		{"admin", "x", "y", true},
 		{"", "github", "read", false},
@@ -242,7 +242,15 @@ func TestPolicyErrors(t *testing.T) {
 		{"timeout too long", `{"budgets": {"a": {"timeout": "10m"}}}`, "budgets.a.timeout"},
 		{"timeout too short", `{"budgets": {"a": {"timeout": "500ms"}}}`, "budgets.a.timeout"},
 		{"unknown key", `{"rolez": []}`, "rolez"},
-		{"duplicate role", `{"roles": [{"role": "r", "capabilities": []}, {"role": "r", "capabilities": []}]}`, "defined twice"},
+		{"duplicate role", `{"roles": [{"role": "r", "capabilities": ["a.*"]}, {"role": "r", "capabilities": ["a.*"]}]}`, "defined twice"},
+		{"empty capabilities", `{"roles": [{"role": "r", "capabilities": []}]}`, "roles/0/capabilities"},
+		{"binding two places", `{"bindings": [{"slack": {"team": "T0A"}, "github": {"org": "o"}, "servers": ["a"]}]}`, "want exactly one"},
+		{"binding without place", `{"bindings": [{"servers": ["a"]}]}`, "bindings"},
+		{"binding bad channel", `{"bindings": [{"slack": {"channel": "ops"}, "servers": ["a"]}]}`, "channel"},
+		{"binding bad repo", `{"bindings": [{"github": {"repo": "api"}, "servers": ["a"]}]}`, "repo"},
+		{"binding twice", `{"bindings": [{"github": {"org": "o"}, "servers": ["a"]}, {"github": {"org": "o"}, "servers": ["b"]}]}`, "again"},
+		{"binding no servers", `{"bindings": [{"github": {"org": "o"}, "servers": []}]}`, "servers"},
+		{"bad member", `{"roles": [{"role": "r", "capabilities": ["a.*"], "members": {"slack": ["#ops"]}}]}`, "members"},
 		{"burst without rps", `{"budgets": {"a": {"burst": 3}}}`, "needs rps"},
 		{"not yaml", "roles: [", "not YAML"},
 	}

@@ -19,6 +19,8 @@ const (
 	MinTimeout         = time.Second
 	MaxTimeout         = 5 * time.Minute
 	DefaultConcurrency = 25
+	// DefaultPerSession is the default per-thread session limit.
+	DefaultPerSession = 25
 )
 
 // Policy is the parsed policy file: who may call what, and how much.
@@ -26,6 +28,12 @@ const (
 type Policy struct {
 	// Roles maps a role to its capabilities.
 	Roles map[string][]Capability
+	// RoleOrder lists the roles in file order (RoleOf picks the first).
+	RoleOrder []string
+	// Members maps a role to the people who hold it.
+	Members map[string]Members
+	// Bindings map places to servers, in file order.
+	Bindings []Binding
 	// Budgets are keyed by server ("github") or tool ("github.create_issue").
 	Budgets map[string]Budget
 	// Limits are global.
@@ -50,11 +58,16 @@ type Budget struct {
 type Limits struct {
 	// Concurrency bounds executions across all servers; default 25.
 	Concurrency int
+	// PerSession bounds the executions of one thread (the specification's
+	// session limit, counted across runner processes); default 25, -1
+	// unlimited.
+	PerSession int
 	// Stop blocks every new execution.
 	Stop bool
 }
 
-// Capability is one granted pattern: "<server>.<tool>", "<server>.*" or "*.*".
+// Capability is one granted pattern: "<server>.<tool>", "<server>.*",
+// "<server>.read", "<server>.write" or "*.*".
 type Capability struct {
 	Server string // "*" only in "*.*"
 	Tool   string // "*" for every tool of Server
@@ -90,16 +103,19 @@ func SplitTool(name string) (server, tool string, ok bool) {
 
 // DefaultPolicy grants nothing: without a policy file every call is denied.
 func DefaultPolicy() *Policy {
-	return &Policy{Roles: map[string][]Capability{}, Budgets: map[string]Budget{}, Limits: Limits{Concurrency: DefaultConcurrency}}
+	return &Policy{Roles: map[string][]Capability{}, Budgets: map[string]Budget{}, Limits: Limits{Concurrency: DefaultConcurrency, PerSession: DefaultPerSession}}
 }
 
-// Allowed reports whether role may call server.tool. An empty role is never allowed.
+// Allowed reports whether role may call server.tool as far as the name
+// tells: an exact or "*" grant, or a verb grant ("<server>.read",
+// "<server>.write") of the server, which AllowedTool decides once the
+// tool's annotations are known. An empty role is never allowed.
 func (p *Policy) Allowed(role, server, tool string) bool {
 	if role == "" {
 		return false
 	}
 	for _, c := range p.Roles[role] {
-		if c.Matches(server, tool) {
+		if c.Matches(server, tool) || ((c.Tool == VerbRead || c.Tool == VerbWrite) && (c.Server == "*" || c.Server == server)) {
 			return true
 		}
 	}
@@ -135,8 +151,10 @@ type rawPolicy struct {
 		Role         string   `json:"role"`
 		Description  string   `json:"description"`
 		Capabilities []string `json:"capabilities"`
+		Members      Members  `json:"members"`
 	} `json:"roles"`
-	Budgets map[string]struct {
+	Bindings []rawBinding `json:"bindings"`
+	Budgets  map[string]struct {
 		RPS         float64 `json:"rps"`
 		Burst       int     `json:"burst"`
 		Concurrency int     `json:"concurrency"`
@@ -145,6 +163,7 @@ type rawPolicy struct {
 	} `json:"budgets"`
 	Limits struct {
 		Concurrency int  `json:"concurrency"`
+		PerSession  *int `json:"perSession"`
 		Stop        bool `json:"stop"`
 	} `json:"limits"`
 }
@@ -188,6 +207,7 @@ func ParsePolicy(data []byte) (*Policy, error) {
 		return nil, &ValidationError{Reason: err.Error()}
 	}
 	p := DefaultPolicy()
+	p.Members = map[string]Members{}
 	var errs []error
 	fail := func(field, format string, args ...any) {
 		errs = append(errs, &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)})
@@ -206,8 +226,14 @@ func ParsePolicy(data []byte) (*Policy, error) {
 			}
 			caps = append(caps, c)
 		}
+		if len(role.Capabilities) == 0 {
+			fail(fmt.Sprintf("roles[%d].capabilities", i), "role %q grants nothing: list at least one capability", role.Role)
+		}
 		p.Roles[role.Role] = caps
+		p.RoleOrder = append(p.RoleOrder, role.Role)
+		p.Members[role.Role] = role.Members
 	}
+	p.addBindings(r.Bindings, fail)
 	for key, b := range r.Budgets {
 		field := "budgets." + key
 		bud := Budget{RPS: b.RPS, Burst: b.Burst, Concurrency: b.Concurrency, DailyQuota: b.DailyQuota}
@@ -228,6 +254,9 @@ func ParsePolicy(data []byte) (*Policy, error) {
 	}
 	if r.Limits.Concurrency > 0 {
 		p.Limits.Concurrency = r.Limits.Concurrency
+	}
+	if r.Limits.PerSession != nil {
+		p.Limits.PerSession = *r.Limits.PerSession
 	}
 	p.Limits.Stop = r.Limits.Stop
 	if len(errs) > 0 {

@@ -1,0 +1,195 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/tools"
+)
+
+// cliIn returns a function running one relay command in env.
+func cliIn(t *testing.T, env map[string]string) func(args ...string) (int, string, string) {
+	return func(args ...string) (int, string, string) {
+		var out, errb syncBuffer
+		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+}
+
+// auditRecords reads the JSONL audit log at path.
+func auditRecords(t *testing.T, path string) []tools.Record {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []tools.Record
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r tools.Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("audit line %q: %v", sc.Text(), err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestMCPCallStopSwitchAndStandalone: with a NATS server reachable, `relay
+// mcp call` and `relay mcp test` obey the shared stop switch (exit 1, a
+// message naming it, an audit record) and count in the shared daily quota;
+// without one they run standalone and say on stderr what they could not check.
+func TestMCPCallStopSwitchAndStandalone(t *testing.T) {
+	t.Parallel()
+	env, _ := tokenServer(t)
+	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
+	env["RELAY_AUDIT_LOG"] = filepath.Join(t.TempDir(), "audit.jsonl")
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(pol, []byte("budgets:\n  everything.echo: {daily_quota: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env["RELAY_POLICY"] = pol
+	cli := cliIn(t, env)
+	echo := []string{"mcp", "call", "everything", "echo", "--args", `{"message": "hi"}`}
+	if code, out, errs := cli("mcp", "stop"); code != 0 {
+		t.Fatalf("stop: exit %d, %s %s", code, out, errs)
+	}
+	code, out, errs := cli(echo...)
+	if code != 1 || !strings.Contains(errs, tools.ErrStopped.Error()) || !strings.Contains(errs, "status disabled") || !strings.Contains(errs, "relay mcp resume") || out != "" {
+		t.Errorf("call with the stop switch on: exit %d, stdout %q, stderr %q; want exit 1 naming the stop switch", code, out, errs)
+	}
+	if code, _, errs := cli("mcp", "test", "everything"); code != 1 || !strings.Contains(errs, "stop switch is ON") {
+		t.Errorf("test with the stop switch on: exit %d, stderr %q; want exit 1 naming the stop switch", code, errs)
+	}
+	if code, out, errs := cli("mcp", "resume"); code != 0 {
+		t.Fatalf("resume: exit %d, %s %s", code, out, errs)
+	}
+	code, out, errs = cli(echo...)
+	if code != 0 || !strings.Contains(out, "hi") || strings.Contains(errs, "standalone") {
+		t.Errorf("call after resume: exit %d, stdout %q, stderr %q; want the echo, no standalone warning", code, out, errs)
+	}
+	code, _, errs = cli(echo...)
+	if code != 1 || !strings.Contains(errs, "status rate_limited") || !strings.Contains(errs, "budget everything.echo allows 1 calls a day") {
+		t.Errorf("second call on a quota of 1: exit %d, stderr %q; want exit 1, rate_limited by the shared quota", code, errs)
+	}
+	recs := auditRecords(t, env["RELAY_AUDIT_LOG"])
+	if len(recs) != 3 || recs[0].Status != tools.StatusDisabled || recs[1].Status != tools.StatusSuccess || recs[2].Status != tools.StatusRateLimited {
+		t.Fatalf("audit: got %+v, want the calls refused by the stop switch, run, refused by the quota", recs)
+	}
+	for _, r := range recs {
+		if r.AgentID != "cli" || r.RunID == "" || r.RunID == r.ExecutionID || !strings.HasPrefix(r.Actor, "cli:") || r.Role != "operator" {
+			t.Errorf("CLI audit record %+v: want agent cli, a run id of its own, actor cli:<user>", r)
+		}
+	}
+
+	// No NATS server: the call runs, and says what it could not check.
+	env["NATS_URL"] = "nats://127.0.0.1:" + strings.Split(freeAddr(t), ":")[1]
+	start := time.Now()
+	code, out, errs = cli(echo...)
+	if code != 0 || !strings.Contains(out, "hi") || !strings.Contains(errs, "running standalone: the stop switch and the shared limits") {
+		t.Errorf("call without NATS: exit %d, stdout %q, stderr %q; want the echo and the standalone warning", code, out, errs)
+	}
+	t.Logf("call without NATS took %s", time.Since(start))
+}
+
+// TestMCPActiveAndCancel: a long-running tool call in a running relay is
+// listed by `relay mcp active -json` and cancelled by `relay mcp cancel`:
+// the result is cancelled and the audit record names who cancelled.
+func TestMCPActiveAndCancel(t *testing.T) {
+	t.Parallel()
+	env := embeddedEnv(t)
+	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
+	env["RELAY_AUDIT_LOG"] = filepath.Join(t.TempDir(), "audit.jsonl")
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(pol, []byte("roles:\n  - role: agent\n    capabilities: ['everything.*']\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env["RELAY_POLICY"] = pol
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan int, 1)
+	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &syncBuffer{}) }()
+	defer func() { cancel(); <-done }()
+	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, 60*time.Second)
+	b, err := bus.Connect(t.Context(), bus.Config{URL: "nats://" + env["RELAY_NATS_LISTEN"], Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// /readyz waits for the first connect attempt only; on a loaded machine
+	// it may have failed, and the runner reconnects: wait for the server.
+	testenv.WaitFor(t, 60*time.Second, "everything ready in the running relay", func() bool {
+		st, err := tools.StatusRemote(t.Context(), b.Conn(), b.Prefix())
+		return err == nil && len(st.Servers) == 1 && st.Servers[0].State == tools.StateReady
+	})
+	failed := make(chan *envelope.Envelope, 1)
+	sub, err := b.Conn().Subscribe(b.Subject(envelope.SubjectToolFailed), func(m *nats.Msg) {
+		if e, err := envelope.Parse(m.Data); err == nil {
+			failed <- e
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	call := envelope.New(envelope.ChannelInternal, envelope.RoleAssistant, "run the long operation")
+	call.ToolCall = &envelope.ToolCall{Name: "everything.trigger-long-running-operation", Args: map[string]any{"duration": 25, "steps": 5}}
+	call.Meta.Thread = "slack:T1/C1/1.0"
+	call.Meta.Set("agent", map[string]any{"id": "agent-1", "role": "agent"})
+	if _, err := b.Publish(t.Context(), envelope.SubjectToolCall, call); err != nil {
+		t.Fatal(err)
+	}
+	cli := cliIn(t, env)
+	var listed struct {
+		Executions []struct {
+			tools.Execution
+			ElapsedMS int64 `json:"elapsed_ms"`
+		} `json:"executions"`
+	}
+	testenv.WaitFor(t, 30*time.Second, "mcp active to list the call", func() bool {
+		code, out, errs := cli("mcp", "active", "-json")
+		if code != 0 {
+			t.Fatalf("mcp active: exit %d, %s", code, errs)
+		}
+		listed.Executions = nil
+		if err := json.Unmarshal([]byte(out), &listed); err != nil {
+			t.Fatalf("mcp active -json: %v: %q", err, out)
+		}
+		return len(listed.Executions) == 1
+	})
+	if e := listed.Executions[0]; e.ID != call.ID || e.Server != "everything" || e.Tool != "trigger-long-running-operation" ||
+		e.Thread != call.Meta.Thread || e.Actor != "agent-1" || e.Started.IsZero() || e.ElapsedMS < 0 {
+		t.Errorf("active: got %+v, want the call", e)
+	}
+	if code, out, errs := cli("mcp", "cancel", call.ID, "--actor", "U0ALICE"); code != 0 || !strings.HasPrefix(out, "cancelled "+call.ID) {
+		t.Fatalf("mcp cancel: exit %d, %q, %s", code, out, errs)
+	}
+	select {
+	case res := <-failed:
+		if st, _ := res.ToolCall.Result["status"].(string); st != string(tools.StatusCancelled) || res.ToolCall.Result["cancelled_by"] != "U0ALICE" {
+			t.Errorf("result: got status %q (%v), want cancelled by U0ALICE", st, res.ToolCall.Result)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no tool.failed result after the cancel")
+	}
+	recs := auditRecords(t, env["RELAY_AUDIT_LOG"])
+	if len(recs) != 1 || recs[0].Status != tools.StatusCancelled || recs[0].CancelledBy != "U0ALICE" || recs[0].ExecutionID != call.ID {
+		t.Errorf("audit: got %+v, want one cancelled record naming U0ALICE", recs)
+	}
+	if code, _, errs := cli("mcp", "cancel", call.ID); code != 1 || !strings.Contains(errs, "no active execution") {
+		t.Errorf("second cancel: exit %d, stderr %q; want exit 1, not active", code, errs)
+	}
+}

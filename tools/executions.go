@@ -1,0 +1,92 @@
+package tools
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// running is an execution in this runner: its cancel and who used it.
+type running struct {
+	cancel context.CancelCauseFunc
+	by     string // guarded by Runner.execsMu
+}
+
+// ID is the runner's id, the Owner of the executions it registers.
+func (r *Runner) ID() string { return r.id }
+
+// newExecution describes req's execution: its id is the call envelope's id,
+// else a fresh UUID; run id and actor take their defaults.
+func (r *Runner) newExecution(req *Request, server, tool string, start time.Time) Execution {
+	id := req.CallID
+	if id == "" {
+		id = uuid.NewString()
+	}
+	return Execution{
+		ID:      id,
+		Server:  server,
+		Tool:    tool,
+		Thread:  req.Thread,
+		Actor:   cmp.Or(req.Actor, req.ActsFor, req.Caller.AgentID),
+		RunID:   cmp.Or(req.RunID, req.TaskID, id),
+		Started: start.UTC(),
+		Owner:   r.id,
+	}
+}
+
+// track makes ctx cancellable by Cancel(id) until untrack is called.
+func (r *Runner) track(ctx context.Context, id string) (context.Context, *running, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	run := &running{cancel: cancel}
+	r.execsMu.Lock()
+	prev := r.execs[id]
+	r.execs[id] = run
+	r.execsMu.Unlock()
+	return ctx, run, func() {
+		r.execsMu.Lock()
+		if r.execs[id] == run {
+			if prev != nil {
+				r.execs[id] = prev
+			} else {
+				delete(r.execs, id)
+			}
+		}
+		r.execsMu.Unlock()
+		cancel(nil)
+	}
+}
+
+// cancelledBy is read after untrack: Cancel writes by under the lock that
+// untrack takes, and cannot find the execution after it.
+func (run *running) cancelledBy() string { return run.by }
+
+// Cancel cancels the execution id if it runs in this runner and reports
+// whether it did. The call ends with status cancelled, its server gets
+// notifications/cancelled, and its audit record names actor in cancelled_by.
+func (r *Runner) Cancel(id, actor string) bool {
+	actor = cmp.Or(actor, "an operator")
+	r.execsMu.Lock()
+	run := r.execs[id]
+	if run != nil && run.by == "" {
+		run.by = actor
+	}
+	r.execsMu.Unlock()
+	if run == nil {
+		return false
+	}
+	run.cancel(fmt.Errorf("execution %s cancelled by %s", id, actor))
+	return true
+}
+
+// Active lists the executions holding a concurrency slot in every runner
+// that shares this runner's LimitStore, oldest first.
+func (r *Runner) Active(ctx context.Context) ([]Execution, error) {
+	es, err := r.cfg.Limits.Active(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list active executions: %w", err)
+	}
+	return es, nil
+}

@@ -1,0 +1,143 @@
+package tools
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Execution is one running tool call, as `relay mcp active` lists it.
+type Execution struct {
+	// ID is the tool-call envelope's id, else a fresh UUID (CLI calls).
+	ID     string `json:"id"`
+	Server string `json:"server"`
+	Tool   string `json:"tool"`
+	// Thread is the thread the call belongs to (empty for CLI calls).
+	Thread string `json:"thread,omitempty"`
+	// Actor is who the call runs for: a person, the agent, "cli:<user>".
+	Actor string `json:"actor,omitempty"`
+	// RunID is the audit run id (the task, the Slack message, the CLI invocation).
+	RunID   string    `json:"run_id,omitempty"`
+	Started time.Time `json:"started"`
+	// Owner is the id of the runner that runs it (where a cancel goes).
+	Owner string `json:"owner"`
+}
+
+// Counter is one count a call adds to: a thread's session or a budget's
+// day. Count refuses the call with Full when Key already holds Limit.
+type Counter struct {
+	// Key names the count ("session.<thread>", "quota.<day>.<budget>").
+	Key string
+	// Limit is the most calls the key may count (at least 1).
+	Limit int
+	// Full is the error of a refused call; it names the limit.
+	Full error
+}
+
+// LimitStore holds the limits that must hold across runner processes and
+// restarts: the per-thread session counts and daily quotas (Count), and the
+// global concurrency slots, each held by one active execution (Acquire).
+// Implementations must be safe for concurrent use. MemoryLimits keeps them
+// in this process; services/toolrunner keeps them in JetStream key-value
+// buckets, so every runner on a bus shares them.
+type LimitStore interface {
+	// Count adds one to every counter, or to none when one is at its limit
+	// (then the error is that counter's Full). undo takes the counts back.
+	Count(ctx context.Context, counters []Counter) (undo func(), err error)
+	// Acquire takes one of slots concurrency slots for e, waiting while
+	// every slot is taken until ctx ends (then it returns ctx's error), and
+	// lists e as active until release is called. A process that dies
+	// without releasing must not hold its slots forever.
+	Acquire(ctx context.Context, e Execution, slots int) (release func(), err error)
+	// Active lists the executions holding a slot, oldest first.
+	Active(ctx context.Context) ([]Execution, error)
+}
+
+// MemoryLimits is a LimitStore for one process (tests, the standalone CLI).
+type MemoryLimits struct {
+	mu     sync.Mutex
+	counts map[string]int
+	active map[string]Execution
+	freed  chan struct{} // closed and replaced when a slot is released
+}
+
+// NewMemoryLimits returns an empty MemoryLimits.
+func NewMemoryLimits() *MemoryLimits {
+	return &MemoryLimits{counts: map[string]int{}, active: map[string]Execution{}, freed: make(chan struct{})}
+}
+
+// Count implements LimitStore.
+func (m *MemoryLimits) Count(_ context.Context, counters []Counter) (func(), error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range counters {
+		if m.counts[c.Key] >= c.Limit {
+			return nil, c.Full
+		}
+	}
+	for _, c := range counters {
+		m.counts[c.Key]++
+	}
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, c := range counters {
+			if m.counts[c.Key] > 0 {
+				m.counts[c.Key]--
+			}
+		}
+	}, nil
+}
+
+// Acquire implements LimitStore.
+func (m *MemoryLimits) Acquire(ctx context.Context, e Execution, slots int) (func(), error) {
+	for {
+		m.mu.Lock()
+		if len(m.active) < slots {
+			key := e.ID
+			for n := 2; m.active[key].ID != ""; n++ { // a repeated id keeps its own slot
+				key = fmt.Sprintf("%s#%d", e.ID, n)
+			}
+			m.active[key] = e
+			m.mu.Unlock()
+			return sync.OnceFunc(func() { m.release(key) }), nil
+		}
+		freed := m.freed
+		m.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (m *MemoryLimits) release(key string) {
+	m.mu.Lock()
+	delete(m.active, key)
+	close(m.freed)
+	m.freed = make(chan struct{})
+	m.mu.Unlock()
+}
+
+// Active implements LimitStore.
+func (m *MemoryLimits) Active(context.Context) ([]Execution, error) {
+	m.mu.Lock()
+	out := make([]Execution, 0, len(m.active))
+	for _, e := range m.active {
+		out = append(out, e)
+	}
+	m.mu.Unlock()
+	SortExecutions(out)
+	return out, nil
+}
+
+// SortExecutions orders executions oldest first, then by id.
+func SortExecutions(es []Execution) {
+	slices.SortFunc(es, func(a, b Execution) int {
+		return cmp.Or(a.Started.Compare(b.Started), cmp.Compare(a.ID, b.ID))
+	})
+}
