@@ -26,6 +26,9 @@ const (
 // system notices and audit records.
 var workRoots = []string{"agent", "tool", "out", "approval", "hook", "memory", "system", "audit", "task"}
 
+// WorkRoots returns the first tokens of the subjects the work stream keeps.
+func WorkRoots() []string { return append([]string(nil), workRoots...) }
+
 // StreamName returns the JetStream stream holding a relative subject, or ""
 // when no relay stream covers it.
 func (b *Bus) StreamName(rel string) string {

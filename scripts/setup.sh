@@ -45,6 +45,14 @@ if ! have_port 5432; then
   wait_port 5432
 fi
 
+# --- browser for the console's tests (internal/cli console_browser_test.go) ---
+# Debian's chromium, driven over the DevTools protocol by chromedp; no tool may
+# download a browser of its own.
+if [ ! -x /usr/bin/chromium ]; then
+  log "installing chromium (headless browser tests of the console)"
+  apt_install chromium
+fi
+
 # --- pgvector ------------------------------------------------------------------
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 if [ ! -f /usr/share/postgresql/15/extension/vector.control ]; then

@@ -147,6 +147,14 @@ func (a *app) busConfig(reg *prometheus.Registry) bus.Config {
 	return cfg
 }
 
+// flags is a command's flag set: errors return (ContinueOnError) and usage
+// goes to the command's stderr.
+func (a *app) flags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(a.stderr)
+	return fs
+}
+
 // startTracing turns tracing on when the OTEL_* variables name an OTLP
 // endpoint: spans are exported there, NATS messages carry the trace
 // context, and log lines logged with a span's context carry its trace_id.
@@ -168,14 +176,6 @@ func (a *app) startTracing(ctx context.Context, s telemetry.Settings) (func(), e
 			a.log.Warn("spans not flushed", "err", err)
 		}
 	}, nil
-}
-
-// flags is a command's flag set: errors return (ContinueOnError) and usage
-// goes to the command's stderr.
-func (a *app) flags(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
-	return fs
 }
 
 // clientBus connects an operator command to the running relay: NATS_URL, or the

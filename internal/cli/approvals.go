@@ -27,7 +27,7 @@ func configureApprovals(env *config.Env) buildFunc {
 	return func(ctx context.Context, d *deps) (*runner, error) {
 		log := d.Log.With("service", "approvals")
 		var runs []func(context.Context) error
-		if enabled {
+		if enabled || cfg.ConsoleOnly() {
 			cfg.Logger = log
 			st, err := toolrunner.OpenState(ctx, d.Bus)
 			if err != nil {
@@ -40,7 +40,7 @@ func configureApprovals(env *config.Env) buildFunc {
 			}
 			runs = append(runs, svc.Run)
 		} else {
-			log.Warn("approvals are off: set SLACK_BOT_TOKEN and SLACK_APPROVAL_CHANNEL; suggestions wait in the stream until then")
+			log.Warn("approvals are off: set both SLACK_BOT_TOKEN and SLACK_APPROVAL_CHANNEL (or neither, for the console); suggestions wait in the stream until then")
 		}
 		if appToken.IsSet() {
 			sm, err := approvals.NewSocketMode(approvals.SocketConfig{

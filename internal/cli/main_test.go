@@ -94,10 +94,11 @@ func waitHTTP(t testing.TB, url string, want int, d time.Duration) {
 // embeddedEnv are the settings of a relay with embedded defaults on free ports.
 func embeddedEnv(t testing.TB) map[string]string {
 	return map[string]string{
-		"RELAY_HTTP_ADDR":   freeAddr(t),
-		"RELAY_NATS_LISTEN": freeAddr(t),
-		"RELAY_DATA_DIR":    t.TempDir(),
-		"RELAY_LOG_FORMAT":  "json",
+		"RELAY_HTTP_ADDR":    freeAddr(t),
+		"RELAY_CONSOLE_ADDR": freeAddr(t),
+		"RELAY_NATS_LISTEN":  freeAddr(t),
+		"RELAY_DATA_DIR":     t.TempDir(),
+		"RELAY_LOG_FORMAT":   "json",
 	}
 }
 

@@ -107,10 +107,11 @@ func tokenServer(t *testing.T) (env map[string]string, wantStderr string) {
 		t.Fatal(err)
 	}
 	env = map[string]string{
-		"NATS_URL":         "nats://" + natsToken + "@127.0.0.1:" + port,
-		"RELAY_DATA_DIR":   t.TempDir(),
-		"RELAY_MCP_CONFIG": mcpJSON,
-		"RELAY_HTTP_ADDR":  freeAddr(t),
+		"NATS_URL":           "nats://" + natsToken + "@127.0.0.1:" + port,
+		"RELAY_DATA_DIR":     t.TempDir(),
+		"RELAY_MCP_CONFIG":   mcpJSON,
+		"RELAY_HTTP_ADDR":    freeAddr(t),
+		"RELAY_CONSOLE_ADDR": freeAddr(t),
 	}
 	return env, "relay: NATS server nats://REDACTED@127.0.0.1:" + port + " (name " + opts.ServerName +
 		", id " + srv.ID() + ", version " + server.VERSION + `, subject prefix "relay")`

@@ -22,6 +22,7 @@ var serviceSettings = map[string][2]string{
 	"outbound":   {"RELAY_OUTBOUND_CONCURRENCY", "0"},
 	"toolrunner": {"RELAY_MCP_CONFIG", "/nonexistent/mcp.json"},
 	"hooks":      {"RELAY_HOOKS", "/nonexistent/hooks.yaml"},
+	"console":    {"RELAY_CONSOLE_ADDR", "no-port"},
 }
 
 // TestServicesReadTheirSettings checks the registry in-process: every

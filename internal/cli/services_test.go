@@ -44,7 +44,8 @@ func TestServicesCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("services: exit %d\n%s", code, errOut)
 	}
-	for _, want := range []string{"relay-toolrunner", "relay.rpc.tool.list", "toolrunner", "relay-memory", "relay.rpc.memory.retrieve", "2 service instance(s) (prefix relay)"} {
+	for _, want := range []string{"relay-toolrunner", "relay.rpc.tool.list", "toolrunner", "relay-memory", "relay.rpc.memory.retrieve",
+		"relay-approvals", "relay.rpc.approvals.decide", "3 service instance(s) (prefix relay)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("services output lacks %q:\n%s", want, out)
 		}
@@ -55,8 +56,10 @@ func TestServicesCommand(t *testing.T) {
 		t.Fatalf("services -json: exit %d\n%s", code, errOut)
 	}
 	var found []rpc.Instance
-	if err := json.Unmarshal([]byte(out), &found); err != nil || len(found) != 2 {
-		t.Fatalf("-json: got %d instances, %v; want an array of 2:\n%s", len(found), err, out)
+	// The tool runner, the memory worker and the approvals worker (which
+	// runs for the console without Slack settings).
+	if err := json.Unmarshal([]byte(out), &found); err != nil || len(found) != 3 {
+		t.Fatalf("-json: got %d instances, %v; want an array of 3:\n%s", len(found), err, out)
 	}
 	lists := -1
 	for _, in := range found {

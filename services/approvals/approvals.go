@@ -75,13 +75,16 @@ type Service struct {
 }
 
 // New opens the approvals bucket and returns the worker (not started). api is
-// the Slack client; nil builds one from cfg.BotToken and cfg.APIURL.
+// the Slack client; nil builds one from cfg.BotToken and cfg.APIURL, or, when
+// cfg.ConsoleOnly, leaves the worker without Slack: suggestions are kept
+// pending for the console (rpc.approvals.*), and Slack interactions and
+// questions of MCP servers are not handled.
 func New(ctx context.Context, cfg Config, b *bus.Bus, api SlackAPI) (*Service, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if api == nil {
+	if api == nil && !cfg.ConsoleOnly() {
 		api = slack.New(cfg.BotToken.Reveal(), slack.OptionAPIURL(cfg.APIURL))
 	}
 	st, err := openStore(ctx, b, cfg.Retention)
@@ -93,7 +96,9 @@ func New(ctx context.Context, cfg Config, b *bus.Bus, api SlackAPI) (*Service, e
 		return nil, err
 	}
 	s.approvers = newApprovers(cfg.Approvers, api, cfg.GroupCacheTTL, cfg.Now, cfg.Logger)
-	if len(cfg.Approvers) == 0 {
+	if api == nil {
+		s.log.Info("approvals without Slack: suggestions wait for a decision in the operator console (relay console)")
+	} else if len(cfg.Approvers) == 0 {
 		s.log.Warn("no approvers configured (SLACK_APPROVERS): every decision is refused")
 	}
 	return s, nil
@@ -104,19 +109,26 @@ func New(ctx context.Context, cfg Config, b *bus.Bus, api SlackAPI) (*Service, e
 func (s *Service) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stopElicit, err := s.serveElicit(ctx)
+	stopRPC, err := s.serveRPC(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = stopElicit() }()
+	defer func() { _ = stopRPC() }()
 	consumers := []struct {
 		cfg bus.ConsumerConfig
 		h   bus.HandlerFunc
 	}{
 		{bus.ConsumerConfig{Name: s.cfg.Consumer, Subject: SubjectSuggestion, Concurrency: s.cfg.Concurrency, AckWait: ackWait}, s.HandleSuggestion},
-		{bus.ConsumerConfig{Name: s.cfg.Consumer + "-actions", Subject: SubjectBlockActions, Concurrency: s.cfg.Concurrency, AckWait: ackWait}, s.HandleBlockActions},
-		{bus.ConsumerConfig{Name: s.cfg.Consumer + "-views", Subject: SubjectViewSubmission, Concurrency: s.cfg.Concurrency, AckWait: ackWait}, s.HandleViewSubmission},
-		{bus.ConsumerConfig{Name: s.cfg.Consumer + "-commands", Subject: SubjectCommands, Concurrency: s.cfg.Concurrency, AckWait: ackWait, DeliverNew: true}, s.HandleCommand},
+	}
+	if s.api != nil {
+		consumers = append(consumers, []struct {
+			cfg bus.ConsumerConfig
+			h   bus.HandlerFunc
+		}{
+			{bus.ConsumerConfig{Name: s.cfg.Consumer + "-actions", Subject: SubjectBlockActions, Concurrency: s.cfg.Concurrency, AckWait: ackWait}, s.HandleBlockActions},
+			{bus.ConsumerConfig{Name: s.cfg.Consumer + "-views", Subject: SubjectViewSubmission, Concurrency: s.cfg.Concurrency, AckWait: ackWait}, s.HandleViewSubmission},
+			{bus.ConsumerConfig{Name: s.cfg.Consumer + "-commands", Subject: SubjectCommands, Concurrency: s.cfg.Concurrency, AckWait: ackWait, DeliverNew: true}, s.HandleCommand},
+		}...)
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(consumers))
@@ -227,8 +239,11 @@ func (r *Record) settled() bool {
 // show posts the round's message when it was not posted yet, or updates it
 // to the record's state when it does not show it.
 func (s *Service) show(ctx context.Context, rec *Record) error {
-	if rec == nil || rec.Shown && rec.SlackTS != "" {
+	if rec == nil || rec.Shown && (rec.SlackTS != "" || s.api == nil) {
 		return nil
+	}
+	if s.api == nil {
+		return s.markShown(ctx, rec) // the console reads the record itself
 	}
 	blocks, fallback := message(rec, s.cfg.RefURL)
 	opts := []slack.MsgOption{slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(fallback, false)}
@@ -242,6 +257,11 @@ func (s *Service) show(ctx context.Context, rec *Record) error {
 		}
 		s.log.Warn("approval message cannot be updated; giving up on it", "task_id", rec.TaskID, "err", err)
 	}
+	return s.markShown(ctx, rec)
+}
+
+// markShown records that rec's state is shown, unless the record changed.
+func (s *Service) markShown(ctx context.Context, rec *Record) error {
 	_, err := s.store.mutate(ctx, rec.TaskID, func(r *Record) (*Record, error) {
 		if r == nil || r.Round != rec.Round || r.Shown || r.Text != rec.Text || r.Status != rec.Status || r.SlackTS != rec.SlackTS {
 			return nil, errNoChange

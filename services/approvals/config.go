@@ -15,13 +15,15 @@ import (
 type Config struct {
 	// BotToken is the Slack bot token (SLACK_BOT_TOKEN) used for chat.postMessage,
 	// chat.update, chat.postEphemeral, views.open and usergroups.users.list.
-	// Required.
+	// Without it and Channel the worker runs for the operator console only
+	// (ConsoleOnly): suggestions wait as pending records, decided through
+	// rpc.approvals.decide.
 	BotToken secret.Value
 	// APIURL is the Slack Web API base (SLACK_API_URL), ending in "/". Default
 	// "https://slack.com/api/".
 	APIURL string
 	// Channel is the Slack channel id approval threads are posted in
-	// (SLACK_APPROVAL_CHANNEL). Required.
+	// (SLACK_APPROVAL_CHANNEL). Required with BotToken.
 	Channel string
 	// Channels overrides Channel per target channel ("github", "sentry",
 	// "openproject", "webhook"), from RELAY_APPROVAL_CHANNEL_{GITHUB,...}.
@@ -109,8 +111,11 @@ var TargetChannels = []string{"github", "sentry", "openproject", "webhook"}
 // Validate reports a configuration the worker cannot run with.
 func (c *Config) Validate() error {
 	var errs []error
+	if c.ConsoleOnly() {
+		return c.validateTimes()
+	}
 	if !c.BotToken.IsSet() {
-		errs = append(errs, errors.New("approvals: a Slack bot token is required"))
+		errs = append(errs, errors.New("approvals: a Slack bot token is required with an approval channel"))
 	}
 	if !channelRE.MatchString(c.Channel) {
 		errs = append(errs, fmt.Errorf("approvals: approval channel %q is not a Slack channel id (C…, G…)", c.Channel))
@@ -125,6 +130,11 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("approvals: approver %q is not a Slack user id (U…, W…) or user-group id (S…)", a))
 		}
 	}
+	return errors.Join(append(errs, c.validateTimes())...)
+}
+
+func (c *Config) validateTimes() error {
+	var errs []error
 	if c.TTL < time.Second {
 		errs = append(errs, fmt.Errorf("approvals: TTL %s must be at least 1s", c.TTL))
 	}
@@ -133,6 +143,10 @@ func (c *Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// ConsoleOnly reports a configuration without Slack (no bot token, no
+// approval channel): suggestions wait for a decision in the operator console.
+func (c *Config) ConsoleOnly() bool { return !c.BotToken.IsSet() && c.Channel == "" }
 
 // channelFor is the approval channel for a target channel.
 func (c *Config) channelFor(target string) string {

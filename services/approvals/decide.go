@@ -519,7 +519,7 @@ func (s *Service) tellDecided(ctx context.Context, rec *Record, channel, user st
 // ephemeral is best effort: a failure is logged, never retried (a retry would
 // repeat the decision's other effects' checks for nothing).
 func (s *Service) ephemeral(ctx context.Context, channel, user, text string, log *slog.Logger) {
-	if channel == "" || user == "" {
+	if channel == "" || user == "" || s.api == nil {
 		log.Info("no channel to answer the user in", "text", text)
 		return
 	}

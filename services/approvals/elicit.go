@@ -122,23 +122,26 @@ func (qs *questions) mutate(ctx context.Context, id string, fn func(q *question)
 	return nil, fmt.Errorf("update question %s: too many concurrent changes", id)
 }
 
-// serveElicit answers tools.SubjectElicit and tools.SubjectElicitExpire as
-// the micro service tools.ElicitService (queue group "approvals") until
-// stop is called.
-func (s *Service) serveElicit(ctx context.Context) (stop func() error, err error) {
+// serveRPC answers tools.SubjectElicit and tools.SubjectElicitExpire (with
+// Slack) and the console's approvalrpc subjects as the micro service
+// tools.ElicitService (queue group "approvals") until stop is called.
+func (s *Service) serveRPC(ctx context.Context) (stop func() error, err error) {
 	prefix := s.bus.Prefix()
 	replyError := func(e *rpc.Error) any { return tools.ElicitReply{Status: tools.ElicitNoHuman, Reason: e.Message} }
+	eps := s.consoleEndpoints(prefix)
+	if s.api != nil {
+		eps = append(eps,
+			rpc.Endpoint{Name: "elicit-ask", Subject: prefix + "." + tools.SubjectElicit, ErrorBody: replyError, Handle: s.ask},
+			rpc.Endpoint{Name: "elicit-expire", Subject: prefix + "." + tools.SubjectElicitExpire, ErrorBody: replyError, Handle: s.expireQuestion})
+	}
 	srv, err := rpc.Start(ctx, s.bus.Conn(), rpc.Config{
 		Name:        tools.ElicitService,
-		Description: "relay approvals: questions MCP servers ask during tool calls, put to a person in Slack",
+		Description: "relay approvals: suggestions for the console; questions MCP servers ask during tool calls, put to a person in Slack",
 		Prefix:      prefix,
 		QueueGroup:  "approvals",
 		Timeout:     30 * time.Second,
 		Logger:      s.log,
-	},
-		rpc.Endpoint{Name: "elicit-ask", Subject: prefix + "." + tools.SubjectElicit, ErrorBody: replyError, Handle: s.ask},
-		rpc.Endpoint{Name: "elicit-expire", Subject: prefix + "." + tools.SubjectElicitExpire, ErrorBody: replyError, Handle: s.expireQuestion},
-	)
+	}, eps...)
 	if err != nil {
 		return nil, err
 	}

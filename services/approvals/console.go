@@ -1,0 +1,168 @@
+package approvals
+
+// The console's endpoints (internal/rpc/approvalrpc): the approvals list and
+// decisions taken in the operator console. A decision runs the same
+// revision-checked transitions and finish as a Slack click, so whichever
+// comes first wins and the answer is posted once.
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/rpc"
+	"github.com/relaystation/relay/internal/rpc/approvalrpc"
+)
+
+// ConsolePrefix marks a decider in Record.DecidedBy and EditedBy who decided
+// in the operator console: "console:{operator}".
+const ConsolePrefix = "console:"
+
+func (s *Service) consoleEndpoints(prefix string) []rpc.Endpoint {
+	listErr := func(e *rpc.Error) any { return approvalrpc.ListResponse{Items: []approvalrpc.Item{}, Error: e.Message} }
+	decideErr := func(e *rpc.Error) any { return approvalrpc.DecideResponse{Error: e.Message} }
+	return []rpc.Endpoint{
+		{Name: "approvals-list", Subject: prefix + "." + approvalrpc.SubjectList, ErrorBody: listErr, Handle: s.consoleList},
+		{Name: "approvals-decide", Subject: prefix + "." + approvalrpc.SubjectDecide, ErrorBody: decideErr, Handle: s.consoleDecide},
+	}
+}
+
+// consoleList answers approvalrpc.ListRequest.
+func (s *Service) consoleList(ctx context.Context, data []byte) (any, error) {
+	var req approvalrpc.ListRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		e := rpc.Errorf(rpc.CodeBadRequest, "bad list request: %v", err)
+		return approvalrpc.ListResponse{Items: []approvalrpc.Item{}, Error: e.Message}, e
+	}
+	if req.Limit <= 0 {
+		req.Limit = 100
+	}
+	keys, err := s.store.keys(ctx)
+	if err != nil {
+		e := rpc.Errorf(rpc.CodeUnavailable, "list approvals: %v", err)
+		return approvalrpc.ListResponse{Items: []approvalrpc.Item{}, Error: e.Message}, e
+	}
+	items := []approvalrpc.Item{}
+	for _, k := range keys {
+		rec, err := s.store.getKey(ctx, k)
+		if err != nil || (!req.All && rec.Status != StatusPending) {
+			continue
+		}
+		items = append(items, itemOf(rec))
+	}
+	slices.SortFunc(items, func(a, b approvalrpc.Item) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	return approvalrpc.ListResponse{Items: items[:min(len(items), req.Limit)]}, nil
+}
+
+// itemOf is the console's view of a record.
+func itemOf(r *Record) approvalrpc.Item {
+	var sugg envelope.Envelope
+	_ = json.Unmarshal(r.Suggestion, &sugg)
+	it := approvalrpc.Item{
+		TaskID: r.TaskID, Round: r.Round, Status: string(r.Status), Text: r.Text, Target: r.Target.String(),
+		Thread: sugg.Meta.Thread, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt,
+		EditedBy: r.EditedBy, DecidedBy: r.DecidedBy, DecidedAt: r.DecidedAt, Reason: r.Reason,
+	}
+	if sugg.Content != r.Text {
+		it.Original = sugg.Content
+	}
+	if sugg.Meta.Source != nil {
+		it.SourceURL = sugg.Meta.Source.URL
+	}
+	return it
+}
+
+// errConsole is a decision request the worker refuses.
+var errConsole = errors.New("bad decision request")
+
+// consoleDecide answers approvalrpc.DecideRequest.
+func (s *Service) consoleDecide(ctx context.Context, data []byte) (any, error) {
+	var req approvalrpc.DecideRequest
+	err := json.Unmarshal(data, &req)
+	if err == nil {
+		err = checkDecide(&req)
+	}
+	if err != nil {
+		e := rpc.Errorf(rpc.CodeBadRequest, "%v", err)
+		return approvalrpc.DecideResponse{Error: e.Message}, e
+	}
+	rec, won, err := s.decideFromConsole(ctx, req)
+	if errors.Is(err, ErrNotFound) {
+		e := rpc.Errorf(rpc.CodeBadRequest, "no approval for task %s", req.TaskID)
+		return approvalrpc.DecideResponse{Error: e.Message}, e
+	}
+	if err != nil {
+		e := rpc.Errorf(rpc.CodeUnavailable, "decide task %s: %v", req.TaskID, err)
+		return approvalrpc.DecideResponse{Error: e.Message}, e
+	}
+	return approvalrpc.DecideResponse{Item: itemOf(rec), Won: won}, nil
+}
+
+func checkDecide(req *approvalrpc.DecideRequest) error {
+	req.By = strings.TrimSpace(req.By)
+	switch {
+	case req.TaskID == "":
+		return fmt.Errorf("%w: no task_id", errConsole)
+	case req.By == "":
+		return fmt.Errorf("%w: no operator (by)", errConsole)
+	case req.Action == approvalrpc.ActionEdit && strings.TrimSpace(req.Text) == "":
+		return fmt.Errorf("%w: an edit needs the new text", errConsole)
+	case !slices.Contains([]string{approvalrpc.ActionApprove, approvalrpc.ActionEdit, approvalrpc.ActionReject}, req.Action):
+		return fmt.Errorf("%w: unknown action %q (approve, edit, reject)", errConsole, req.Action)
+	}
+	return nil
+}
+
+// decideFromConsole runs the decision and finishes the round; it returns
+// the record afterwards and whether this request made the change.
+func (s *Service) decideFromConsole(ctx context.Context, req approvalrpc.DecideRequest) (*Record, bool, error) {
+	user := ConsolePrefix + req.By
+	var (
+		rec      *Record
+		won, exp bool
+		err      error
+	)
+	switch req.Action {
+	case approvalrpc.ActionEdit:
+		rec, won, exp, err = s.store.mutateEdit(ctx, s.now(), viewMetadata{TaskID: req.TaskID, Round: req.Round}, user, req.Text)
+	default:
+		status, reason := StatusApproved, ""
+		if req.Action == approvalrpc.ActionReject {
+			status, reason = StatusRejected, cmp.Or(strings.TrimSpace(req.Reason), "rejected in the console")
+		}
+		rec, won, exp, err = s.decision(ctx, req.TaskID, req.Round, func(r *Record, now time.Time) {
+			r.Status, r.DecidedBy, r.DecidedAt, r.Reason = status, user, now, reason
+		})
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if err := s.finish(ctx, rec); err != nil {
+		return nil, false, err
+	}
+	if won || exp {
+		s.consoleAudit(ctx, rec, user, req.Action, exp)
+	}
+	s.log.Info("decided in the console", "task_id", rec.TaskID, "round", rec.Round, "action", req.Action, "by", user, "won", won, "expired", exp)
+	return rec, won, nil
+}
+
+// consoleAudit records a console decision on audit.approvals (decisions are
+// also audited by finish, as Slack's are; an edit only here).
+func (s *Service) consoleAudit(ctx context.Context, rec *Record, user, action string, expired bool) {
+	if expired {
+		action = "expired"
+	} else if action != approvalrpc.ActionEdit {
+		return // finish announced and audited it
+	}
+	s.publishAudit(ctx, fmt.Sprintf("audit:console:%s:%s:%d", action, rec.ApprovalID(), len(rec.Text)), auditRecord{
+		Action: action, TaskID: rec.TaskID, Round: rec.Round, User: user, Allowed: true, Status: string(rec.Status),
+		Target: rec.Target.String(), At: s.now(),
+	}, threadOf(rec))
+}

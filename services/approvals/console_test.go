@@ -1,0 +1,123 @@
+package approvals_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/internal/rpc/approvalrpc"
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/secret"
+	"github.com/relaystation/relay/services/approvals"
+)
+
+// newConsoleHarness runs the worker without Slack settings (console only).
+func newConsoleHarness(t *testing.T) *harness {
+	t.Helper()
+	return newHarness(t, func(c *approvals.Config) {
+		c.BotToken, c.Channel, c.Channels, c.Approvers = secret.Value{}, "", nil, nil
+	})
+}
+
+// pendingItem waits until the task is listed as pending and returns it.
+func (h *harness) pendingItem(task string) approvalrpc.Item {
+	h.t.Helper()
+	var it approvalrpc.Item
+	testenv.WaitFor(h.t, 10*time.Second, "task "+task+" pending in the list", func() bool {
+		items, err := approvalrpc.List(h.t.Context(), h.bus.Conn(), h.bus.Prefix(), approvalrpc.ListRequest{})
+		for _, x := range items {
+			if err == nil && x.TaskID == task {
+				it = x
+				return true
+			}
+		}
+		return false
+	})
+	return it
+}
+
+func (h *harness) decide(req approvalrpc.DecideRequest) *approvalrpc.DecideResponse {
+	h.t.Helper()
+	resp, err := approvalrpc.Decide(h.t.Context(), h.bus.Conn(), h.bus.Prefix(), req)
+	if err != nil {
+		h.t.Fatalf("decide %+v: %v", req, err)
+	}
+	return resp
+}
+
+func TestConsoleOnlyApproveOnce(t *testing.T) {
+	t.Parallel()
+	h := newConsoleHarness(t)
+	out := bustest.Observe(t, h.bus, "obs-out", "out.github")
+	task, _ := h.suggestion(github7, "Console answer")
+	it := h.pendingItem(task)
+	if it.Status != "pending" || it.Text != "Console answer" || it.Target != github7.String() {
+		t.Fatalf("got item %+v, want pending %q for %s", it, "Console answer", github7.String())
+	}
+	edited := h.decide(approvalrpc.DecideRequest{TaskID: task, Action: approvalrpc.ActionEdit, By: "alice", Text: "Edited in the console"})
+	if !edited.Won || edited.Item.EditedBy != approvals.ConsolePrefix+"alice" {
+		t.Fatalf("edit: got %+v, want won, edited by console:alice", edited)
+	}
+	// A double click: two approvals at once, one wins, one post.
+	var wg sync.WaitGroup
+	wins := make(chan bool, 2)
+	for range 2 {
+		wg.Go(func() {
+			r, err := approvalrpc.Decide(t.Context(), h.bus.Conn(), h.bus.Prefix(), approvalrpc.DecideRequest{TaskID: task, Action: approvalrpc.ActionApprove, By: "alice"})
+			if err != nil {
+				t.Errorf("approve: %v", err)
+				return
+			}
+			wins <- r.Won
+		})
+	}
+	wg.Wait()
+	close(wins)
+	n := 0
+	for w := range wins {
+		if w {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("got %d winning approvals, want 1", n)
+	}
+	e := <-out
+	if e.Content != "Edited in the console" || !strings.Contains(mustJSON(t, e.Meta.Extra["approval"]), `"decided_by":"console:alice"`) {
+		t.Fatalf("got out envelope %q approval %s, want the edited text decided by console:alice", e.Content, mustJSON(t, e.Meta.Extra["approval"]))
+	}
+	select {
+	case e2 := <-out:
+		t.Fatalf("a second outbound envelope %s was published", e2.ID)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if calls := h.slack.Calls("chat.postMessage"); len(calls) != 0 {
+		t.Fatalf("got %d Slack posts without Slack settings, want 0", len(calls))
+	}
+}
+
+func TestConsoleReject(t *testing.T) {
+	t.Parallel()
+	h := newConsoleHarness(t)
+	task, _ := h.suggestion(github7, "To reject")
+	h.pendingItem(task)
+	r := h.decide(approvalrpc.DecideRequest{TaskID: task, Action: approvalrpc.ActionReject, By: "bob", Reason: "wrong"})
+	if !r.Won || r.Item.Status != "rejected" || r.Item.Reason != "wrong" || r.Item.DecidedBy != "console:bob" {
+		t.Fatalf("got %+v, want rejected by console:bob for wrong", r)
+	}
+	again := h.decide(approvalrpc.DecideRequest{TaskID: task, Action: approvalrpc.ActionApprove, By: "carol"})
+	if again.Won || again.Item.Status != "rejected" {
+		t.Fatalf("approve after reject: got %+v, want not won, still rejected", again)
+	}
+	for _, bad := range []approvalrpc.DecideRequest{
+		{TaskID: task, Action: "maybe", By: "bob"},
+		{TaskID: task, Action: approvalrpc.ActionApprove},
+		{TaskID: "no-such-task", Action: approvalrpc.ActionApprove, By: "bob"},
+	} {
+		if _, err := approvalrpc.Decide(t.Context(), h.bus.Conn(), h.bus.Prefix(), bad); err == nil {
+			t.Errorf("decide %+v: got no error, want one", bad)
+		}
+	}
+}

@@ -1,0 +1,194 @@
+package console
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/relaystation/relay/secret"
+)
+
+// CookieName is the console's session cookie.
+const CookieName = "relay_console"
+
+// LocalOperator is the operator name of sessions on a loopback console
+// without a token.
+const LocalOperator = "local"
+
+// session is one signed-in browser.
+type session struct {
+	Operator string
+	CSRF     string
+	Expires  time.Time
+}
+
+// sessions keeps the console's sessions in memory (a restart signs
+// everybody out). Safe for concurrent use.
+type sessions struct {
+	mu    sync.Mutex
+	byID  map[string]*session
+	token secret.Value
+	ttl   time.Duration
+	now   func() time.Time
+}
+
+func newSessions(token secret.Value, ttl time.Duration, now func() time.Time) *sessions {
+	return &sessions{byID: map[string]*session{}, token: token, ttl: ttl, now: now}
+}
+
+// loginRequired reports whether a token must be given to sign in.
+func (ss *sessions) loginRequired() bool { return ss.token.IsSet() }
+
+// checkToken compares a presented token with the configured one in constant
+// time (over their hashes, so the length does not leak either).
+func (ss *sessions) checkToken(presented string) bool {
+	want := sha256.Sum256([]byte(ss.token.Reveal()))
+	got := sha256.Sum256([]byte(presented))
+	return ss.token.IsSet() && subtle.ConstantTimeCompare(want[:], got[:]) == 1
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// create starts a session for operator and returns its id.
+func (ss *sessions) create(operator string) (string, *session) {
+	id := randomHex(32)
+	s := &session{Operator: operator, CSRF: randomHex(32), Expires: ss.now().Add(ss.ttl)}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	now := ss.now()
+	for k, v := range ss.byID { // drop expired ones as we go
+		if now.After(v.Expires) {
+			delete(ss.byID, k)
+		}
+	}
+	ss.byID[id] = s
+	return id, s
+}
+
+// get returns the live session of id, or nil.
+func (ss *sessions) get(id string) *session {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	s := ss.byID[id]
+	if s == nil || ss.now().After(s.Expires) {
+		return nil
+	}
+	return s
+}
+
+func (ss *sessions) drop(id string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	delete(ss.byID, id)
+}
+
+func (ss *sessions) setCookie(w http.ResponseWriter, id string) {
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: id, Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, MaxAge: int(ss.ttl.Seconds())})
+}
+
+// current returns the request's session. On a console without a token a
+// session is created (and its cookie set) when there is none.
+func (ss *sessions) current(w http.ResponseWriter, r *http.Request) *session {
+	if c, err := r.Cookie(CookieName); err == nil {
+		if s := ss.get(c.Value); s != nil {
+			return s
+		}
+	}
+	if ss.loginRequired() {
+		return nil
+	}
+	id, s := ss.create(LocalOperator)
+	ss.setCookie(w, id)
+	return s
+}
+
+// validCSRF reports whether the request carries the session's CSRF token.
+func validCSRF(r *http.Request, s *session) bool {
+	got := r.Header.Get("X-CSRF-Token")
+	if got == "" {
+		got = r.PostFormValue("csrf")
+	}
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.CSRF)) == 1
+}
+
+// guard wraps the console's pages: no session sends a browser to /login
+// (401 for the live streams); a POST without the session's CSRF token is
+// refused with 403.
+func (s *Service) guard(next func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sess := s.sessions.current(w, r)
+		if sess == nil {
+			if r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, "/live/") {
+				http.Redirect(w, r, "/login?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			http.Error(w, "sign in first (/login)", http.StatusUnauthorized)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && !validCSRF(r, sess) {
+			s.log.Warn("console: request without a valid CSRF token refused", "path", r.URL.Path, "operator", sess.Operator)
+			http.Error(w, "missing or wrong CSRF token: reload the page and try again", http.StatusForbidden)
+			return
+		}
+		next(w, r, sess)
+	}
+}
+
+// loginPage shows the sign-in form (GET) and signs in (POST).
+func (s *Service) loginPage(w http.ResponseWriter, r *http.Request) {
+	next := r.FormValue("next")
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		next = "/"
+	}
+	if !s.sessions.loginRequired() {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	data := map[string]any{"Next": next}
+	if r.Method == http.MethodPost {
+		name := strings.TrimSpace(r.PostFormValue("operator"))
+		if s.sessions.checkToken(r.PostFormValue("token")) && validOperator(name) {
+			id, _ := s.sessions.create(name)
+			s.sessions.setCookie(w, id)
+			s.log.Info("console: operator signed in", "operator", name, "remote", r.RemoteAddr)
+			http.Redirect(w, r, next, http.StatusSeeOther)
+			return
+		}
+		s.log.Warn("console: sign-in refused", "remote", r.RemoteAddr)
+		w.WriteHeader(http.StatusUnauthorized)
+		data["Error"] = "Wrong token, or no name (letters, digits, . _ - @, up to 64)."
+	}
+	s.render(w, r, "login", nil, data)
+}
+
+// logout ends the session.
+func (s *Service) logout(w http.ResponseWriter, r *http.Request, _ *session) {
+	if c, err := r.Cookie(CookieName); err == nil {
+		s.sessions.drop(c.Value)
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+func validOperator(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, c := range name {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("._-@", c)
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

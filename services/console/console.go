@@ -1,0 +1,150 @@
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/secret"
+	"github.com/relaystation/relay/tools"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Config configures the console.
+type Config struct {
+	// Addr is the listen address (RELAY_CONSOLE_ADDR). Default DefaultAddr.
+	Addr string
+	// Token is the sign-in token (RELAY_CONSOLE_TOKEN). Required when Addr
+	// is not loopback; when set, every page needs a signed-in session.
+	Token secret.Value
+	// Tools is the tool runners' shared state (enable, disable, stop); nil
+	// shows the servers without those actions.
+	Tools tools.StateStore
+	// Story builds a story; nil tells it from the events the console has
+	// seen (Recent).
+	Story Storyteller
+	// Recent is how many envelopes the console keeps in memory (and loads
+	// from the streams at start). Default 2000.
+	Recent int
+	// SessionTTL is how long a sign-in lasts. Default 12h.
+	SessionTTL time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.Recent <= 0 {
+		c.Recent = 2000
+	}
+	if c.SessionTTL <= 0 {
+		c.SessionTTL = 12 * time.Hour
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// ErrNoToken is returned for a non-loopback address without a token.
+var ErrNoToken = errors.New("console: RELAY_CONSOLE_TOKEN is required when RELAY_CONSOLE_ADDR is not a loopback address")
+
+// Validate reports a configuration the console cannot run with.
+func (c *Config) Validate() error {
+	if !Loopback(c.Addr) && !c.Token.IsSet() {
+		return fmt.Errorf("%w (it is %q)", ErrNoToken, c.Addr)
+	}
+	return nil
+}
+
+// Service is the console. Run it once; it is safe for concurrent use.
+type Service struct {
+	cfg      Config
+	log      *slog.Logger
+	bus      *bus.Bus
+	hub      *hub
+	sessions *sessions
+	tmpl     *template.Template
+	story    Storyteller
+	handler  http.Handler
+}
+
+// New returns the console (not started) reading and acting on b.
+func New(cfg Config, b *bus.Bus) (*Service, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	tmpl, err := template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("console templates: %w", err)
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger, bus: b, tmpl: tmpl,
+		hub: newHub(b, cfg.Recent, cfg.Now), sessions: newSessions(cfg.Token, cfg.SessionTTL, cfg.Now)}
+	s.story = cfg.Story
+	if s.story == nil {
+		s.story = hubStory{s.hub}
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler is the console's HTTP handler (for tests and embedding).
+func (s *Service) Handler() http.Handler { return s.handler }
+
+// Run listens on Config.Addr, follows the bus and serves until ctx is
+// cancelled; then it stops the listener within 5 s.
+func (s *Service) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("console: listen on %s (RELAY_CONSOLE_ADDR): %w", s.cfg.Addr, err)
+	}
+	stopHub, err := s.hub.start(ctx)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer stopHub()
+	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	login := "no sign-in (loopback)"
+	if s.cfg.Token.IsSet() {
+		login = "sign in with RELAY_CONSOLE_TOKEN"
+	}
+	s.log.Info("operator console listening", "url", "http://"+ln.Addr().String()+"/", "access", login)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("console: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return nil
+}
+
+// staticFiles serves the embedded assets under /static/.
+func staticFiles() http.Handler {
+	sub, _ := fs.Sub(staticFS, "static")
+	return http.StripPrefix("/static/", http.FileServer(http.FS(sub)))
+}

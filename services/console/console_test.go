@@ -1,0 +1,217 @@
+package console_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/secret"
+	"github.com/relaystation/relay/services/console"
+)
+
+// client is a browser without JavaScript: a cookie jar, no redirects
+// followed unless asked.
+type client struct {
+	t    *testing.T
+	base string
+	http *http.Client
+}
+
+func newClient(t *testing.T, base string) *client {
+	jar, _ := cookiejar.New(nil)
+	return &client{t: t, base: base, http: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+func (c *client) do(method, path string, form url.Values) (int, string, http.Header) {
+	c.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, _ := http.NewRequestWithContext(c.t.Context(), method, c.base+path, body)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+// csrf reads the CSRF token from a page.
+func (c *client) csrf(path string) string {
+	c.t.Helper()
+	code, body, _ := c.do(http.MethodGet, path, nil)
+	m := csrfRE.FindStringSubmatch(body)
+	if code != http.StatusOK || m == nil {
+		c.t.Fatalf("GET %s: %d, no CSRF token in the page", path, code)
+	}
+	return m[1]
+}
+
+// startConsole runs a console on an embedded bus and returns its base URL.
+func startConsole(t *testing.T, cfg console.Config) (string, *bus.Bus) {
+	t.Helper()
+	b := bustest.Embedded(t)
+	if cfg.Addr == "" {
+		cfg.Addr = testenv.FreeAddr(t)
+	}
+	svc, err := console.New(cfg, b)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	testenv.Go(t, "console", svc.Run)
+	base := "http://" + strings.Replace(cfg.Addr, "0.0.0.0", "127.0.0.1", 1)
+	testenv.WaitFor(t, 10*time.Second, "the console to listen", func() bool {
+		resp, err := http.Get(base + "/static/console.css")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	})
+	return base, b
+}
+
+func TestSettingsRequireTokenOffLoopback(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		env     map[string]string
+		wantErr string
+	}{
+		{map[string]string{}, ""},
+		{map[string]string{"RELAY_CONSOLE_ADDR": "[::1]:9000"}, ""},
+		{map[string]string{"RELAY_CONSOLE_ADDR": "0.0.0.0:8081"}, "RELAY_CONSOLE_TOKEN"},
+		{map[string]string{"RELAY_CONSOLE_ADDR": ":8081"}, "RELAY_CONSOLE_TOKEN"},
+		{map[string]string{"RELAY_CONSOLE_ADDR": "0.0.0.0:8081", "RELAY_CONSOLE_TOKEN": "t0ken"}, ""},
+		{map[string]string{"RELAY_CONSOLE_ADDR": "nope"}, "RELAY_CONSOLE_ADDR"},
+	}
+	for _, tt := range tests {
+		env := config.FromMap(tt.env)
+		s := console.ReadSettings(env)
+		err := env.Err()
+		if (err == nil) != (tt.wantErr == "") || err != nil && !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("ReadSettings(%v): got %v, want an error naming %q", tt.env, err, tt.wantErr)
+		}
+		if tt.wantErr == "" && s.Config.Addr == "" {
+			t.Errorf("ReadSettings(%v): no address", tt.env)
+		}
+	}
+	if _, err := console.New(console.Config{Addr: "0.0.0.0:8081"}, nil); !errors.Is(err, console.ErrNoToken) {
+		t.Errorf("New off loopback without token: got %v, want ErrNoToken", err)
+	}
+}
+
+func TestTokenSignInAndCSRF(t *testing.T) {
+	t.Parallel()
+	const token = "console-t0ken-for-tests"
+	addr := "0.0.0.0:" + fmt.Sprint(testenv.FreePort(t))
+	base, _ := startConsole(t, console.Config{Addr: addr, Token: secret.New(token)})
+	c := newClient(t, base)
+	if code, _, h := c.do(http.MethodGet, "/approvals", nil); code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/login") {
+		t.Fatalf("GET /approvals signed out: %d to %q, want 303 to /login", code, h.Get("Location"))
+	}
+	if code, _, _ := c.do(http.MethodGet, "/live/events", nil); code != http.StatusUnauthorized {
+		t.Fatalf("GET /live/events signed out: %d, want 401", code)
+	}
+	if code, _, _ := c.do(http.MethodPost, "/dlq/replay-all", url.Values{"csrf": {"x"}}); code != http.StatusUnauthorized {
+		t.Fatalf("POST signed out: %d, want 401", code)
+	}
+	if code, _, _ := c.do(http.MethodPost, "/login", url.Values{"operator": {"alice"}, "token": {"wrong"}}); code != http.StatusUnauthorized {
+		t.Fatalf("sign in with a wrong token: %d, want 401", code)
+	}
+	code, _, h := c.do(http.MethodPost, "/login", url.Values{"operator": {"alice"}, "token": {token}, "next": {"/dlq"}})
+	if code != http.StatusSeeOther || h.Get("Location") != "/dlq" {
+		t.Fatalf("sign in: %d to %q, want 303 to /dlq", code, h.Get("Location"))
+	}
+	cookie := h.Get("Set-Cookie")
+	for _, want := range []string{console.CookieName + "=", "HttpOnly", "SameSite=Strict"} {
+		if !strings.Contains(cookie, want) {
+			t.Errorf("Set-Cookie %q, want %s", cookie, want)
+		}
+	}
+	csrf := c.csrf("/dlq")
+	wrong := strings.Map(func(r rune) rune { return map[bool]rune{true: 'a', false: '0'}[r == '0'] }, csrf[:1]) + csrf[1:]
+	for name, form := range map[string]url.Values{"no token": {}, "wrong token": {"csrf": {wrong}}} {
+		if code, _, _ := c.do(http.MethodPost, "/dlq/replay-all", form); code != http.StatusForbidden {
+			t.Errorf("POST with %s: %d, want 403", name, code)
+		}
+	}
+	if code, _, h := c.do(http.MethodPost, "/dlq/replay-all", url.Values{"csrf": {csrf}, "back": {"/dlq"}}); code != http.StatusSeeOther || !strings.Contains(h.Get("Location"), "notice=0+dead+letter") {
+		t.Errorf("POST with the CSRF token: %d to %q, want 303 with a notice", code, h.Get("Location"))
+	}
+	other := newClient(t, base) // another browser, not signed in, with a stolen CSRF token
+	if code, _, _ := other.do(http.MethodPost, "/dlq/replay-all", url.Values{"csrf": {csrf}}); code != http.StatusUnauthorized {
+		t.Errorf("POST from another browser: %d, want 401", code)
+	}
+}
+
+func TestLoopbackPagesAndDeadLetters(t *testing.T) {
+	t.Parallel()
+	base, b := startConsole(t, console.Config{})
+	c := newClient(t, base)
+	// A dead letter: a handler that gives up on the first delivery.
+	e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "a webhook nobody can handle")
+	e.Meta.Thread = "github:acme/widgets#9"
+	e.Meta.TaskID = "task-9"
+	e.Meta.Source = &envelope.Source{Event: "issues", DeliveryID: "delivery-9", Actor: "octocat"}
+	if _, err := b.Publish(t.Context(), "in.github.issues", e); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		_ = b.Consume(ctx, bus.ConsumerConfig{Name: "failing", Subject: "in.github.issues"}, bus.HandlerFunc(func(context.Context, *bus.Message) error {
+			return bus.Permanent(errors.New("cannot handle this"))
+		}))
+	}()
+	var seq uint64
+	testenv.WaitFor(t, 10*time.Second, "the dead letter", func() bool {
+		dls, err := b.DeadLetters(t.Context(), 0)
+		if err == nil && len(dls) == 1 {
+			seq = dls[0].Seq
+		}
+		return seq != 0
+	})
+	for path, want := range map[string]string{
+		"/":                                     "Pending approvals",
+		"/events?channel=github&actor=octo":     "a webhook nobody can handle",
+		"/events/" + e.ID:                       "delivery-9",
+		"/story?id=delivery-9":                  "hop-inbound",
+		"/dlq":                                  "cannot handle this",
+		fmt.Sprintf("/dlq/%d", seq):             "cannot handle this",
+		"/tools":                                "Hook executions",
+		"/approvals":                            "<h2 id=\"h-pending\">",
+		"/events?channel=slack":                 "No envelope yet",
+		"/story?id=github%3Aacme%2Fwidgets%239": "task-9",
+	} {
+		code, body, _ := c.do(http.MethodGet, path, nil)
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("GET %s: %d, want 200 with %q; body:\n%s", path, code, want, body)
+		}
+	}
+	csrf := c.csrf("/dlq")
+	if code, _, _ := c.do(http.MethodPost, fmt.Sprintf("/dlq/%d/delete", seq), url.Values{"csrf": {csrf}}); code != http.StatusSeeOther {
+		t.Fatalf("delete: %d, want 303", code)
+	}
+	if dls, err := b.DeadLetters(t.Context(), 0); err != nil || len(dls) != 0 {
+		t.Fatalf("after delete: %d dead letters (%v), want 0", len(dls), err)
+	}
+}

@@ -1,0 +1,175 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/internal/rpc/approvalrpc"
+	"github.com/relaystation/relay/tools"
+)
+
+// rpcTimeout bounds the console's requests to the workers.
+const rpcTimeout = 3 * time.Second
+
+func (s *Service) rpcContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, rpcTimeout)
+}
+
+// rate is one provider's inbound rate.
+type rate struct {
+	Provider   string
+	LastMinute int
+	PerSecond  string
+}
+
+func (s *Service) overviewData(ctx context.Context, _ url.Values) (map[string]any, error) {
+	d := map[string]any{}
+	counts := s.hub.rates(time.Minute)
+	var rates []rate
+	for _, p := range []string{"github", "slack", "sentry", "openproject"} {
+		rates = append(rates, rate{Provider: p, LastMinute: counts[p], PerSecond: strconv.FormatFloat(float64(counts[p])/60, 'f', 2, 64)})
+	}
+	d["Rates"] = rates
+	dls, err := s.bus.DeadLetters(ctx, 0)
+	d["DeadLetters"], d["DLQError"] = len(dls), errText(err)
+	errs := 0
+	for _, dl := range dls {
+		if time.Since(dl.Time) < time.Hour {
+			errs++
+		}
+	}
+	d["RecentErrors"] = errs
+	rctx, cancel := s.rpcContext(ctx)
+	defer cancel()
+	items, err := approvalrpc.List(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{})
+	d["Pending"], d["PendingError"] = len(items), errText(err)
+	st, err := tools.StatusRemote(rctx, s.bus.Conn(), s.bus.Prefix())
+	d["Tools"], d["ToolsError"] = st, errText(err)
+	d["Seen"] = len(s.hub.filter(s.hub.size, func(*Event) bool { return true }))
+	return d, nil
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// eventFilter is the Events page's filter.
+type eventFilter struct{ Channel, Subject, Thread, Actor string }
+
+func (f eventFilter) keep(e *Event) bool {
+	return (f.Channel == "" || string(e.Env.Channel) == f.Channel) &&
+		(f.Subject == "" || strings.Contains(e.Subject, f.Subject)) &&
+		(f.Thread == "" || strings.Contains(e.Env.Meta.Thread, f.Thread)) &&
+		(f.Actor == "" || strings.Contains(e.Actor(), f.Actor))
+}
+
+func (s *Service) eventsData(_ context.Context, q url.Values) (map[string]any, error) {
+	f := eventFilter{Channel: q.Get("channel"), Subject: q.Get("subject"), Thread: q.Get("thread"), Actor: q.Get("actor")}
+	return map[string]any{"Filter": f, "Events": s.hub.filter(200, f.keep)}, nil
+}
+
+func (s *Service) storyData(ctx context.Context, q url.Values) (map[string]any, error) {
+	id := strings.TrimSpace(q.Get("id"))
+	d := map[string]any{"ID": id}
+	if id == "" {
+		return d, nil
+	}
+	st, err := s.story.Story(ctx, id)
+	d["Story"], d["Error"] = st, errText(err)
+	return d, nil
+}
+
+func (s *Service) approvalsData(ctx context.Context, q url.Values) (map[string]any, error) {
+	rctx, cancel := s.rpcContext(ctx)
+	defer cancel()
+	pending, err := approvalrpc.List(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{})
+	all, _ := approvalrpc.List(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{All: true, Limit: 20})
+	var decided []approvalrpc.Item
+	for _, it := range all {
+		if it.Status != "pending" {
+			decided = append(decided, it)
+		}
+	}
+	return map[string]any{"Pending": pending, "Decided": decided, "Error": errText(err), "Edit": q.Get("edit")}, nil
+}
+
+func (s *Service) dlqData(ctx context.Context, _ url.Values) (map[string]any, error) {
+	dls, err := s.bus.DeadLetters(ctx, 0)
+	slices.Reverse(dls)
+	return map[string]any{"Letters": dls[:min(len(dls), 200)], "Total": len(dls), "Error": errText(err)}, nil
+}
+
+func (s *Service) toolsData(ctx context.Context, q url.Values) (map[string]any, error) {
+	rctx, cancel := s.rpcContext(ctx)
+	defer cancel()
+	st, err := tools.StatusRemote(rctx, s.bus.Conn(), s.bus.Prefix())
+	audit := strings.TrimSpace(q.Get("audit"))
+	return map[string]any{
+		"Status": st, "Error": errText(err), "CanSwitch": s.cfg.Tools != nil,
+		"Hooks": s.hub.filter(50, func(e *Event) bool { return e.Subject == "hook.executed" }),
+		"Audit": s.hub.filter(100, func(e *Event) bool {
+			return strings.HasPrefix(e.Subject, "audit.") && (audit == "" || bytes.Contains(bytes.ToLower(e.Raw), []byte(strings.ToLower(audit))))
+		}),
+		"AuditQuery": audit,
+	}, nil
+}
+
+// eventJSON shows one envelope's JSON.
+func (s *Service) eventJSON(w http.ResponseWriter, r *http.Request, sess *session) {
+	e := s.hub.byID(r.PathValue("id"))
+	if e == nil {
+		http.Error(w, "no such envelope among the recent ones", http.StatusNotFound)
+		return
+	}
+	s.render(w, r, "json", sess, map[string]any{"Title": "Envelope " + e.Env.ID, "Subject": e.Subject, "JSON": prettyJSON(e.Raw),
+		"Thread": e.Env.Meta.Thread, "Task": e.Env.Meta.TaskID})
+}
+
+// dlqShow shows one dead letter.
+func (s *Service) dlqShow(w http.ResponseWriter, r *http.Request, sess *session) {
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err != nil {
+		http.Error(w, "bad dead letter sequence", http.StatusBadRequest)
+		return
+	}
+	dl, err := s.bus.DeadLetter(r.Context(), seq)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("dead letter %d: %v", seq, err), http.StatusNotFound)
+		return
+	}
+	raw, _ := json.Marshal(dl)
+	s.render(w, r, "json", sess, map[string]any{"Title": fmt.Sprintf("Dead letter %d", seq), "Subject": dl.Subject,
+		"JSON": prettyJSON(raw), "Seq": seq, "Reason": dl.Reason})
+}
+
+func prettyJSON(raw json.RawMessage) string {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return buf.String()
+}
+
+// deleteDeadLetter removes dead letter seq from the dead-letter stream.
+func deleteDeadLetter(ctx context.Context, b *bus.Bus, seq uint64) error {
+	st, err := b.JetStream().Stream(ctx, b.StreamName("dlq.x"))
+	if err != nil {
+		return fmt.Errorf("dead-letter stream: %w", err)
+	}
+	if err := st.DeleteMsg(ctx, seq); err != nil {
+		return fmt.Errorf("delete dead letter %d: %w", seq, err)
+	}
+	return nil
+}

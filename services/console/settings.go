@@ -1,0 +1,45 @@
+package console
+
+import (
+	"net"
+
+	"github.com/relaystation/relay/config"
+)
+
+// DefaultAddr is the console's listen address when RELAY_CONSOLE_ADDR is unset.
+const DefaultAddr = "127.0.0.1:8081"
+
+// Settings are the console's settings from the environment.
+type Settings struct {
+	// Config is the console's configuration, without Logger and the
+	// collaborators the command layer wires.
+	Config Config
+}
+
+// ReadSettings reads RELAY_CONSOLE_ADDR and RELAY_CONSOLE_TOKEN. A
+// non-loopback address without a token is recorded in env, naming
+// RELAY_CONSOLE_TOKEN.
+func ReadSettings(env *config.Env) Settings {
+	cfg := Config{
+		Addr:  env.Addr("RELAY_CONSOLE_ADDR", DefaultAddr),
+		Token: env.Secret("RELAY_CONSOLE_TOKEN"),
+	}
+	if !Loopback(cfg.Addr) && !cfg.Token.IsSet() {
+		env.Failf("RELAY_CONSOLE_TOKEN", "required: RELAY_CONSOLE_ADDR %q is not a loopback address, so the console needs a token to sign in with", cfg.Addr)
+	}
+	return Settings{Config: cfg}
+}
+
+// Loopback reports whether the listen address addr binds to loopback only
+// (127.0.0.0/8, ::1 or localhost); an empty host binds every interface.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
