@@ -5,12 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -246,23 +244,10 @@ func action(t testing.TB, post fakes.SlackCall, suffix string) fakes.Action {
 	return fakes.Action{}
 }
 
-// interact posts a signed interaction payload as Slack does; it returns the
-// trigger id used.
+// interact posts a signed interaction payload as Slack does.
 func (s *stack) interact(payload []byte) {
 	s.t.Helper()
-	body := fakes.FormPayload(payload)
-	ts := strconv.FormatInt(time.Now().Unix(), 10)
-	req, _ := http.NewRequest(http.MethodPost, s.base+"/webhooks/slack/interactions", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set(slack.HeaderTimestamp, ts)
-	req.Header.Set(slack.HeaderSignature, slack.SignatureHeader(e2eSlackSec, ts, body))
-	resp, err := http.DefaultClient.Do(req)
-	must(s.t, err)
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		s.t.Fatalf("interaction answered %d, want 200", resp.StatusCode)
-	}
+	s.postSlack(slack.RouteInteractions, "application/x-www-form-urlencoded", fakes.FormPayload(payload))
 }
 
 func (s *stack) click(user string, post fakes.SlackCall, suffix string) {

@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/relaystation/relay/internal/story"
@@ -29,8 +27,7 @@ func runTrace(ctx context.Context, a *app, args []string) error {
 	if err := a.checkEnv(); err != nil {
 		return err
 	}
-	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
-	fs.SetOutput(a.stderr)
+	fs := a.flags("trace")
 	asJSON := fs.Bool("json", false, "print the story as one JSON object")
 	since := fs.Duration("since", 0, "read inbound webhooks of this long ago only (0: the stream's whole retention)")
 	limit := fs.Int("n", 1000, "show at most N hops")
@@ -65,19 +62,16 @@ func traceStory(ctx context.Context, a *app, id string, o story.Options) (*story
 	return st, nil
 }
 
-// printStory writes one line per hop: time, time since the previous hop,
-// kind, summary, link.
+// printStory writes one line per hop (time, time since the previous hop,
+// kind, summary, link), then what the story is about.
 func printStory(w io.Writer, st *story.Story) error {
-	fmt.Fprintf(w, "story of %s: thread %s, %d task(s), %d hop(s)\n", st.Query, orDash(st.Thread), len(st.Tasks), len(st.Hops))
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tDELTA\tKIND\tSUMMARY\tLINK")
-	for _, h := range st.Hops {
-		sum := h.Summary
-		if h.Duration > 0 {
-			sum += " [" + h.Duration.Round(time.Millisecond).String() + "]"
+	return writeTable(w, "TIME\tDELTA\tKIND\tSUMMARY\tLINK", func(line func(string, ...any)) {
+		for _, h := range st.Hops {
+			sum := h.Summary
+			if h.Duration > 0 {
+				sum += " [" + h.Duration.Round(time.Millisecond).String() + "]"
+			}
+			line("%s\t+%s\t%s\t%s\t%s", h.Time.UTC().Format("15:04:05.000"), h.Since.Round(time.Millisecond), h.Kind, sum, orDash(h.Link))
 		}
-		fmt.Fprintf(tw, "%s\t+%s\t%s\t%s\t%s\n", h.Time.UTC().Format("15:04:05.000"),
-			h.Since.Round(time.Millisecond), h.Kind, sum, orDash(h.Link))
-	}
-	return tw.Flush()
+	}, fmt.Sprintf("story of %s: thread %s, %d task(s), %d hop(s)", st.Query, orDash(st.Thread), len(st.Tasks), len(st.Hops)))
 }

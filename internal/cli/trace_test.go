@@ -96,17 +96,17 @@ func storyKinds(st *story.Story) []string {
 
 var hopLine = regexp.MustCompile(`^(\d\d:\d\d:\d\d\.\d{3}) +\+(\S+) +(\S+) +(.+?) +(\S+)$`)
 
-// checkTraceText checks the terminal form: a header, then one line per hop
-// with time, +delta, kind, summary and link.
+// checkTraceText checks the terminal form: a header, one line per hop with
+// time, +delta, kind, summary and link, then the story's line.
 func checkTraceText(t *testing.T, out string, want []string, link string) {
 	t.Helper()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) < 2+len(want) || !strings.HasPrefix(lines[0], "story of ") ||
-		!strings.HasPrefix(lines[1], "TIME") {
+	if len(lines) < 2+len(want) || !strings.HasPrefix(lines[0], "TIME") ||
+		!strings.HasPrefix(lines[len(lines)-1], "story of ") {
 		t.Fatalf("got output:\n%s", out)
 	}
 	var kinds []string
-	for _, l := range lines[2:] {
+	for _, l := range lines[1 : len(lines)-1] {
 		m := hopLine.FindStringSubmatch(l)
 		if m == nil {
 			t.Fatalf("hop line %q does not read time +delta kind summary link", l)

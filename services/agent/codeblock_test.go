@@ -108,6 +108,8 @@ func TestRenderResult(t *testing.T) {
 		{"long on GitHub", github, text(long), []string{"<details><summary>Full output</summary>", "line\nline"}, false, ""},
 		{"timeout", slackRun(""), map[string]any{"status": "timeout", "duration_ms": 30012.5, "error": "deadline"}, []string{"timed out after 30 s"}, false, ""},
 		{"failure", slackRun(""), map[string]any{"status": "error", "error": "server everything is offline"}, []string{":x: `everything.echo` failed (error): server everything is offline"}, false, ""},
+		{"cancelled in Slack", slackRun(""), map[string]any{"status": "cancelled", "cancelled_by": "slack:U0ALICE", "error": "cancelled"}, []string{":octagonal_sign: `everything.echo` was cancelled by <@U0ALICE>."}, false, "failed"},
+		{"cancelled on GitHub", github, map[string]any{"status": "cancelled", "cancelled_by": "cli:alice"}, []string{"`everything.echo` was cancelled by cli:alice."}, false, "failed"},
 		{"nothing", slackRun(""), map[string]any{"status": "success"}, []string{"_(no output)_"}, false, ""},
 	}
 	for _, tt := range tests {

@@ -96,6 +96,9 @@ func renderResult(st runState, res map[string]any, long int) rendered {
 	}
 	head := "`" + st.Run.Name() + "`"
 	status, _ := res["status"].(string)
+	if status == string(tools.StatusCancelled) {
+		return rendered{text: cancelledText(head, st, res)}
+	}
 	if status != string(tools.StatusSuccess) {
 		return rendered{text: failureText(head, status, res)}
 	}
@@ -115,6 +118,19 @@ func renderResult(st runState, res map[string]any, long int) rendered {
 		body += "\n_(image attached: " + file.name + ")_"
 	}
 	return rendered{text: head + ":\n" + body, file: file}
+}
+
+// cancelledText says who cancelled a run: a Slack user as a mention in
+// Slack, else as the runner audited them ("cli:alice", "github:octocat").
+func cancelledText(head string, st runState, res map[string]any) string {
+	by, _ := res["cancelled_by"].(string)
+	if id, ok := strings.CutPrefix(by, "slack:"); ok && st.Target.Channel == string(envelope.ChannelSlack) {
+		by = "<@" + id + ">"
+	}
+	if by == "" {
+		return fmt.Sprintf(":octagonal_sign: %s was cancelled.", head)
+	}
+	return fmt.Sprintf(":octagonal_sign: %s was cancelled by %s.", head, by)
 }
 
 func failureText(head, status string, res map[string]any) string {

@@ -270,7 +270,9 @@ func (h *harness) drained() {
 		{h.bus.StreamName("in.x"), "approvals-actions"},
 		{h.bus.StreamName("in.x"), "approvals-views"},
 	} {
-		testenv.WaitFor(h.t, 10*time.Second, "consumer "+c.name+" drained", func() bool {
+		// 30s: a draft that found another handler's live claim to post is
+		// retried when that claim would expire (up to 10s later).
+		testenv.WaitFor(h.t, 30*time.Second, "consumer "+c.name+" drained", func() bool {
 			cons, err := js.Consumer(ctx, c.stream, c.name)
 			if err != nil {
 				return false

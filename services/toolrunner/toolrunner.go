@@ -314,15 +314,22 @@ func request(call *envelope.Envelope) tools.Request {
 		Caller: CallerOf(call),
 		TaskID: call.Meta.TaskID,
 		Thread: call.Meta.Thread,
-		Actor:  sourceActor(call),
+		Actor:  actorOf(call),
 		// Elicitation and sampling (elicit.go).
 		ActsFor:     ActsFor(call),
 		TokenBudget: tokensLeft(call),
 	}
 }
 
-// sourceActor is the person whose webhook led to the call, if known.
-func sourceActor(call *envelope.Envelope) string {
+// actorOf is the person the call runs for: meta "actor" when the caller says
+// so (a code-block run: "slack:U…", "github:login"), else the person whose
+// webhook led to the call, if known.
+func actorOf(call *envelope.Envelope) string {
+	if v, ok := call.Meta.Get("actor"); ok {
+		if a, _ := v.(string); a != "" {
+			return a
+		}
+	}
 	if call.Meta.Source != nil {
 		return call.Meta.Source.Actor
 	}
