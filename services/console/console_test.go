@@ -102,6 +102,7 @@ func TestSettingsRequireTokenOffLoopback(t *testing.T) {
 		{map[string]string{"RELAY_CONSOLE_ADDR": ":8081"}, "RELAY_CONSOLE_TOKEN"},
 		{map[string]string{"RELAY_CONSOLE_ADDR": "0.0.0.0:8081", "RELAY_CONSOLE_TOKEN": "t0ken"}, ""},
 		{map[string]string{"RELAY_CONSOLE_ADDR": "nope"}, "RELAY_CONSOLE_ADDR"},
+		{map[string]string{"RELAY_CONSOLE_RECENT": "5"}, "RELAY_CONSOLE_RECENT"},
 	}
 	for _, tt := range tests {
 		env := config.FromMap(tt.env)
@@ -110,8 +111,8 @@ func TestSettingsRequireTokenOffLoopback(t *testing.T) {
 		if (err == nil) != (tt.wantErr == "") || err != nil && !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("ReadSettings(%v): got %v, want an error naming %q", tt.env, err, tt.wantErr)
 		}
-		if tt.wantErr == "" && s.Config.Addr == "" {
-			t.Errorf("ReadSettings(%v): no address", tt.env)
+		if tt.wantErr == "" && (s.Config.Addr == "" || s.Config.Recent != 2000) {
+			t.Errorf("ReadSettings(%v): got address %q and %d recent envelopes, want an address and 2000", tt.env, s.Config.Addr, s.Config.Recent)
 		}
 	}
 	if _, err := console.New(console.Config{Addr: "0.0.0.0:8081"}, nil); !errors.Is(err, console.ErrNoToken) {

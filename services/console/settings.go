@@ -16,13 +16,16 @@ type Settings struct {
 	Config Config
 }
 
-// ReadSettings reads RELAY_CONSOLE_ADDR and RELAY_CONSOLE_TOKEN. A
+// ReadSettings reads RELAY_CONSOLE_ADDR, RELAY_CONSOLE_TOKEN and
+// RELAY_CONSOLE_RECENT. A
 // non-loopback address without a token is recorded in env, naming
 // RELAY_CONSOLE_TOKEN.
 func ReadSettings(env *config.Env) Settings {
 	cfg := Config{
 		Addr:  env.Addr("RELAY_CONSOLE_ADDR", DefaultAddr),
 		Token: env.Secret("RELAY_CONSOLE_TOKEN"),
+		// The Events page's memory: a bounded ring of the last envelopes.
+		Recent: env.Int("RELAY_CONSOLE_RECENT", 2000, 10, 100_000),
 	}
 	if !Loopback(cfg.Addr) && !cfg.Token.IsSet() {
 		env.Failf("RELAY_CONSOLE_TOKEN", "required: RELAY_CONSOLE_ADDR %q is not a loopback address, so the console needs a token to sign in with", cfg.Addr)
