@@ -147,25 +147,31 @@ func (p *Policy) TimeoutOr(server, tool string, def time.Duration) time.Duration
 }
 
 type rawPolicy struct {
-	Roles []struct {
-		Role         string   `json:"role"`
-		Description  string   `json:"description"`
-		Capabilities []string `json:"capabilities"`
-		Members      Members  `json:"members"`
-	} `json:"roles"`
-	Bindings []rawBinding `json:"bindings"`
-	Budgets  map[string]struct {
-		RPS         float64 `json:"rps"`
-		Burst       int     `json:"burst"`
-		Concurrency int     `json:"concurrency"`
-		Timeout     string  `json:"timeout"`
-		DailyQuota  int     `json:"daily_quota"`
-	} `json:"budgets"`
-	Limits struct {
+	Roles    []rawRole            `json:"roles"`
+	Bindings []rawBinding         `json:"bindings"`
+	Budgets  map[string]rawBudget `json:"budgets"`
+	Limits   struct {
 		Concurrency int  `json:"concurrency"`
 		PerSession  *int `json:"perSession"`
 		Stop        bool `json:"stop"`
 	} `json:"limits"`
+}
+
+// rawRole is one entry of the policy file's roles.
+type rawRole struct {
+	Role         string   `json:"role"`
+	Description  string   `json:"description"`
+	Capabilities []string `json:"capabilities"`
+	Members      Members  `json:"members"`
+}
+
+// rawBudget is one entry of the policy file's budgets.
+type rawBudget struct {
+	RPS         float64 `json:"rps"`
+	Burst       int     `json:"burst"`
+	Concurrency int     `json:"concurrency"`
+	Timeout     string  `json:"timeout"`
+	DailyQuota  int     `json:"daily_quota"`
 }
 
 // LoadPolicy reads and validates the policy file at path (YAML or JSON).
@@ -184,6 +190,35 @@ func LoadPolicy(path string) (*Policy, error) {
 // ParsePolicy validates a policy document (YAML or JSON, JSON being YAML)
 // against schemas/policy.schema.json and the Go checks.
 func ParsePolicy(data []byte) (*Policy, error) {
+	r, err := decodePolicy(data)
+	if err != nil {
+		return nil, err
+	}
+	p := DefaultPolicy()
+	p.Members = map[string]Members{}
+	var errs []error
+	fail := func(field, format string, args ...any) {
+		errs = append(errs, &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)})
+	}
+	p.addRoles(r.Roles, fail)
+	p.addBindings(r.Bindings, fail)
+	p.addBudgets(r.Budgets, fail)
+	if r.Limits.Concurrency > 0 {
+		p.Limits.Concurrency = r.Limits.Concurrency
+	}
+	if r.Limits.PerSession != nil {
+		p.Limits.PerSession = *r.Limits.PerSession
+	}
+	p.Limits.Stop = r.Limits.Stop
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return p, nil
+}
+
+// decodePolicy reads YAML or JSON, validates it against PolicySchema and
+// decodes it.
+func decodePolicy(data []byte) (*rawPolicy, error) {
 	var doc any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, &ValidationError{Reason: "not YAML or JSON: " + err.Error()}
@@ -206,13 +241,13 @@ func ParsePolicy(data []byte) (*Policy, error) {
 	if err := json.Unmarshal(js, &r); err != nil {
 		return nil, &ValidationError{Reason: err.Error()}
 	}
-	p := DefaultPolicy()
-	p.Members = map[string]Members{}
-	var errs []error
-	fail := func(field, format string, args ...any) {
-		errs = append(errs, &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)})
-	}
-	for i, role := range r.Roles {
+	return &r, nil
+}
+
+// addRoles adds the roles with their capabilities and members; fail records
+// a problem with a field.
+func (p *Policy) addRoles(roles []rawRole, fail func(field, format string, args ...any)) {
+	for i, role := range roles {
 		if _, dup := p.Roles[role.Role]; dup {
 			fail(fmt.Sprintf("roles[%d].role", i), "role %q defined twice", role.Role)
 			continue
@@ -233,8 +268,12 @@ func ParsePolicy(data []byte) (*Policy, error) {
 		p.RoleOrder = append(p.RoleOrder, role.Role)
 		p.Members[role.Role] = role.Members
 	}
-	p.addBindings(r.Bindings, fail)
-	for key, b := range r.Budgets {
+}
+
+// addBudgets adds the budgets by server or tool; fail records a problem
+// with a field.
+func (p *Policy) addBudgets(budgets map[string]rawBudget, fail func(field, format string, args ...any)) {
+	for key, b := range budgets {
 		field := "budgets." + key
 		bud := Budget{RPS: b.RPS, Burst: b.Burst, Concurrency: b.Concurrency, DailyQuota: b.DailyQuota}
 		if b.Timeout != "" {
@@ -252,17 +291,6 @@ func ParsePolicy(data []byte) (*Policy, error) {
 		}
 		p.Budgets[key] = bud
 	}
-	if r.Limits.Concurrency > 0 {
-		p.Limits.Concurrency = r.Limits.Concurrency
-	}
-	if r.Limits.PerSession != nil {
-		p.Limits.PerSession = *r.Limits.PerSession
-	}
-	p.Limits.Stop = r.Limits.Stop
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return p, nil
 }
 
 // jsonCompatible turns YAML's decoded values into what encoding/json accepts.
