@@ -24,6 +24,7 @@ func (s *Service) actionRoutes(mux *http.ServeMux) {
 		"/dlq/replay-all":          s.replayAll,
 		"/tools/{server}/{verb}":   s.switchServer,
 		"/tools/stop-switch":       s.stopSwitch,
+		"/executions/{id}/cancel":  s.cancelExecution,
 	} {
 		mux.HandleFunc("POST "+path, s.guard(s.act(a)))
 	}
@@ -149,6 +150,16 @@ func (s *Service) stopSwitch(ctx context.Context, r *http.Request, _ *session) (
 		return "Stop switch ON: tool runners refuse new executions.", nil
 	}
 	return "Stop switch off: tool executions resume.", nil
+}
+
+// cancelExecution cancels a running tool execution through the runner that
+// owns it, as the signed-in operator (the audit record names them).
+func (s *Service) cancelExecution(ctx context.Context, r *http.Request, sess *session) (string, error) {
+	id := r.PathValue("id")
+	if err := tools.CancelRemote(ctx, s.bus.Conn(), s.bus.Prefix(), id, "console:"+sess.Operator); err != nil {
+		return "", fmt.Errorf("cancel execution %s: %w", id, err)
+	}
+	return "Cancelled execution " + id + ".", nil
 }
 
 func urlQueryEscape(s string) string { return url.QueryEscape(s) }

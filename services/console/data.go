@@ -115,9 +115,15 @@ func (s *Service) toolsData(ctx context.Context, q url.Values) (map[string]any, 
 	rctx, cancel := s.rpcContext(ctx)
 	defer cancel()
 	st, err := tools.StatusRemote(rctx, s.bus.Conn(), s.bus.Prefix())
+	var active []tools.Execution
+	var activeErr error
+	if err == nil {
+		active, activeErr = tools.ActiveRemote(rctx, s.bus.Conn(), s.bus.Prefix())
+	}
 	audit := strings.TrimSpace(q.Get("audit"))
 	return map[string]any{
 		"Status": st, "Error": errText(err), "CanSwitch": s.cfg.Tools != nil,
+		"Active": active, "ActiveError": errText(activeErr), "Now": s.cfg.Now(),
 		"Hooks": s.hub.filter(50, func(e *Event) bool { return e.Subject == "hook.executed" }),
 		"Audit": s.hub.filter(100, func(e *Event) bool {
 			return strings.HasPrefix(e.Subject, "audit.") && (audit == "" || bytes.Contains(bytes.ToLower(e.Raw), []byte(strings.ToLower(audit))))
