@@ -15,6 +15,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/telemetry"
+	"github.com/relaystation/relay/internal/tick"
 	slackmapper "github.com/relaystation/relay/mappers/slack"
 )
 
@@ -542,20 +543,13 @@ func errText(err error) string {
 // sweepLoop marks expired approvals and finishes decided ones whose effects
 // were interrupted, every SweepInterval.
 func (s *Service) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("approval sweep failed", "err", err)
-			} else if n > 0 {
-				s.log.Info("approval sweep", "expired", n)
-			}
+	tick.Every(ctx, s.cfg.SweepInterval, func() {
+		if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("approval sweep failed", "err", err)
+		} else if n > 0 {
+			s.log.Info("approval sweep", "expired", n)
 		}
-	}
+	})
 }
 
 // Sweep marks every pending approval past its expiry as expired (updating its
