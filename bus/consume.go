@@ -15,6 +15,7 @@ import (
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/clip"
+	"github.com/relaystation/relay/internal/tick"
 )
 
 // ConsumerConfig describes one worker type's durable consumer. Every process
@@ -330,18 +331,7 @@ func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, ms
 
 	// Heartbeat: long handlers keep their delivery from being redelivered.
 	hbCtx, hbStop := context.WithCancel(ctx)
-	go func() {
-		t := time.NewTicker(cfg.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-hbCtx.Done():
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
+	go tick.Every(hbCtx, cfg.Heartbeat, func() { _ = msg.InProgress() })
 	var traced func(error)
 	if tr := b.cfg.Trace; tr != nil && tr.Consume != nil {
 		ctx, traced = tr.Consume(ctx, msg.Subject(), m)

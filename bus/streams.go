@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -72,42 +73,32 @@ func (b *Bus) streams() []jetstream.StreamConfig {
 		work[i] = p + "." + r + ".>"
 	}
 	return []jetstream.StreamConfig{
-		{
-			// Limits retention: every worker type has its own durable consumer and
-			// reads every inbound envelope; messages age out, they are not removed
-			// by one consumer's ack.
-			Name:        b.streamName(streamIn),
-			Description: "relay inbound envelopes (relay.in.{channel}.{event})",
-			Subjects:    []string{p + ".in.>"},
-			Retention:   jetstream.LimitsPolicy,
-			Storage:     jetstream.FileStorage,
-			MaxAge:      b.cfg.Retention,
-			Duplicates:  b.cfg.DuplicateWindow,
-			Discard:     jetstream.DiscardOld,
-			Replicas:    b.cfg.Replicas,
-		},
-		{
-			Name:        b.streamName(streamWork),
-			Description: "relay work: agent steps, tool calls and results, outbound, approvals, system notices, audit",
-			Subjects:    work,
-			Retention:   jetstream.LimitsPolicy,
-			Storage:     jetstream.FileStorage,
-			MaxAge:      b.cfg.Retention,
-			Duplicates:  b.cfg.DuplicateWindow,
-			Discard:     jetstream.DiscardOld,
-			Replicas:    b.cfg.Replicas,
-		},
-		{
-			Name:        b.streamName(streamDLQ),
-			Description: "relay dead letters: original envelope, reason, delivery count, subject",
-			Subjects:    []string{p + ".dlq.>"},
-			Retention:   jetstream.LimitsPolicy,
-			Storage:     jetstream.FileStorage,
-			MaxAge:      b.cfg.DeadLetterRetention,
-			Duplicates:  b.cfg.DuplicateWindow,
-			Discard:     jetstream.DiscardOld,
-			Replicas:    b.cfg.Replicas,
-		},
+		// Limits retention: every worker type has its own durable consumer and
+		// reads every inbound envelope; messages age out, they are not removed
+		// by one consumer's ack.
+		b.stream(streamIn, "relay inbound envelopes (relay.in.{channel}.{event})",
+			[]string{p + ".in.>"}, b.cfg.Retention),
+		b.stream(streamWork, "relay work: agent steps, tool calls and results, outbound, approvals, system notices, audit",
+			work, b.cfg.Retention),
+		b.stream(streamDLQ, "relay dead letters: original envelope, reason, delivery count, subject",
+			[]string{p + ".dlq.>"}, b.cfg.DeadLetterRetention),
+	}
+}
+
+// stream is the configuration every relay stream shares: file storage,
+// limits retention with the oldest messages discarded, the bus's duplicate
+// window and replica count.
+func (b *Bus) stream(kind, desc string, subjects []string, maxAge time.Duration) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        b.streamName(kind),
+		Description: desc,
+		Subjects:    subjects,
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		MaxAge:      maxAge,
+		Duplicates:  b.cfg.DuplicateWindow,
+		Discard:     jetstream.DiscardOld,
+		Replicas:    b.cfg.Replicas,
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/schemas"
 )
 
 func TestGoldenEnvelopesValidate(t *testing.T) {
@@ -378,5 +379,58 @@ func TestTargetRoundTrip(t *testing.T) {
 		if bad.Validate() == nil {
 			t.Errorf("%+v validated", bad)
 		}
+	}
+}
+
+// TestValidateAgainst: any embedded schema checks a document, naming the
+// offending field ("/" for one that is not JSON); an unknown schema is an
+// error of its own, not a *ValidationError.
+func TestValidateAgainst(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, schema, doc string
+		field             string // "" means valid
+	}{
+		{"valid bundle", "bundle.schema.json", `{"id":"b","version":"1","servers":{"s":{}}}`, ""},
+		{"bundle without version", "bundle.schema.json", `{"id":"b","servers":{"s":{}}}`, "/version"},
+		{"empty envelope", schemas.MCPMessage, `{}`, "/id"},
+		{"not JSON", "bundle.schema.json", `{"id":`, "/"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := envelope.ValidateAgainst(tc.schema, []byte(tc.doc))
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("got %v, want nil", err)
+				}
+				return
+			}
+			var ve *envelope.ValidationError
+			if !errors.As(err, &ve) || ve.Field != tc.field {
+				t.Fatalf("got %v, want a *ValidationError at %s", err, tc.field)
+			}
+		})
+	}
+	err := envelope.ValidateAgainst("nope.schema.json", []byte(`{}`))
+	var ve *envelope.ValidationError
+	if err == nil || errors.As(err, &ve) || !strings.Contains(err.Error(), "nope.schema.json") {
+		t.Errorf("unknown schema: got %v, want a read error naming it", err)
+	}
+}
+
+// TestSchemaCompilesOnce: Schema hands out one compiled schema per name.
+func TestSchemaCompilesOnce(t *testing.T) {
+	t.Parallel()
+	a, err := envelope.Schema(schemas.MCPMessage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := envelope.Schema(schemas.MCPMessage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b {
+		t.Error("got two compiled schemas for one name, want the same one")
 	}
 }

@@ -26,17 +26,20 @@ func (e *ValidationError) Error() string {
 	return fmt.Sprintf("invalid envelope: %s: %s", e.Field, e.Reason)
 }
 
-var (
-	schemaOnce sync.Once
-	schema     *jsonschema.Schema
-	schemaErr  error
-)
+// compiledSchemas holds, by schema name, a function returning that schema
+// compiled once (Schema).
+var compiledSchemas sync.Map
 
-func compiled() (*jsonschema.Schema, error) {
-	schemaOnce.Do(func() {
-		schema, schemaErr = CompileSchema(schemas.MCPMessage)
-	})
-	return schema, schemaErr
+// Schema returns one of the embedded schemas compiled (CompileSchema),
+// compiling each at most once per process. It is safe for concurrent use.
+func Schema(name string) (*jsonschema.Schema, error) {
+	f, ok := compiledSchemas.Load(name)
+	if !ok {
+		f, _ = compiledSchemas.LoadOrStore(name, sync.OnceValues(func() (*jsonschema.Schema, error) {
+			return CompileSchema(name)
+		}))
+	}
+	return f.(func() (*jsonschema.Schema, error))()
 }
 
 // CompileSchema compiles one of the embedded schemas, with format assertions on.
@@ -78,18 +81,32 @@ func Validate(e *Envelope) error {
 // ValidateJSON checks raw JSON against the embedded MCP message schema. The
 // error is a *ValidationError naming the offending field.
 func ValidateJSON(b []byte) error {
-	s, err := compiled()
+	doc, err := validateDoc(schemas.MCPMessage, b)
 	if err != nil {
-		return err
-	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-	if err != nil {
-		return &ValidationError{Field: "/", Reason: "not JSON: " + err.Error()}
-	}
-	if err := FromSchemaError(s.Validate(doc)); err != nil {
 		return err
 	}
 	return checkKeyCase(doc)
+}
+
+// ValidateAgainst checks raw JSON against the embedded schema name (Schema).
+// The error is a *ValidationError naming the first offending field ("/" for
+// a document that is not JSON), or the schema's compile error.
+func ValidateAgainst(name string, b []byte) error {
+	_, err := validateDoc(name, b)
+	return err
+}
+
+// validateDoc is ValidateAgainst returning the decoded document as well.
+func validateDoc(name string, b []byte) (any, error) {
+	s, err := Schema(name)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return nil, &ValidationError{Field: "/", Reason: "not JSON: " + err.Error()}
+	}
+	return doc, FromSchemaError(s.Validate(doc))
 }
 
 // knownKeys lists the field names of the objects the Go type decodes. Go's

@@ -15,6 +15,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/telemetry"
+	"github.com/relaystation/relay/internal/tick"
 	slackmapper "github.com/relaystation/relay/mappers/slack"
 )
 
@@ -202,6 +203,17 @@ func (s *Service) decision(ctx context.Context, task string, round int, apply fu
 	return s.store.transition(ctx, task, round, now, change)
 }
 
+// decide runs decision and then finishes the record it leaves (finish), so
+// a redelivered click completes what an interrupted one began. expired is
+// reported even when finishing fails.
+func (s *Service) decide(ctx context.Context, task string, round int, apply func(r *Record, now time.Time)) (rec *Record, won, expired bool, err error) {
+	rec, won, expired, err = s.decision(ctx, task, round, apply)
+	if err != nil {
+		return nil, false, false, err
+	}
+	return rec, won, expired, s.finish(ctx, rec)
+}
+
 // transition runs a pending-only change of task's record at now (round 0:
 // whatever its round) and reports whether this call made it, plus whether
 // the record turned out to be expired (then it was marked so). change
@@ -232,13 +244,10 @@ func (st *store) transition(ctx context.Context, task string, round int, now tim
 }
 
 func (s *Service) approve(ctx context.Context, e *envelope.Envelope, task, user, channel string, log *slog.Logger) error {
-	rec, won, expired, err := s.decision(ctx, task, 0, func(r *Record, now time.Time) {
+	rec, won, expired, err := s.decide(ctx, task, 0, func(r *Record, now time.Time) {
 		r.Status, r.DecidedBy, r.DecidedAt = StatusApproved, user, now
 	})
 	if err != nil {
-		return err
-	}
-	if err := s.finish(ctx, rec); err != nil {
 		return err
 	}
 	switch {
@@ -293,13 +302,10 @@ func (st *store) mutateEdit(ctx context.Context, now time.Time, md viewMetadata,
 
 func (s *Service) reject(ctx context.Context, e *envelope.Envelope, md viewMetadata, ia *interaction, log *slog.Logger) error {
 	reason := reasonOf(ia.View.State)
-	rec, won, expired, err := s.decision(ctx, md.TaskID, md.Round, func(r *Record, now time.Time) {
+	rec, won, expired, err := s.decide(ctx, md.TaskID, md.Round, func(r *Record, now time.Time) {
 		r.Status, r.DecidedBy, r.DecidedAt, r.Reason = StatusRejected, ia.User, now, reason
 	})
 	if err != nil {
-		return err
-	}
-	if err := s.finish(ctx, rec); err != nil {
 		return err
 	}
 	switch {
@@ -315,11 +321,7 @@ func (s *Service) reject(ctx context.Context, e *envelope.Envelope, md viewMetad
 
 // expire marks a pending record expired (a click after its expiry).
 func (s *Service) expire(ctx context.Context, e *envelope.Envelope, task, channel, user string, log *slog.Logger) error {
-	rec, _, _, err := s.decision(ctx, task, 0, nil)
-	if err != nil {
-		return err
-	}
-	if err := s.finish(ctx, rec); err != nil {
+	if _, _, _, err := s.decide(ctx, task, 0, nil); err != nil {
 		return err
 	}
 	s.ephemeral(ctx, channel, user, "This suggestion expired; nothing was posted.", log)
@@ -541,20 +543,13 @@ func errText(err error) string {
 // sweepLoop marks expired approvals and finishes decided ones whose effects
 // were interrupted, every SweepInterval.
 func (s *Service) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("approval sweep failed", "err", err)
-			} else if n > 0 {
-				s.log.Info("approval sweep", "expired", n)
-			}
+	tick.Every(ctx, s.cfg.SweepInterval, func() {
+		if n, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("approval sweep failed", "err", err)
+		} else if n > 0 {
+			s.log.Info("approval sweep", "expired", n)
 		}
-	}
+	})
 }
 
 // Sweep marks every pending approval past its expiry as expired (updating its
@@ -575,13 +570,10 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 		}
 		switch {
 		case rec.Status == StatusPending && now.After(rec.ExpiresAt):
-			r, _, expired, err := s.decision(ctx, rec.TaskID, rec.Round, nil)
-			if err == nil && expired {
+			_, _, expired, err := s.decide(ctx, rec.TaskID, rec.Round, nil)
+			if expired {
 				n++
 				s.log.Info("approval expired", "task_id", rec.TaskID, "round", rec.Round)
-			}
-			if err == nil {
-				err = s.finish(ctx, r)
 			}
 			errs = append(errs, err)
 		case rec.Status != StatusPending && !rec.settled() && now.Sub(rec.DecidedAt) > time.Minute:

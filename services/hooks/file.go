@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"text/template"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -211,16 +210,10 @@ func Parse(data []byte, name string) (*File, error) {
 	return &f, nil
 }
 
-var (
-	schemaOnce sync.Once
-	schema     *jsonschema.Schema
-	schemaErr  error
-)
-
 func schemaProblems(raw []byte) []Problem {
-	schemaOnce.Do(func() { schema, schemaErr = envelope.CompileSchema(SchemaFile) })
-	if schemaErr != nil {
-		return []Problem{{Message: schemaErr.Error()}}
+	schema, err := envelope.Schema(SchemaFile)
+	if err != nil {
+		return []Problem{{Message: err.Error()}}
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/tick"
 )
 
 // watch polls the hooks file every interval and, when its content changed
@@ -24,14 +25,7 @@ import (
 // content New saw, so an edit between New and Run is not missed.
 func (s *Service) watch(ctx context.Context, path string, interval time.Duration) {
 	applied, pending := s.digest, []byte(nil)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, interval, func() {
 		d := digest(path)
 		switch {
 		case d == nil || bytes.Equal(d, applied):
@@ -42,7 +36,7 @@ func (s *Service) watch(ctx context.Context, path string, interval time.Duration
 			applied, pending = d, nil
 			s.reload(ctx, path)
 		}
-	}
+	})
 }
 
 // reload loads path and, when it is valid, puts it in force.

@@ -1,12 +1,8 @@
 package bundle
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"sync"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/relaystation/relay/envelope"
 )
@@ -15,24 +11,12 @@ import (
 // schemas.FS.
 const Schema = "bundle.schema.json"
 
-var compiled = sync.OnceValues(func() (*jsonschema.Schema, error) { return envelope.CompileSchema(Schema) })
-
 // validateManifest checks a manifest (as standard JSON) against Schema.
 func validateManifest(data []byte) error {
-	s, err := compiled()
-	if err != nil {
-		return err
+	err := envelope.ValidateAgainst(Schema, data)
+	var ve *envelope.ValidationError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("%s: %s", ve.Field, ve.Reason)
 	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
-	if err != nil {
-		return fmt.Errorf("not JSON: %w", err)
-	}
-	if err := envelope.FromSchemaError(s.Validate(doc)); err != nil {
-		var ve *envelope.ValidationError
-		if errors.As(err, &ve) {
-			return fmt.Errorf("%s: %s", ve.Field, ve.Reason)
-		}
-		return err
-	}
-	return nil
+	return err
 }

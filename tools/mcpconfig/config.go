@@ -17,17 +17,13 @@
 package mcpconfig
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/relaystation/relay/envelope"
 )
@@ -219,36 +215,13 @@ func dedupe(servers []Server) {
 	}
 }
 
-var (
-	schemaMu    sync.Mutex
-	schemaCache = map[string]*jsonschema.Schema{}
-)
-
 // validateSchema checks a JSON document against one of the embedded schemas
 // and returns a *ValidationError naming the first offending field.
 func validateSchema(name string, data []byte) error {
-	schemaMu.Lock()
-	s, ok := schemaCache[name]
-	if !ok {
-		var err error
-		s, err = envelope.CompileSchema(name)
-		if err != nil {
-			schemaMu.Unlock()
-			return err
-		}
-		schemaCache[name] = s
+	err := envelope.ValidateAgainst(name, data)
+	var ve *envelope.ValidationError
+	if errors.As(err, &ve) {
+		return &ValidationError{Field: ve.Field, Reason: ve.Reason}
 	}
-	schemaMu.Unlock()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
-	if err != nil {
-		return &ValidationError{Reason: "not JSON: " + err.Error()}
-	}
-	if err := envelope.FromSchemaError(s.Validate(doc)); err != nil {
-		var ve *envelope.ValidationError
-		if errors.As(err, &ve) {
-			return &ValidationError{Field: ve.Field, Reason: ve.Reason}
-		}
-		return err
-	}
-	return nil
+	return err
 }
