@@ -24,7 +24,7 @@ func configureAgent(env *config.Env) buildFunc {
 	s := agent.ReadSettings(env)
 	return func(ctx context.Context, d *deps) (*runner, error) {
 		cfg := s.Config
-		cfg.Logger = d.Log.With("service", "agent")
+		cfg.Logger = d.Log
 		cfg.Registerer = d.Registry
 		if s.LLM.BaseURL != "" {
 			m, err := agent.NewOpenAI(s.LLM)
@@ -45,10 +45,6 @@ func configureAgent(env *config.Env) buildFunc {
 			}
 			cfg.Slack = slack.New(s.SlackToken.Reveal(), opts...)
 		}
-		svc, err := agent.New(ctx, cfg, d.Bus)
-		if err != nil {
-			return nil, err
-		}
-		return &runner{run: svc.Run}, nil
+		return runnerOf(agent.New(ctx, cfg, d.Bus))
 	}
 }

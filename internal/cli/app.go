@@ -61,9 +61,26 @@ type runner struct {
 	close func()
 }
 
+// runnable is a built service: Run blocks until ctx is cancelled, draining
+// in-flight work before it returns.
+type runnable interface {
+	Run(ctx context.Context) error
+}
+
+// runnerOf is the runner of a service built without routes, for the build's
+// last line: return runnerOf(outbound.New(ctx, cfg, d.Bus)).
+func runnerOf(svc runnable, err error) (*runner, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &runner{run: svc.Run}, nil
+}
+
 // deps are what services share in one process.
 type deps struct {
-	Bus      *bus.Bus
+	Bus *bus.Bus
+	// Log is the process's logger, scoped with the service's name
+	// ("service") for its build.
 	Log      *slog.Logger
 	Registry *prometheus.Registry
 	DataDir  string
@@ -260,6 +277,22 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.msg }
 
+// subcommands are a command's subcommands (`relay dlq list`), by name.
+type subcommands map[string]func(ctx context.Context, a *app, args []string) error
+
+// run runs the subcommand args[0] of the command name with the rest of
+// args; without one, or with one it does not know, it ends with exit code 2
+// and usage.
+func (subs subcommands) run(ctx context.Context, a *app, name, usage string, args []string) error {
+	if len(args) == 0 {
+		return &exitError{code: 2, msg: usage}
+	}
+	if f := subs[args[0]]; f != nil {
+		return f(ctx, a, args[1:])
+	}
+	return &exitError{code: 2, msg: fmt.Sprintf("%s: unknown subcommand %q\n%s", name, args[0], usage)}
+}
+
 func sortedServices() []*service {
 	out := make([]*service, 0, len(services))
 	for _, s := range services {
@@ -384,7 +417,9 @@ func (a *app) listen(ctx context.Context, srv *httpserver.Server) (chan error, e
 func buildRunners(ctx context.Context, d *deps, svcs []*service, builds []buildFunc, srv *httpserver.Server) ([]*runner, error) {
 	runners := make([]*runner, 0, len(svcs))
 	for i, build := range builds {
-		r, err := build(ctx, d)
+		sd := *d
+		sd.Log = d.Log.With("service", svcs[i].name)
+		r, err := build(ctx, &sd)
 		if err != nil {
 			return runners, fmt.Errorf("%s: %w", svcs[i].name, err)
 		}

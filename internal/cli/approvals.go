@@ -25,10 +25,9 @@ func configureApprovals(env *config.Env) buildFunc {
 	s.Config.RefURL = outbound.RefBaseURL(env.URL("RELAY_REF_BASE_URL", "http", "https"))
 	cfg, appToken, enabled := s.Config, s.AppToken, s.Enabled
 	return func(ctx context.Context, d *deps) (*runner, error) {
-		log := d.Log.With("service", "approvals")
 		var runs []func(context.Context) error
 		if enabled || cfg.ConsoleOnly() {
-			cfg.Logger = log
+			cfg.Logger = d.Log
 			st, err := toolrunner.OpenState(ctx, d.Bus)
 			if err != nil {
 				return nil, err
@@ -40,11 +39,11 @@ func configureApprovals(env *config.Env) buildFunc {
 			}
 			runs = append(runs, svc.Run)
 		} else {
-			log.Warn("approvals are off: set both SLACK_BOT_TOKEN and SLACK_APPROVAL_CHANNEL (or neither, for the console); suggestions wait in the stream until then")
+			d.Log.Warn("approvals are off: set both SLACK_BOT_TOKEN and SLACK_APPROVAL_CHANNEL (or neither, for the console); suggestions wait in the stream until then")
 		}
 		if appToken.IsSet() {
 			sm, err := approvals.NewSocketMode(approvals.SocketConfig{
-				AppToken: appToken, BotToken: cfg.BotToken, APIURL: cfg.APIURL, Logger: log.With("component", "socketmode"),
+				AppToken: appToken, BotToken: cfg.BotToken, APIURL: cfg.APIURL, Logger: d.Log.With("component", "socketmode"),
 			}, d.Bus)
 			if err != nil {
 				return nil, err

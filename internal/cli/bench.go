@@ -26,18 +26,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if err := a.checkEnv(); err != nil {
 		return err
 	}
-	if len(args) == 0 {
-		return &exitError{code: 2, msg: benchUsage}
-	}
-	switch args[0] {
-	case "ingest":
-		return benchIngest(ctx, a, args[1:])
-	case "serve":
-		return benchServe(ctx, a, args[1:])
-	case "proc":
-		return benchProc(ctx, a, args[1:])
-	}
-	return &exitError{code: 2, msg: benchUsage}
+	return subcommands{"ingest": benchIngest, "serve": benchServe, "proc": benchProc}.run(ctx, a, "bench", benchUsage, args)
 }
 
 func benchIngest(ctx context.Context, a *app, args []string) error {

@@ -16,21 +16,11 @@ import (
 
 func TestMCPInstallUninstallBundles(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "mcp.json")
 	orig := "{\n  // mine\n  \"servers\": {\n    \"mine\": {\"command\": \"node\"}\n  }\n}\n"
-	if err := os.WriteFile(cfg, []byte(orig), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	b := filepath.Join(dir, "weather")
-	if err := os.MkdirAll(b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	manifest := "id: weather\nversion: 0.3.0\nmcpServers:\n  forecast:\n    command: node\n    args: ['${bundlePath}/forecast.js']\n    env:\n      WEATHER_KEY: '${env:WEATHER_KEY}'\n"
-	if err := os.WriteFile(filepath.Join(b, "bundle.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"RELAY_DATA_DIR": filepath.Join(dir, "data"), "RELAY_MCP_CONFIG": cfg}
+	cfg := writeTemp(t, "mcp.json", orig)
+	b := writeBundle(t, "weather", "id: weather\nversion: 0.3.0\nmcpServers:\n  forecast:\n    command: node\n"+
+		"    args: ['${bundlePath}/forecast.js']\n    env:\n      WEATHER_KEY: '${env:WEATHER_KEY}'\n")
+	env := map[string]string{"RELAY_DATA_DIR": t.TempDir(), "RELAY_MCP_CONFIG": cfg}
 	cli := cliRunner(t, env)
 
 	code, out, errs := cli("mcp", "install", b, "--dry-run")
@@ -85,25 +75,11 @@ func TestMCPInstallIntoRunningRelay(t *testing.T) {
 	if _, err := exec.LookPath("node"); err != nil {
 		testenv.Missing(t, "node is not installed")
 	}
-	dir := t.TempDir()
-	b := filepath.Join(dir, "ref")
-	manifest := "id: ref\nversion: '1'\nmcpServers:\n  everything:\n    command: node\n" +
-		"    args: ['${bundlePath}/node_modules/@modelcontextprotocol/server-everything/dist/index.js', stdio]\n"
-	if err := os.MkdirAll(b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(b, "bundle.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(mods, filepath.Join(b, "node_modules")); err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(dir, "mcp.json")
-	if err := os.WriteFile(cfg, []byte("{\n  // bundles go here\n  \"mcpServers\": {}\n}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	b := writeBundle(t, "ref", "id: ref\nversion: '1'\nmcpServers:\n  everything:\n    command: node\n"+
+		"    args: ['${bundlePath}/node_modules/@modelcontextprotocol/server-everything/dist/index.js', stdio]\n")
+	must(t, os.Symlink(mods, filepath.Join(b, "node_modules")))
 	env := embeddedEnv(t)
-	env["RELAY_MCP_CONFIG"] = cfg
+	env["RELAY_MCP_CONFIG"] = writeTemp(t, "mcp.json", "{\n  // bundles go here\n  \"mcpServers\": {}\n}\n")
 	defer serveReady(t, env, nil, 30*time.Second)()
 	cli := cliRunner(t, env)
 	list := func() (map[string]string, string) {
@@ -142,4 +118,14 @@ func TestMCPInstallIntoRunningRelay(t *testing.T) {
 		_, still := states["ref__everything"]
 		return states != nil && !still, why
 	})
+}
+
+// writeBundle makes the bundle directory name, in a new temporary
+// directory, with manifest as its bundle.yaml, and returns its path.
+func writeBundle(t *testing.T, name, manifest string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	must(t, os.Mkdir(dir, 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "bundle.yaml"), []byte(manifest), 0o644))
+	return dir
 }

@@ -24,18 +24,14 @@ func init() {
 func configureConsole(env *config.Env) buildFunc {
 	cfg := console.ReadSettings(env).Config
 	return func(ctx context.Context, d *deps) (*runner, error) {
-		cfg.Logger = d.Log.With("service", "console")
+		cfg.Logger = d.Log
 		st, err := toolrunner.OpenState(ctx, d.Bus)
 		if err != nil {
 			return nil, err
 		}
 		cfg.Tools = st
 		cfg.Story = storyteller{d.Bus}
-		svc, err := console.New(cfg, d.Bus)
-		if err != nil {
-			return nil, err
-		}
-		return &runner{run: svc.Run}, nil
+		return runnerOf(console.New(cfg, d.Bus))
 	}
 }
 

@@ -20,20 +20,13 @@ func init() {
 	})
 }
 
+const dlqUsage = "usage: relay dlq list [-n N] [-json] | relay dlq replay <seq>... | --all"
+
 func runDLQ(ctx context.Context, a *app, args []string) error {
 	if err := a.checkEnv(); err != nil {
 		return err
 	}
-	if len(args) == 0 {
-		return &exitError{code: 2, msg: "usage: relay dlq list [-n N] [-json] | relay dlq replay <seq>... | --all"}
-	}
-	switch args[0] {
-	case "list":
-		return dlqList(ctx, a, args[1:])
-	case "replay":
-		return dlqReplay(ctx, a, args[1:])
-	}
-	return &exitError{code: 2, msg: fmt.Sprintf("dlq: unknown subcommand %q (want list or replay)", args[0])}
+	return subcommands{"list": dlqList, "replay": dlqReplay}.run(ctx, a, "dlq", dlqUsage, args)
 }
 
 func dlqList(ctx context.Context, a *app, args []string) error {

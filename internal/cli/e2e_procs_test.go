@@ -1,17 +1,19 @@
 package cli
 
 import (
-	"net/http"
+	"context"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/procs"
 	"github.com/relaystation/relay/internal/testenv"
 )
 
@@ -42,51 +44,51 @@ func relayBinary(t *testing.T) string {
 	return binPath
 }
 
-// proc is one relay service running as its own process.
+// startService runs `bin name` as its own process with env, HOME and
+// RELAY_DATA_DIR in dataDir and RELAY_HTTP_ADDR addr, its log written to
+// logs, and waits until its /readyz answers 200 (within 30 s).
+func startService(ctx context.Context, bin, name, addr, dataDir string, env map[string]string, logs io.Writer) (*procs.Process, error) {
+	cmd := exec.Command(bin, name)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Env = append(cmd.Env, "HOME="+dataDir, "RELAY_HTTP_ADDR="+addr, "RELAY_DATA_DIR="+dataDir)
+	cmd.Stderr = logs
+	p, err := procs.Start(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.WaitReady(ctx, "http://"+addr+"/readyz", 30*time.Second); err != nil {
+		return p, fmt.Errorf("%s %w", name, err)
+	}
+	return p, nil
+}
+
+// proc is one relay service running as its own process until the test ends.
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	logs *syncBuffer
+	*procs.Process
 	addr string
-	done chan error
 }
 
 func startProc(t *testing.T, bin, name string, env map[string]string) *proc {
 	t.Helper()
-	p := &proc{name: name, logs: &syncBuffer{}, addr: freeAddr(t), done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, name)
-	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
-	for k, v := range env {
-		p.cmd.Env = append(p.cmd.Env, k+"="+v)
+	logs := &syncBuffer{}
+	p := &proc{addr: freeAddr(t)}
+	var err error
+	p.Process, err = startService(t.Context(), bin, name, p.addr, t.TempDir(), env, logs)
+	if p.Process != nil {
+		t.Cleanup(func() {
+			p.Stop(20 * time.Second)
+			if t.Failed() {
+				t.Logf("%s log:\n%s", name, logs.String())
+			}
+		})
 	}
-	p.cmd.Env = append(p.cmd.Env, "RELAY_HTTP_ADDR="+p.addr, "RELAY_DATA_DIR="+t.TempDir())
-	p.cmd.Stderr = p.logs
-	if err := p.cmd.Start(); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(20 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("%s log:\n%s", p.name, p.logs.String())
-		}
-	})
-	waitHTTP(t, "http://"+p.addr+"/readyz", http.StatusOK, 30*time.Second)
 	return p
-}
-
-// kill ends the process without any chance to clean up, as a crash would.
-func (p *proc) kill(t *testing.T) {
-	t.Helper()
-	_ = p.cmd.Process.Kill()
-	<-p.done
-	p.done <- nil // for the cleanup
 }
 
 // TestSeparateProcesses runs every worker as its own process on one NATS
@@ -105,19 +107,19 @@ func TestSeparateProcesses(t *testing.T) {
 	}
 	env["NATS_URL"] = nb.ClientURL()
 
-	procs := map[string]*proc{}
+	running := map[string]*proc{}
 	for _, name := range []string{"toolrunner", "memory", "outbound", "approvals", "agent", "ingest"} {
-		procs[name] = startProc(t, bin, name, env)
+		running[name] = startProc(t, bin, name, env)
 	}
-	s.base = "http://" + procs["ingest"].addr
+	s.base = "http://" + running["ingest"].addr
 	s.attach(t, nb.ClientURL())
 
 	num := 3001
 	post := s.approvalPost(s.issueOpened(num, "processes"))
 
 	// Crash the approvals and outbound workers, then bring them back.
-	procs["approvals"].kill(t)
-	procs["outbound"].kill(t)
+	running["approvals"].Kill()
+	running["outbound"].Kill()
 	startProc(t, bin, "approvals", env)
 	startProc(t, bin, "outbound", env)
 

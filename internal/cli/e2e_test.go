@@ -18,7 +18,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
-	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/internal/testenv"
@@ -146,13 +145,14 @@ func startStack(t testing.TB, mod func(map[string]string)) *stack {
 		mod(s.env)
 	}
 	s.base = "http://" + s.env["RELAY_HTTP_ADDR"]
-	ctx, cancel := context.WithCancel(context.Background())
 	var logs syncBuffer
 	s.logs = &logs
-	done := make(chan int, 1)
-	go func() { done <- Run(ctx, []string{"serve"}, config.FromMap(s.env), &syncBuffer{}, &logs) }()
-	var once sync.Once
-	s.stop = func() { once.Do(func() { stopRelay(t, cancel, done, &logs) }) }
+	stop := serveRelay(t, s.env, &logs)
+	s.stop = sync.OnceFunc(func() {
+		if code := stop(); code != 0 {
+			t.Errorf("relay exited %d; log:\n%s", code, logs.String())
+		}
+	})
 	t.Cleanup(func() {
 		s.stop()
 		if t.Failed() {
@@ -165,19 +165,6 @@ func startStack(t testing.TB, mod func(map[string]string)) *stack {
 	return s
 }
 
-// stopRelay stops a relay started by startStack (its stop, once).
-func stopRelay(t testing.TB, cancel func(), done chan int, logs *syncBuffer) {
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("relay exited %d; log:\n%s", code, logs.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Errorf("relay did not stop in 30s")
-	}
-}
-
 // issueOpened posts a real issues.opened webhook for issue number with the
 // scenario marker in its title, and returns the issue's target string.
 func (s *stack) issueOpened(number int, scenario string) string {
@@ -188,33 +175,55 @@ func (s *stack) issueOpened(number int, scenario string) string {
 // issueOpenedAs is issueOpened with the given X-GitHub-Delivery.
 func (s *stack) issueOpenedAs(number int, scenario, delivery string) string {
 	s.t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "testdata", "npm", "node_modules", "@octokit", "webhooks-examples",
-		"api.github.com", "issues", "opened.payload.json"))
-	if err != nil {
-		raw, err = os.ReadFile(filepath.Join("..", "..", "mappers", "github", "testdata", "payloads", "issues.opened.json"))
-	}
-	must(s.t, err)
-	var p map[string]any
-	must(s.t, json.Unmarshal(raw, &p))
-	issue := p["issue"].(map[string]any)
-	repo := p["repository"].(map[string]any)
-	issue["number"] = number
-	issue["title"] = "Login crashes with emoji passwords scenario:" + scenario
-	issue["html_url"] = fmt.Sprintf("%s/issues/%d", repo["html_url"], number)
-	body, _ := json.Marshal(p)
-	req, _ := http.NewRequest(http.MethodPost, s.base+"/webhooks/github", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(github.HeaderEvent, "issues")
-	req.Header.Set(github.HeaderDelivery, delivery)
-	req.Header.Set(github.HeaderHookID, "42")
-	req.Header.Set(github.HeaderSignature256, github.Sign([]byte(e2eGHSecret), body))
-	resp, err := http.DefaultClient.Do(req)
+	body, target := openedIssue(issuesOpenedPayload(s.t), number, scenario)
+	resp, err := http.DefaultClient.Do(githubWebhook(s.t.Context(), s.base, "issues", delivery, body))
 	must(s.t, err)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		s.t.Fatalf("webhook answered %d, want 200", resp.StatusCode)
 	}
-	return fmt.Sprintf("%s#%d", repo["full_name"], number)
+	return target
+}
+
+// issuesOpenedPayload is a real issues.opened webhook payload (valid JSON):
+// the octokit example, else the GitHub mapper's test payload.
+func issuesOpenedPayload(t testing.TB) []byte {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "testdata", "npm", "node_modules", "@octokit", "webhooks-examples",
+		"api.github.com", "issues", "opened.payload.json"))
+	if err != nil {
+		raw, err = os.ReadFile(filepath.Join("..", "..", "mappers", "github", "testdata", "payloads", "issues.opened.json"))
+	}
+	must(t, err)
+	if !json.Valid(raw) {
+		t.Fatalf("issues.opened payload: got invalid JSON")
+	}
+	return raw
+}
+
+// openedIssue is payload (from issuesOpenedPayload) about issue number,
+// with the scenario marker in its title, and the issue's target string.
+func openedIssue(payload []byte, number int, scenario string) (body []byte, target string) {
+	var p map[string]any
+	_ = json.Unmarshal(payload, &p) // valid JSON: issuesOpenedPayload checked
+	issue := p["issue"].(map[string]any)
+	repo := p["repository"].(map[string]any)
+	issue["number"] = number
+	issue["title"] = "Login crashes with emoji passwords scenario:" + scenario
+	issue["html_url"] = fmt.Sprintf("%s/issues/%d", repo["html_url"], number)
+	body, _ = json.Marshal(p) // of what json.Unmarshal made
+	return body, fmt.Sprintf("%s#%d", repo["full_name"], number)
+}
+
+// githubWebhook is a GitHub webhook of event with body to the relay at base,
+// signed with the stack's secret, as delivery.
+func githubWebhook(ctx context.Context, base, event, delivery string, body []byte) *http.Request {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhooks/github", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(github.HeaderEvent, event)
+	req.Header.Set(github.HeaderDelivery, delivery)
+	req.Header.Set(github.HeaderHookID, "42")
+	req.Header.Set(github.HeaderSignature256, github.Sign([]byte(e2eGHSecret), body))
+	return req
 }
 
 // approvalPost waits for the approval message about target and returns it.

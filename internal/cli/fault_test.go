@@ -3,20 +3,16 @@ package cli
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,8 +23,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/procs"
 	"github.com/relaystation/relay/internal/testenv"
-	"github.com/relaystation/relay/mappers/github"
 	"github.com/relaystation/relay/mappers/slack"
 	"github.com/relaystation/relay/tools"
 )
@@ -96,7 +92,7 @@ type deployment struct {
 	gh      *fakes.GitHub
 	ingest  *worker
 	workers []*worker
-	payload map[string]any
+	payload []byte // issues.opened
 	mu      sync.Mutex
 	clicked map[int]time.Time
 }
@@ -145,13 +141,7 @@ func newDeployment(t *testing.T, p faultParams) *deployment {
 		list, err := tools.ListRemote(ctx, nc, "relay", "agent")
 		return err == nil && len(list) > 0
 	})
-	raw, err := os.ReadFile(filepath.Join("..", "..", "testdata", "npm", "node_modules", "@octokit", "webhooks-examples",
-		"api.github.com", "issues", "opened.payload.json"))
-	if err != nil {
-		raw, err = os.ReadFile(filepath.Join("..", "..", "mappers", "github", "testdata", "payloads", "issues.opened.json"))
-	}
-	must(t, err)
-	must(t, json.Unmarshal(raw, &d.payload))
+	d.payload = issuesOpenedPayload(t)
 	return d
 }
 
@@ -379,23 +369,10 @@ func (d *deployment) chaos(t *testing.T, p faultParams) (kills, restarts int) {
 // retried with the same delivery id until the relay answers 200. It returns
 // when the relay accepted it.
 func (d *deployment) sendIssue(ctx context.Context, num int) time.Time {
-	p := map[string]any{}
-	raw, _ := json.Marshal(d.payload)
-	_ = json.Unmarshal(raw, &p)
-	issue := p["issue"].(map[string]any)
-	repo := p["repository"].(map[string]any)
-	issue["number"] = num
-	issue["title"] = "Login crashes with emoji passwords scenario:fault"
-	issue["html_url"] = fmt.Sprintf("%s/issues/%d", repo["html_url"], num)
-	body, _ := json.Marshal(p)
+	body, _ := openedIssue(d.payload, num, "fault")
 	delivery := uuid.NewString()
 	for ctx.Err() == nil {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+d.ingest.addr+"/webhooks/github", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(github.HeaderEvent, "issues")
-		req.Header.Set(github.HeaderDelivery, delivery)
-		req.Header.Set(github.HeaderHookID, "42")
-		req.Header.Set(github.HeaderSignature256, github.Sign([]byte(e2eGHSecret), body))
+		req := githubWebhook(ctx, "http://"+d.ingest.addr, "issues", delivery, body)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -533,8 +510,7 @@ type worker struct {
 	env                  map[string]string
 	logs                 *syncBuffer
 	mu                   sync.Mutex
-	proc                 *exec.Cmd
-	done                 chan error
+	proc                 *procs.Process // nil when not running
 	dataDir              string
 }
 
@@ -542,69 +518,33 @@ func (w *worker) start(t *testing.T) error {
 	if w.dataDir == "" {
 		w.dataDir = t.TempDir()
 	}
-	cmd := exec.Command(w.bin, w.cmd)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + w.dataDir, "RELAY_HTTP_ADDR=" + w.addr, "RELAY_DATA_DIR=" + w.dataDir}
-	for k, v := range w.env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+	p, err := startService(t.Context(), w.bin, w.cmd, w.addr, w.dataDir, w.env, w.logs)
+	if p != nil {
+		w.mu.Lock()
+		w.proc = p
+		w.mu.Unlock()
 	}
-	cmd.Stderr = w.logs
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	w.mu.Lock()
-	w.proc, w.done = cmd, done
-	w.mu.Unlock()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + w.addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case err := <-done:
-			done <- err
-			return fmt.Errorf("%s exited at start: %v", w.name, err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after 30s", w.name)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return err
 }
 
 // kill ends the process without any chance to clean up, as a crash would.
 func (w *worker) kill() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.proc == nil {
-		return
+	if w.proc != nil {
+		w.proc.Kill()
+		w.proc = nil
 	}
-	_ = w.proc.Process.Kill()
-	<-w.done
-	w.proc = nil
 }
 
 // stop ends the process gracefully (SIGTERM), killing it after 20 s.
 func (w *worker) stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.proc == nil {
-		return
+	if w.proc != nil {
+		w.proc.Stop(20 * time.Second)
+		w.proc = nil
 	}
-	_ = w.proc.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-w.done:
-	case <-time.After(20 * time.Second):
-		_ = w.proc.Process.Kill()
-		<-w.done
-	}
-	w.proc = nil
 }
 
 // restartableNATS is a JetStream server on a fixed port and store directory,

@@ -34,17 +34,12 @@ func configureHooks(env *config.Env) buildFunc {
 	s := hooks.ReadSettings(env)
 	red := hooksRedactor(env)
 	return func(ctx context.Context, d *deps) (*runner, error) {
-		log := d.Log.With("service", "hooks")
-		log.Info("hooks configured", "file", s.Path, "hooks", len(s.Hooks.Hooks))
-		cfg := hooks.Config{Hooks: s.Hooks, Concurrency: s.Concurrency, Redactor: red, Logger: log}
+		d.Log.Info("hooks configured", "file", s.Path, "hooks", len(s.Hooks.Hooks))
+		cfg := hooks.Config{Hooks: s.Hooks, Concurrency: s.Concurrency, Redactor: red, Logger: d.Log}
 		if _, err := os.Stat(s.Path); err == nil || s.Explicit {
 			cfg.Path = s.Path
 		}
-		svc, err := hooks.New(ctx, cfg, d.Bus)
-		if err != nil {
-			return nil, err
-		}
-		return &runner{run: svc.Run}, nil
+		return runnerOf(hooks.New(ctx, cfg, d.Bus))
 	}
 }
 
@@ -66,19 +61,7 @@ const hooksUsage = `usage:
   relay hooks log [-n N] [--hook NAME] [-json]   execution records from hook.executed`
 
 func runHooksCLI(ctx context.Context, a *app, args []string) error {
-	cmd, args := args[0], args[1:]
-	switch cmd {
-	case "validate":
-		return hooksValidate(ctx, a, args)
-	case "list":
-		return hooksList(ctx, a, args)
-	case "test":
-		return hooksTest(ctx, a, args)
-	case "log":
-		return hooksLog(ctx, a, args)
-	}
-	fmt.Fprintln(a.stderr, hooksUsage)
-	return &exitError{code: 2, msg: fmt.Sprintf("unknown hooks command %q", cmd)}
+	return subcommands{"validate": hooksValidate, "list": hooksList, "test": hooksTest, "log": hooksLog}.run(ctx, a, "hooks", hooksUsage, args)
 }
 
 // hooksFile loads the hooks file RELAY_HOOKS names (the default may be missing).

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,24 +10,15 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/services/hooks"
 )
-
-func runCLI(env map[string]string, args ...string) (int, string, string) {
-	var out, errb syncBuffer
-	code := Run(context.Background(), args, config.FromMap(env), &out, &errb)
-	return code, out.String(), errb.String()
-}
 
 // TestHooksValidateRefusesInvalidFile: exit 1, one line per problem naming
 // hook, action and field; the same file stops `relay hooks` at startup.
 func TestHooksValidateRefusesInvalidFile(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	bad := filepath.Join(dir, "hooks.yaml")
-	must(t, os.WriteFile(bad, []byte(`
+	bad := writeTemp(t, "hooks.yaml", `
 hooks:
   - name: slow
     on: [github.issues.opened]
@@ -41,20 +31,19 @@ hooks:
           parameterMappings:
             - {toolParam: message, source: literal, value: a}
             - {toolParam: message, source: literal, value: b}
-`), 0o600))
-	env := map[string]string{"RELAY_HOOKS": bad, "NATS_URL": "nats://127.0.0.1:1", "RELAY_MCP_CONFIG": filepath.Join(dir, "none.json")}
-	code, out, _ := runCLI(env, "hooks", "validate", "--offline")
+`)
+	env := map[string]string{"RELAY_HOOKS": bad, "NATS_URL": "nats://127.0.0.1:1", "RELAY_MCP_CONFIG": filepath.Join(t.TempDir(), "none.json")}
+	cli := cliRunner(t, env)
+	code, out, _ := cli("hooks", "validate", "--offline")
 	if code != 1 || !strings.Contains(out, `hook "slow": action 1: parameters.timeout:`) {
 		t.Errorf("validate: exit %d, stdout %q; want 1 naming the timeout", code, out)
 	}
-	good := filepath.Join(dir, "good.yaml")
-	must(t, os.WriteFile(good, []byte("hooks:\n  - name: ok\n    on: [github.issues.opened]\n    actions:\n      - type: mcp\n        parameters: {serverId: everything, toolName: echo}\n"), 0o600))
-	env["RELAY_HOOKS"] = good
-	if code, out, errOut := runCLI(env, "hooks", "validate", "--offline"); code != 1 || !strings.Contains(out, `server "everything" is not in mcp.json`) {
+	env["RELAY_HOOKS"] = writeTemp(t, "good.yaml", "hooks:\n  - name: ok\n    on: [github.issues.opened]\n    actions:\n      - type: mcp\n        parameters: {serverId: everything, toolName: echo}\n")
+	if code, out, errOut := cli("hooks", "validate", "--offline"); code != 1 || !strings.Contains(out, `server "everything" is not in mcp.json`) {
 		t.Errorf("validate with no such server: exit %d, stdout %q, stderr %q; want 1 naming the server", code, out, errOut)
 	}
 	env["RELAY_HOOKS"] = bad
-	if code, _, errOut := runCLI(env, "hooks"); code == 0 || !strings.Contains(errOut, "RELAY_HOOKS:") || !strings.Contains(errOut, "parameters.parameterMappings[1].toolParam") {
+	if code, _, errOut := cli("hooks"); code == 0 || !strings.Contains(errOut, "RELAY_HOOKS:") || !strings.Contains(errOut, "parameters.parameterMappings[1].toolParam") {
 		t.Errorf("relay hooks: exit %d, stderr %q; want a startup failure naming RELAY_HOOKS and the problems", code, errOut)
 	}
 }
@@ -83,6 +72,7 @@ hooks:
 `), 0o600))
 		env["RELAY_HOOKS"] = file
 	})
+	cli := cliRunner(t, s.env)
 	js, err := jetstream.New(s.nc)
 	must(t, err)
 	testenv.WaitFor(t, 10*time.Second, "the hooks consumer", func() bool {
@@ -92,18 +82,18 @@ hooks:
 	s.issueOpened(77, "hooks")
 	var recs []hooks.Execution
 	testenv.WaitFor(t, 30*time.Second, "relay hooks log shows the execution", func() bool {
-		code, out, _ := runCLI(s.env, "hooks", "log", "-json", "--hook", "echo-issues")
+		code, out, _ := cli("hooks", "log", "-json", "--hook", "echo-issues")
 		recs = nil
 		return code == 0 && json.Unmarshal([]byte(out), &recs) == nil && len(recs) == 1
 	})
 	if x := recs[0]; x.Status != hooks.StatusSuccess || !strings.Contains(x.Result, "hook saw Codertocat/Hello-World#77") {
 		t.Errorf("record: got %+v, want success echoing the issue", x)
 	}
-	if code, out, _ := runCLI(s.env, "hooks", "list"); code != 0 || !strings.Contains(out, "echo-issues") || !strings.Contains(out, "success (action 1") {
+	if code, out, _ := cli("hooks", "list"); code != 0 || !strings.Contains(out, "echo-issues") || !strings.Contains(out, "success (action 1") {
 		t.Errorf("hooks list: exit %d\n%s", code, out)
 	}
 	golden := filepath.Join("..", "..", "mappers", "github", "testdata", "golden", "issues.opened.json")
-	code, out, errOut := runCLI(s.env, "hooks", "test", "echo-issues", "--envelope", golden, "--run")
+	code, out, errOut := cli("hooks", "test", "echo-issues", "--envelope", golden, "--run")
 	if code != 0 || !strings.Contains(out, "matches: true") || !strings.Contains(out, `"message":"hook saw Codertocat/Hello-World#1"`) || !strings.Contains(out, "ran: success") {
 		t.Errorf("hooks test --run: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}

@@ -22,17 +22,15 @@ func init() {
 func configureIngest(env *config.Env) buildFunc {
 	s := ingest.ReadSettings(env)
 	return func(_ context.Context, d *deps) (*runner, error) {
-		log := d.Log.With("service", "ingest")
 		providers := make([]mappers.Provider, 0, len(s.Providers))
 		for _, p := range s.Providers {
 			if !p.Secret.IsSet() {
-				log.Warn("no webhook secret configured: every request is refused with 401", "provider", p.Name, "set", p.SecretVar)
+				d.Log.Warn("no webhook secret configured: every request is refused with 401", "provider", p.Name, "set", p.SecretVar)
 			}
 			providers = append(providers, p.New())
 		}
 		cfg := s.Config
-		cfg.Registerer = d.Registry
-		cfg.Logger = log
+		cfg.Registerer, cfg.Logger = d.Registry, d.Log
 		svc, err := ingest.New(cfg, d.Bus, providers...)
 		if err != nil {
 			return nil, err

@@ -37,24 +37,30 @@ func cliRunner(t *testing.T, env map[string]string) func(args ...string) (int, s
 // serveRelay runs `relay serve` with env, its log written to stderr (nil:
 // dropped), until stop or the end of the test. stop cancels it and returns
 // its exit code; it may be called more than once.
-func serveRelay(t *testing.T, env map[string]string, stderr io.Writer) (stop func() int) {
+func serveRelay(t testing.TB, env map[string]string, stderr io.Writer) (stop func() int) {
 	return runRelay(t, env, nil, stderr)
 }
 
-// runRelay is serveRelay for the command args (a single service, say).
-func runRelay(t *testing.T, env map[string]string, args []string, stderr io.Writer) (stop func() int) {
+// runRelay is serveRelay for the command args (a single service, say). Its
+// stop fails the test when the relay does not return within 30 s of the
+// cancel, and then gives -1.
+func runRelay(t testing.TB, env map[string]string, args []string, stderr io.Writer) (stop func() int) {
 	if stderr == nil {
 		stderr = &syncBuffer{}
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int, 1)
 	go func() { done <- Run(ctx, args, config.FromMap(env), &syncBuffer{}, stderr) }()
-	var once sync.Once
-	var code int
-	stop = func() int {
-		once.Do(func() { cancel(); code = <-done })
-		return code
-	}
+	stop = sync.OnceValue(func() int {
+		cancel()
+		select {
+		case code := <-done:
+			return code
+		case <-time.After(30 * time.Second):
+			t.Errorf("relay %v did not stop within 30s of the cancel", args)
+			return -1
+		}
+	})
 	t.Cleanup(func() { stop() })
 	return stop
 }
@@ -65,6 +71,15 @@ func serveReady(t *testing.T, env map[string]string, stderr io.Writer, d time.Du
 	stop = serveRelay(t, env, stderr)
 	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, d)
 	return stop
+}
+
+// writeTemp writes content to the file name in a new temporary directory
+// and returns its path.
+func writeTemp(t testing.TB, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	must(t, os.WriteFile(path, []byte(content), 0o600))
+	return path
 }
 
 // freeAddr is testenv.FreeAddr, under the name this package's tests know.
@@ -105,11 +120,9 @@ func embeddedEnv(t testing.TB) map[string]string {
 func TestServeEmbeddedReadyAndGracefulStop(t *testing.T) {
 	t.Parallel()
 	env := embeddedEnv(t)
-	ctx, cancel := context.WithCancel(t.Context())
 	var stderr syncBuffer
-	done := make(chan int, 1)
 	start := time.Now()
-	go func() { done <- Run(ctx, nil, config.FromMap(env), &syncBuffer{}, &stderr) }()
+	stop := serveRelay(t, env, &stderr)
 	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/readyz", http.StatusOK, 5*time.Second)
 	t.Logf("ready after %s", time.Since(start))
 	waitHTTP(t, "http://"+env["RELAY_HTTP_ADDR"]+"/healthz", http.StatusOK, time.Second)
@@ -132,14 +145,8 @@ func TestServeEmbeddedReadyAndGracefulStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	peer.Close()
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("exit %d after cancel, want 0; log:\n%s", code, stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("relay did not stop after cancel")
+	if code := stop(); code != 0 {
+		t.Fatalf("exit %d after cancel, want 0; log:\n%s", code, stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "relay stopped") {
 		t.Errorf("log lacks the stop line:\n%s", stderr.String())

@@ -56,11 +56,7 @@ func TestMCPCallStopSwitchAndStandalone(t *testing.T) {
 	env, _ := tokenServer(t)
 	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
 	env["RELAY_AUDIT_LOG"] = filepath.Join(t.TempDir(), "audit.jsonl")
-	pol := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(pol, []byte("budgets:\n  everything.echo: {daily_quota: 1}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env["RELAY_POLICY"] = pol
+	env["RELAY_POLICY"] = writeTemp(t, "policy.yaml", "budgets:\n  everything.echo: {daily_quota: 1}\n")
 	cli := cliIn(t, env)
 	echo := []string{"mcp", "call", "everything", "echo", "--args", `{"message": "hi"}`}
 	if code, out, errs := cli("mcp", "stop"); code != 0 {
@@ -112,11 +108,7 @@ func TestMCPActiveAndCancel(t *testing.T) {
 	env := embeddedEnv(t)
 	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
 	env["RELAY_AUDIT_LOG"] = filepath.Join(t.TempDir(), "audit.jsonl")
-	pol := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(pol, []byte("roles:\n  - role: agent\n    capabilities: ['everything.*']\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env["RELAY_POLICY"] = pol
+	env["RELAY_POLICY"] = writeTemp(t, "policy.yaml", "roles:\n  - role: agent\n    capabilities: ['everything.*']\n")
 	serveReady(t, env, nil, 60*time.Second)
 	b, err := bus.Connect(t.Context(), bus.Config{URL: "nats://" + env["RELAY_NATS_LISTEN"], Name: "test"})
 	if err != nil {

@@ -18,12 +18,7 @@ import (
 func everythingConfig(t *testing.T, name string) string {
 	t.Helper()
 	bin := testenv.NPMBin(t, "mcp-server-everything")
-	path := filepath.Join(t.TempDir(), name)
-	doc := fmt.Sprintf("{\n  // JSONC, as VS Code writes it\n  \"servers\": {\"everything\": {\"command\": %q, \"args\": [\"stdio\"],},},\n}\n", bin)
-	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeTemp(t, name, fmt.Sprintf("{\n  // JSONC, as VS Code writes it\n  \"servers\": {\"everything\": {\"command\": %q, \"args\": [\"stdio\"],},},\n}\n", bin))
 }
 
 func TestMCPCallPrintsEveryBlock(t *testing.T) {

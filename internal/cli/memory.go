@@ -31,12 +31,11 @@ func init() {
 func configureMemory(env *config.Env) buildFunc {
 	s := memsvc.ReadSettings(env)
 	return func(ctx context.Context, d *deps) (*runner, error) {
-		log := d.Log.With("service", "memory")
-		m, err := s.Open(ctx, d.Bus, d.DataDir, log)
+		m, err := s.Open(ctx, d.Bus, d.DataDir, d.Log)
 		if err != nil {
 			return nil, err
 		}
-		w, err := memsvc.New(memsvc.Config{Concurrency: s.Concurrency, Logger: log}, d.Bus, m.Memory)
+		w, err := memsvc.New(memsvc.Config{Concurrency: s.Concurrency, Logger: d.Log}, d.Bus, m.Memory)
 		if err != nil {
 			m.Close()
 			return nil, err

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -102,10 +100,7 @@ func tokenServer(t *testing.T) (env map[string]string, wantStderr string) {
 	srv := natstest.RunServer(&opts)
 	t.Cleanup(srv.Shutdown)
 	port := strconv.Itoa(srv.Addr().(*net.TCPAddr).Port)
-	mcpJSON := filepath.Join(t.TempDir(), "mcp.json")
-	if err := os.WriteFile(mcpJSON, []byte(`{"mcpServers": {}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	mcpJSON := writeTemp(t, "mcp.json", `{"mcpServers": {}}`)
 	env = map[string]string{
 		"NATS_URL":           "nats://" + natsToken + "@127.0.0.1:" + port,
 		"RELAY_DATA_DIR":     t.TempDir(),

@@ -20,17 +20,11 @@ func init() {
 func configureOutbound(env *config.Env) buildFunc {
 	s := outbound.ReadSettings(env)
 	return func(ctx context.Context, d *deps) (*runner, error) {
-		log := d.Log.With("service", "outbound")
-		cfg, err := s.Build(log)
+		cfg, err := s.Build(d.Log)
 		if err != nil {
 			return nil, err
 		}
-		cfg.Registerer = d.Registry
-		cfg.Logger = log
-		svc, err := outbound.New(ctx, cfg, d.Bus)
-		if err != nil {
-			return nil, err
-		}
-		return &runner{run: svc.Run}, nil
+		cfg.Registerer, cfg.Logger = d.Registry, d.Log
+		return runnerOf(outbound.New(ctx, cfg, d.Bus))
 	}
 }

@@ -2,8 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -82,12 +80,8 @@ func TestServicesCommand(t *testing.T) {
 func TestMCPListSaysNoRunner(t *testing.T) {
 	t.Parallel()
 	b := bustest.Embedded(t)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "mcp.json")
-	if err := os.WriteFile(cfg, []byte(`{"servers": {}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"NATS_URL": b.ClientURL(), "RELAY_MCP_CONFIG": cfg, "RELAY_DATA_DIR": dir}
+	cfg := writeTemp(t, "mcp.json", `{"servers": {}}`)
+	env := map[string]string{"NATS_URL": b.ClientURL(), "RELAY_MCP_CONFIG": cfg, "RELAY_DATA_DIR": t.TempDir()}
 	var out, errb syncBuffer
 	if code := Run(t.Context(), []string{"mcp", "list", "-json"}, config.FromMap(env), &out, &errb); code != 0 {
 		t.Fatalf("mcp list: exit %d\n%s", code, errb.String())

@@ -23,7 +23,7 @@ func configureToolRunner(env *config.Env) buildFunc {
 	ts := readToolSettings(env)
 	return func(ctx context.Context, d *deps) (*runner, error) {
 		rc := ts.Runner
-		rc.Logger = d.Log.With("service", "toolrunner")
+		rc.Logger = d.Log
 		rc.Registerer = d.Registry
 		if !ts.PolicySet {
 			rc.Logger.Warn("RELAY_POLICY is not set: no role may call any tool until a policy grants capabilities")

@@ -6,17 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/procs"
 )
 
 // Settings of the child shared by every target, beside its ports and
@@ -28,12 +27,10 @@ const (
 
 // child is the relay under load, running as its own process.
 type child struct {
-	cmd     *exec.Cmd
+	proc    *procs.Process
 	base    string // http://addr of its gateway
 	natsURL string // its embedded NATS server
 	logs    *tail
-	exited  chan struct{}
-	err     error // set when exited is closed
 }
 
 // childEnv is the child's whole environment: the fakes' URLs, free loopback
@@ -83,9 +80,10 @@ func startChild(ctx context.Context, cfg Config, t Target, dir, profile string, 
 	if t.Binary != "" {
 		bin = t.Binary
 	}
-	c := &child{cmd: exec.Command(bin, args...), logs: &tail{}, exited: make(chan struct{})}
-	c.cmd.Env = env
-	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
+	cmd := exec.Command(bin, args...)
+	c := &child{logs: &tail{}}
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = c.logs, c.logs
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "RELAY_HTTP_ADDR="); ok {
 			c.base = "http://" + v
@@ -94,64 +92,38 @@ func startChild(ctx context.Context, cfg Config, t Target, dir, profile string, 
 			c.natsURL = "nats://" + v
 		}
 	}
-	if err := c.cmd.Start(); err != nil {
+	if c.proc, err = procs.Start(cmd); err != nil {
 		return nil, fmt.Errorf("start %s %s: %w", bin, t.Service, err)
 	}
-	go func() { c.err = c.cmd.Wait(); close(c.exited) }()
-	if err := c.waitReady(ctx, time.Minute); err != nil {
+	if err := c.proc.WaitReady(ctx, c.base+"/readyz", time.Minute); err != nil {
 		c.stop()
-		return nil, err
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("relay %w; log:\n%s", err, c.logs)
 	}
 	return c, nil
 }
 
-// waitReady polls /readyz until it answers 200, the child exits, or d passes.
-func (c *child) waitReady(ctx context.Context, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(c.base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-c.exited:
-			return fmt.Errorf("relay exited before it was ready (%v); log:\n%s", c.err, c.logs)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
-	return fmt.Errorf("relay not ready after %s; log:\n%s", d, c.logs)
-}
-
 // stop ends the child with SIGTERM (its drain), then SIGKILL after 30 s.
 func (c *child) stop() error {
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.exited:
-	case <-time.After(30 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.exited
+	if !c.proc.Stop(30 * time.Second) {
 		return fmt.Errorf("relay did not stop within 30s of SIGTERM; log:\n%s", c.logs)
 	}
+	err := c.proc.Wait()
 	var exit *exec.ExitError
-	if c.err != nil && !errors.As(c.err, &exit) {
-		return c.err
+	if err != nil && !errors.As(err, &exit) {
+		return err
 	}
-	if c.err != nil {
-		return fmt.Errorf("relay exited with %v; log:\n%s", c.err, c.logs)
+	if err != nil {
+		return fmt.Errorf("relay exited with %v; log:\n%s", err, c.logs)
 	}
 	return nil
 }
 
 // cpu is the child's user + system CPU time so far (Linux /proc).
 func (c *child) cpu() (time.Duration, error) {
-	return procCPU(c.cmd.Process.Pid)
+	return procCPU(c.proc.Pid())
 }
 
 // clockTick is the kernel's USER_HZ, the unit of /proc/<pid>/stat times; 100
