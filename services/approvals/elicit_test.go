@@ -343,12 +343,7 @@ func TestToolCallAsksInSlack(t *testing.T) {
 	h.interact(submit(author, approvals.ViewElicit, view.PrivateMetadata, map[string]any{
 		"elicit_env": map[string]any{"v": map[string]any{"type": "static_select", "selected_option": map[string]any{"value": "production"}}},
 	}))
-	select {
-	case res := <-done:
-		if res.Err != nil || res.Text != "accept production" {
-			t.Fatalf("tool result %q, %v; want the author's answer", res.Text, res.Err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the call did not finish")
+	if res := testenv.Receive(t, done, 20*time.Second, "the call to finish"); res.Err != nil || res.Text != "accept production" {
+		t.Fatalf("tool result %q, %v; want the author's answer", res.Text, res.Err)
 	}
 }

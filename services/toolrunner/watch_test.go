@@ -79,13 +79,7 @@ func startWatchedRunner(t *testing.T, cfg string) (*tools.Runner, <-chan reloadE
 // names the reload awaited.
 func nextReload(t *testing.T, events <-chan reloadEvent, what string) reloadEvent {
 	t.Helper()
-	select {
-	case ev := <-events:
-		return ev
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no reload: %s", what)
-	}
-	return reloadEvent{}
+	return testenv.Receive(t, events, 15*time.Second, "a reload "+what)
 }
 
 func TestConfigWatcherHotReload(t *testing.T) {
