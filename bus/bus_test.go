@@ -114,19 +114,15 @@ func testPublishConsume(t *testing.T, b *bus.Bus) {
 		got <- m
 		return nil
 	})
-	select {
-	case m := <-got:
-		if m.Envelope.ID != e.ID || m.Envelope.Content != "hello" {
-			t.Errorf("got envelope %s %q, want %s %q", m.Envelope.ID, m.Envelope.Content, e.ID, "hello")
-		}
-		if m.Subject != "in.github.issues" {
-			t.Errorf("got subject %q, want in.github.issues", m.Subject)
-		}
-		if h := envelope.DecodeHeader(m.Header); h.Thread != e.Meta.Thread {
-			t.Errorf("got header thread %q, want %q", h.Thread, e.Meta.Thread)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no message consumed")
+	m := testenv.Receive(t, got, 10*time.Second, "a message consumed")
+	if m.Envelope.ID != e.ID || m.Envelope.Content != "hello" {
+		t.Errorf("got envelope %s %q, want %s %q", m.Envelope.ID, m.Envelope.Content, e.ID, "hello")
+	}
+	if m.Subject != "in.github.issues" {
+		t.Errorf("got subject %q, want in.github.issues", m.Subject)
+	}
+	if h := envelope.DecodeHeader(m.Header); h.Thread != e.Meta.Thread {
+		t.Errorf("got header thread %q, want %q", h.Thread, e.Meta.Thread)
 	}
 }
 
@@ -337,13 +333,8 @@ func testRedeliveryAfterCrash(t *testing.T, b *bus.Bus) {
 		got <- m
 		return nil
 	})
-	select {
-	case m := <-got:
-		if m.Envelope.ID != e.ID || m.Delivered < 2 {
-			t.Errorf("got %s delivered %d, want %s delivered >= 2", m.Envelope.ID, m.Delivered, e.ID)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("message not redelivered after the consumer died")
+	if m := testenv.Receive(t, got, 15*time.Second, "the redelivery after the consumer died"); m.Envelope.ID != e.ID || m.Delivered < 2 {
+		t.Errorf("got %s delivered %d, want %s delivered >= 2", m.Envelope.ID, m.Delivered, e.ID)
 	}
 }
 

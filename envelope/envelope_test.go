@@ -220,8 +220,7 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := envelope.Parse(b)
 		if err != nil {
-			var ve *envelope.ValidationError
-			if !errors.As(err, &ve) {
+			if _, ok := errors.AsType[*envelope.ValidationError](err); !ok {
 				t.Fatalf("got %T %v, want *ValidationError", err, err)
 			}
 			return

@@ -32,19 +32,7 @@ limits: {concurrency: 100}
 	if err != nil {
 		b.Fatal(err)
 	}
-	r, err := New(Config{Servers: []mcpconfig.Server{srv}, Policy: pol, AuditPath: filepath.Join(b.TempDir(), "audit.jsonl"), HealthInterval: time.Minute})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = r.Close() })
-	if err := r.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if p := r.WaitReady(ctx); len(p) > 0 {
-		b.Fatalf("not ready: %v", r.Servers())
-	}
+	r := startRunner(b, Config{Servers: []mcpconfig.Server{srv}, Policy: pol, AuditPath: filepath.Join(b.TempDir(), "audit.jsonl"), HealthInterval: time.Minute})
 	c := r.conns["everything"]
 	c.mu.Lock()
 	s := c.session

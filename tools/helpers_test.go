@@ -284,7 +284,7 @@ func fastConfig(t *testing.T, servers ...mcpconfig.Server) Config {
 }
 
 // startRunner builds and starts a runner and waits for its servers.
-func startRunner(t *testing.T, cfg Config) *Runner {
+func startRunner(t testing.TB, cfg Config) *Runner {
 	t.Helper()
 	r := startUnready(t, cfg)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -297,7 +297,7 @@ func startRunner(t *testing.T, cfg Config) *Runner {
 
 // startUnready starts a runner without waiting for its servers, closed when
 // the test ends.
-func startUnready(t *testing.T, cfg Config) *Runner {
+func startUnready(t testing.TB, cfg Config) *Runner {
 	t.Helper()
 	r, err := New(cfg)
 	if err != nil {

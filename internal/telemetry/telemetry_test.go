@@ -18,6 +18,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/config/configtest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/telemetry"
 	"github.com/relaystation/relay/internal/testenv"
@@ -151,32 +152,22 @@ func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f
 
 func TestReadSettings(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name     string
-		env      map[string]string
-		endpoint string
-		err      string
-	}{
-		{"unset: off", nil, "", ""},
-		{"endpoint", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"}, "http://collector:4318/v1/traces", ""},
-		{"traces endpoint wins", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4318",
-			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://b/traces"}, "https://b/traces", ""},
-		{"sdk disabled", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4318", "OTEL_SDK_DISABLED": "true"}, "", ""},
-		{"grpc refused", map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "", "OTEL_EXPORTER_OTLP_PROTOCOL"},
-		{"bad url", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, "", "OTEL_EXPORTER_OTLP_ENDPOINT"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			env := config.FromMap(tc.env)
-			s := telemetry.ReadSettings(env)
-			env.Unknown("RELAY_") // the OTEL_* variables are not the relay's own: never unknown
-			err := env.Err()
-			if s.Endpoint != tc.endpoint || (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
-				t.Errorf("got endpoint %q err %v, want %q and an error naming %q", s.Endpoint, err, tc.endpoint, tc.err)
-			}
-			if s.Service != "relay" {
-				t.Errorf("got service %q, want relay", s.Service)
-			}
-		})
+	read := func(env *config.Env) telemetry.Settings {
+		s := telemetry.ReadSettings(env)
+		env.Unknown("RELAY_") // the OTEL_* variables are not the relay's own: never unknown
+		return s
 	}
+	// exports reports whether s exports to endpoint ("" for off) as the relay.
+	exports := func(endpoint string) func(telemetry.Settings) bool {
+		return func(s telemetry.Settings) bool { return s.Endpoint == endpoint && s.Service == "relay" }
+	}
+	configtest.Run(t, read, []configtest.Case[telemetry.Settings]{
+		{Name: "unset: off", Check: exports("")},
+		{Name: "endpoint", Env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"}, Check: exports("http://collector:4318/v1/traces")},
+		{Name: "traces endpoint wins", Env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4318",
+			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://b/traces"}, Check: exports("https://b/traces")},
+		{Name: "sdk disabled", Env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://a:4318", "OTEL_SDK_DISABLED": "true"}, Check: exports("")},
+		{Name: "grpc refused", Env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, WantErr: []string{"OTEL_EXPORTER_OTLP_PROTOCOL"}},
+		{Name: "bad url", Env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, WantErr: []string{"OTEL_EXPORTER_OTLP_ENDPOINT"}},
+	})
 }

@@ -2,7 +2,8 @@
 // it needs is missing: on a developer's machine it skips with a message saying
 // what to start; in CI (CI=true) it fails, because CI provides everything.
 // It also holds the helpers every test package shares: WaitFor and Poll
-// wait for a condition with a deadline, Go runs a service for a test,
+// wait for a condition with a deadline, Receive for a value on a channel
+// (Quiet for none), Go runs a service for a test,
 // FreeAddr and FreePort find a port nothing listens on, Buffer collects
 // concurrent writes.
 package testenv
@@ -86,6 +87,31 @@ func Poll(t testing.TB, within time.Duration, cond func() (ok bool, why string))
 			t.Fatalf("after %s: %s", within, why)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Receive returns the next value from ch, and fails the test saying what
+// it waited for when none comes within. Like WaitFor, it calls t.Fatalf.
+func Receive[T any](t testing.TB, ch <-chan T, within time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(within):
+		t.Fatalf("timed out after %s waiting for %s", within, what)
+	}
+	var zero T
+	return zero
+}
+
+// Quiet fails the test when ch yields a value within d: nothing more was
+// sent. It reports the value with what, and calls t.Fatalf.
+func Quiet[T any](t testing.TB, ch <-chan T, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		t.Fatalf("unexpected %s: %+v", what, v)
+	case <-time.After(d):
 	}
 }
 

@@ -77,6 +77,35 @@ func TestPoll(t *testing.T) {
 	}
 }
 
+func TestReceiveAndQuiet(t *testing.T) {
+	t.Parallel()
+	ch := make(chan int, 1)
+	ch <- 7
+	var r recorder
+	var got int
+	r.run(func(tb testing.TB) { got = testenv.Receive(tb, ch, 5*time.Second, "a number") })
+	if len(r.failures) != 0 || got != 7 {
+		t.Errorf("got %d and failures %q, want 7 and none", got, r.failures)
+	}
+
+	r = recorder{}
+	r.run(func(tb testing.TB) { testenv.Receive(tb, ch, 30*time.Millisecond, "a second number") })
+	if len(r.failures) != 1 || !strings.Contains(r.failures[0], "waiting for a second number") {
+		t.Errorf("got failures %q, want one naming what it waited for", r.failures)
+	}
+
+	r = recorder{}
+	r.run(func(tb testing.TB) { testenv.Quiet(tb, ch, 30*time.Millisecond, "number") })
+	if len(r.failures) != 0 {
+		t.Errorf("got failures %q on a quiet channel, want none", r.failures)
+	}
+	ch <- 8
+	r.run(func(tb testing.TB) { testenv.Quiet(tb, ch, 5*time.Second, "number") })
+	if len(r.failures) != 1 || r.failures[0] != "unexpected number: 8" {
+		t.Errorf("got failures %q, want one: unexpected number: 8", r.failures)
+	}
+}
+
 func TestGo(t *testing.T) {
 	t.Parallel()
 	var r recorder

@@ -27,7 +27,7 @@ import (
 
 // Update is the -update flag: when set, golden comparisons first rewrite the
 // golden file with what the test produced.
-var Update = flag.Bool("update", false, "rewrite the golden envelopes in testdata/golden")
+var Update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // Received is the fixed receive time of golden requests; providers take the
 // envelope timestamp from it, so timestamps in goldens do not vary per run.
@@ -221,7 +221,7 @@ func Golden(t testing.TB, path string, got []byte) []byte {
 		t.Fatalf("read golden (run with -update to create): %v", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("envelopes differ from %s (rerun with -update if intended)\ngot:\n%s\nwant:\n%s", path, got, want)
+		t.Errorf("got differs from %s (rerun with -update if intended)\ngot:\n%s\nwant:\n%s", path, got, want)
 	}
 	return want
 }

@@ -3,7 +3,6 @@ package slack_test
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -17,11 +16,10 @@ import (
 
 	slackapi "github.com/slack-go/slack"
 
+	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/slack"
 	"github.com/relaystation/relay/secret"
 )
-
-var updateOutbound = flag.Bool("update-outbound", false, "rewrite the mrkdwn goldens in testdata/outbound")
 
 func obRefs(id string) string {
 	if id == "mem-42" {
@@ -31,34 +29,14 @@ func obRefs(id string) string {
 }
 
 // TestMrkdwnGolden converts every testdata/outbound/*.md and compares it with
-// the .mrkdwn beside it (go test -run TestMrkdwnGolden -update-outbound rewrites them).
+// the .mrkdwn beside it (go test -run TestMrkdwnGolden -update rewrites them).
 func TestMrkdwnGolden(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob(filepath.Join("testdata", "outbound", "*.md"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no goldens in testdata/outbound: %v", err)
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
+	for _, md := range mapperstest.Payloads(t, filepath.Join("testdata", "outbound", "*.md")) {
+		t.Run(md.Name, func(t *testing.T) {
 			t.Parallel()
-			in, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := slack.Mrkdwn(string(in), obRefs) + "\n"
-			golden := strings.TrimSuffix(f, ".md") + ".mrkdwn"
-			if *updateOutbound {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update-outbound to create it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("got:\n%s\nwant:\n%s", got, want)
-			}
+			got := slack.Mrkdwn(string(md.Body), obRefs) + "\n"
+			mapperstest.Golden(t, strings.TrimSuffix(md.Path, ".md")+".mrkdwn", []byte(got))
 			obCheckEscaped(t, got)
 		})
 	}

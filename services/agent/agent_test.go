@@ -394,11 +394,7 @@ func TestOffWithoutModel(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	select {
-	case err := <-done:
-		t.Fatalf("Run returned %v before ctx was cancelled", err)
-	case <-time.After(100 * time.Millisecond):
-	}
+	testenv.Quiet(t, done, 100*time.Millisecond, "return of Run before ctx was cancelled")
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("got %v, want nil", err)

@@ -84,7 +84,7 @@ func setupRuns(t *testing.T, script ...reply) *runHarness {
 // nextOut returns the next envelope on out.>.
 func (h *runHarness) nextOut(t *testing.T) *envelope.Envelope {
 	t.Helper()
-	return receive(t, h.out, "out.>")
+	return testenv.Receive(t, h.out, 30*time.Second, "an envelope on out.>")
 }
 
 // nextPost returns the next answer to a run: an envelope on out.>, or a

@@ -345,29 +345,13 @@ func (h *harness) publish(t testing.TB, subject string, e *envelope.Envelope) {
 // next returns the next envelope the agent published on agent.>.
 func (h *harness) next(t testing.TB) *envelope.Envelope {
 	t.Helper()
-	return receive(t, h.out, "agent.>")
-}
-
-// receive returns the next envelope of an observed subject.
-func receive(t testing.TB, ch <-chan *envelope.Envelope, subject string) *envelope.Envelope {
-	t.Helper()
-	select {
-	case e := <-ch:
-		return e
-	case <-time.After(30 * time.Second):
-		t.Fatalf("nothing was published on %s", subject)
-		return nil
-	}
+	return testenv.Receive(t, h.out, 30*time.Second, "an envelope on agent.>")
 }
 
 // none asserts that nothing more arrives on agent.> for a short while.
 func (h *harness) none(t testing.TB) {
 	t.Helper()
-	select {
-	case e := <-h.out:
-		t.Fatalf("got an unexpected %s envelope: %s", e.Role, e.Content)
-	case <-time.After(300 * time.Millisecond):
-	}
+	testenv.Quiet(t, h.out, 300*time.Millisecond, "envelope on agent.>")
 }
 
 // drained waits until a consumer has handled everything delivered to it.

@@ -88,11 +88,7 @@ func TestConsoleOnlyApproveOnce(t *testing.T) {
 	if e.Content != "Edited in the console" || !strings.Contains(mustJSON(t, e.Meta.Extra["approval"]), `"decided_by":"console:alice"`) {
 		t.Fatalf("got out envelope %q approval %s, want the edited text decided by console:alice", e.Content, mustJSON(t, e.Meta.Extra["approval"]))
 	}
-	select {
-	case e2 := <-out:
-		t.Fatalf("a second outbound envelope %s was published", e2.ID)
-	case <-time.After(300 * time.Millisecond):
-	}
+	testenv.Quiet(t, out, 300*time.Millisecond, "second outbound envelope")
 	if calls := h.slack.Calls("chat.postMessage"); len(calls) != 0 {
 		t.Fatalf("got %d Slack posts without Slack settings, want 0", len(calls))
 	}

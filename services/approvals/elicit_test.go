@@ -20,6 +20,7 @@ import (
 	"github.com/relaystation/relay/services/approvals"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
+	"github.com/relaystation/relay/tools/toolstest"
 )
 
 const (
@@ -306,22 +307,10 @@ func TestToolCallAsksInSlack(t *testing.T) {
 	})
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
 	t.Cleanup(srv.Close)
-	r, err := tools.New(tools.Config{
+	r := toolstest.StartReady(t, tools.Config{
 		Servers:  []mcpconfig.Server{{Name: "deploy", Type: mcpconfig.HTTP, URL: srv.URL, ProtocolVersion: mcpconfig.DefaultProtocolVersion}},
 		Elicitor: tools.NewBusElicitor(h.bus.Conn(), h.bus.Prefix()),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	if pending := r.WaitReady(ctx); len(pending) > 0 {
-		t.Fatalf("not ready: %v", pending)
-	}
 	h.serving()
 
 	done := make(chan *tools.Result, 1)
@@ -343,12 +332,7 @@ func TestToolCallAsksInSlack(t *testing.T) {
 	h.interact(submit(author, approvals.ViewElicit, view.PrivateMetadata, map[string]any{
 		"elicit_env": map[string]any{"v": map[string]any{"type": "static_select", "selected_option": map[string]any{"value": "production"}}},
 	}))
-	select {
-	case res := <-done:
-		if res.Err != nil || res.Text != "accept production" {
-			t.Fatalf("tool result %q, %v; want the author's answer", res.Text, res.Err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the call did not finish")
+	if res := testenv.Receive(t, done, 20*time.Second, "the call to finish"); res.Err != nil || res.Text != "accept production" {
+		t.Fatalf("tool result %q, %v; want the author's answer", res.Text, res.Err)
 	}
 }

@@ -140,35 +140,14 @@ func (r *rig) publish(t *testing.T, it mappers.Item) {
 	}
 }
 
-func next(t *testing.T, ch <-chan *envelope.Envelope, what string) *envelope.Envelope {
-	t.Helper()
-	select {
-	case e := <-ch:
-		return e
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no %s within 30s", what)
-		return nil
-	}
-}
-
 func record(t *testing.T, ch <-chan *envelope.Envelope) *hooks.Execution {
 	t.Helper()
-	e := next(t, ch, "hook.executed record")
+	e := testenv.Receive(t, ch, 30*time.Second, "hook.executed record")
 	x, ok := hooks.ExecutionOf(e)
 	if !ok {
 		t.Fatalf("hook.executed envelope %s has no meta.hook_execution", e.ID)
 	}
 	return x
-}
-
-// quiet fails when ch yields within d (nothing more was published).
-func quiet(t *testing.T, ch <-chan *envelope.Envelope, d time.Duration, what string) {
-	t.Helper()
-	select {
-	case e := <-ch:
-		t.Fatalf("unexpected %s: %s", what, e.Content)
-	case <-time.After(d):
-	}
 }
 
 const greetFile = `
@@ -236,7 +215,7 @@ func TestHookFiresOnIssueOpened(t *testing.T) {
 		t.Errorf("literal \"40\" for a number parameter: got %#v, want 40", x2.Params["a"])
 	}
 
-	s := next(t, suggestions, "agent.suggestion")
+	s := testenv.Receive(t, suggestions, 30*time.Second, "agent.suggestion")
 	target, err := s.Meta.Target()
 	if err != nil || target == nil || target.Owner != "Codertocat" || target.Number != 1 || !strings.Contains(s.Content, want) {
 		t.Errorf("suggestion: got target %+v (%v) content %q", target, err, s.Content)
@@ -246,7 +225,7 @@ func TestHookFiresOnIssueOpened(t *testing.T) {
 	if err != nil || strings.Count(string(raw), `"agent_id":"hook:greet-new-issues"`) != 2 {
 		t.Errorf("audit log: got %s (%v), want two records of agent hook:greet-new-issues", raw, err)
 	}
-	quiet(t, r.executed, 500*time.Millisecond, "record of the hook whose condition fails")
+	testenv.Quiet(t, r.executed, 500*time.Millisecond, "record of the hook whose condition fails")
 }
 
 // TestRedeliveryRunsNothingTwice: the same envelope handled again (a
@@ -258,7 +237,7 @@ func TestRedeliveryRunsNothingTwice(t *testing.T) {
 	r.publish(t, it)
 	for range 2 {
 		record(t, r.executed)
-		next(t, r.calls, "tool.call")
+		testenv.Receive(t, r.calls, 30*time.Second, "tool.call")
 	}
 	data, _ := it.Envelope.Marshal()
 	m := &bus.Message{Envelope: it.Envelope, Subject: it.Subject, Data: data, Delivered: 2, StreamSeq: 1}
@@ -270,8 +249,8 @@ func TestRedeliveryRunsNothingTwice(t *testing.T) {
 	if _, err := r.b.Publish(t.Context(), it.Subject, it.Envelope, bus.WithMsgID(it.MsgID+"-again")); err != nil {
 		t.Fatal(err)
 	}
-	quiet(t, r.calls, time.Second, "second tool call")
-	quiet(t, r.executed, 200*time.Millisecond, "second record")
+	testenv.Quiet(t, r.calls, time.Second, "second tool call")
+	testenv.Quiet(t, r.executed, 200*time.Millisecond, "second record")
 }
 
 // TestOfflineServerSkips: an action on a server that is offline is
@@ -304,7 +283,7 @@ hooks:
 	if x.Status != hooks.StatusSkipped || !(strings.Contains(x.Error, "offline") || strings.Contains(x.Error, "connecting")) || x.ServerStatus == nil {
 		t.Fatalf("got %+v, want skipped naming offline (or connecting, between retries) with the server's status", x)
 	}
-	quiet(t, r.calls, 300*time.Millisecond, "tool call to an offline server")
+	testenv.Quiet(t, r.calls, 300*time.Millisecond, "tool call to an offline server")
 	// Acked: the consumer has nothing pending.
 	testenv.Poll(t, 10*time.Second, func() (bool, string) {
 		ci, err := consumerInfo(t, r.b, "hooks")
@@ -373,8 +352,8 @@ hooks:
 		t.Errorf("role without the capability: got %+v, want invalid naming the role", x)
 	}
 	// Only the long operation was called.
-	next(t, r.calls, "tool.call")
-	quiet(t, r.calls, 300*time.Millisecond, "a call for an invalid action")
+	testenv.Receive(t, r.calls, 30*time.Second, "tool.call")
+	testenv.Quiet(t, r.calls, 300*time.Millisecond, "a call for an invalid action")
 }
 
 // TestStopSwitchAndDisabledServerSkip: with the stop switch on, and with
@@ -424,7 +403,7 @@ hooks:
 	if x := record(t, r.executed); x.Status != hooks.StatusSkipped || !strings.Contains(x.Error, "disabled") || !strings.Contains(x.Error, "maintenance") {
 		t.Errorf("disabled server: got %+v, want skipped naming disabled and the reason", x)
 	}
-	quiet(t, r.calls, 300*time.Millisecond, "a tool call while skipped")
+	testenv.Quiet(t, r.calls, 300*time.Millisecond, "a tool call while skipped")
 }
 
 const incidentFile = `
@@ -454,7 +433,7 @@ func TestHookOnLabelledIssue(t *testing.T) {
 	t.Parallel()
 	r := start(t, incidentFile)
 	r.publish(t, octokitItem(t, "issues", "labeled", nil))
-	quiet(t, r.executed, 500*time.Millisecond, "record for an issue without the incident label")
+	testenv.Quiet(t, r.executed, 500*time.Millisecond, "record for an issue without the incident label")
 
 	it := octokitItem(t, "issues", "labeled", func(p map[string]any) {
 		issue := p["issue"].(map[string]any)
@@ -468,7 +447,7 @@ func TestHookOnLabelledIssue(t *testing.T) {
 	if x.Hook != "incident-work-package" || x.Status != hooks.StatusSuccess || x.Params["message"] != want {
 		t.Fatalf("got %+v, want incident-work-package success with message %q", x, want)
 	}
-	quiet(t, r.executed, 300*time.Millisecond, "record of the hook on another label")
+	testenv.Quiet(t, r.executed, 300*time.Millisecond, "record of the hook on another label")
 }
 
 // TestMCPRefreshDropsHookToolLists: `relay mcp refresh` (RefreshRemote)

@@ -47,8 +47,7 @@ func TestInvalidFilesRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := Parse([]byte(tc.file), "hooks.yaml")
-			var ve *ValidationError
-			if !errors.As(err, &ve) {
+			if _, ok := errors.AsType[*ValidationError](err); !ok {
 				t.Fatalf("got %v, want a *ValidationError", err)
 			}
 			testenv.ErrorNames(t, err, tc.want...)
@@ -297,8 +296,7 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse(data, "fuzz")
 		if err != nil {
-			var ve *ValidationError
-			if !errors.As(err, &ve) || len(ve.Problems) == 0 {
+			if ve, ok := errors.AsType[*ValidationError](err); !ok || len(ve.Problems) == 0 {
 				t.Fatalf("got %v, want a *ValidationError with problems", err)
 			}
 			return

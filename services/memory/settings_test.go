@@ -3,32 +3,23 @@ package memory
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"testing"
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/config/configtest"
 	"github.com/relaystation/relay/internal/testenv"
 )
 
 func TestReadSettingsPairs(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		env  map[string]string
-		want string
-	}{
-		{map[string]string{"EMBEDDINGS_MODEL": "nomic-embed-text"}, "EMBEDDINGS_MODEL"},
-		{map[string]string{"EMBEDDINGS_BASE_URL": "http://127.0.0.1:11434/v1"}, "EMBEDDINGS_MODEL"},
-		{map[string]string{"LLM_BASE_URL": "http://127.0.0.1:11434/v1"}, "LLM_MODEL"},
-		{map[string]string{"RELAY_MEMORY_DIMENSIONS": "0"}, "RELAY_MEMORY_DIMENSIONS"},
-		{map[string]string{"REDIS_URL": "http://x"}, "REDIS_URL"},
-	} {
-		env := config.FromMap(tc.env)
-		ReadSettings(env)
-		if err := env.Err(); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: got error %v, want one naming %s", tc.env, err, tc.want)
-		}
-	}
+	configtest.Run(t, ReadSettings, []configtest.Case[Settings]{
+		{Name: "embeddings model without URL", Env: map[string]string{"EMBEDDINGS_MODEL": "nomic-embed-text"}, WantErr: []string{"EMBEDDINGS_MODEL"}},
+		{Name: "embeddings URL without model", Env: map[string]string{"EMBEDDINGS_BASE_URL": "http://127.0.0.1:11434/v1"}, WantErr: []string{"EMBEDDINGS_MODEL"}},
+		{Name: "LLM URL without model", Env: map[string]string{"LLM_BASE_URL": "http://127.0.0.1:11434/v1"}, WantErr: []string{"LLM_MODEL"}},
+		{Name: "zero dimensions", Env: map[string]string{"RELAY_MEMORY_DIMENSIONS": "0"}, WantErr: []string{"RELAY_MEMORY_DIMENSIONS"}},
+		{Name: "Redis URL not redis", Env: map[string]string{"REDIS_URL": "http://x"}, WantErr: []string{"REDIS_URL"}},
+	})
 }
 
 // TestOpen opens the memory the settings name: the embedded stores on a bus,

@@ -129,6 +129,18 @@ func (h *harness) waitDone(key string) *Record {
 	return rec
 }
 
+// postedOnceAfter checks that dest got one comment after failed attempts
+// that the failure metric counted under reason.
+func (h *harness) postedOnceAfter(dest, reason string, failed float64) {
+	h.t.Helper()
+	if got := h.apis.count(dest); got != 1 {
+		h.t.Fatalf("got %d comments, want 1", got)
+	}
+	if got := value(h.svc.metrics.failed.WithLabelValues(dest, reason)); got != failed {
+		h.t.Errorf("got %s metric %v, want %v", reason, got, failed)
+	}
+}
+
 func (h *harness) waitDeadLetter() bus.StoredDeadLetter {
 	h.t.Helper()
 	var dl bus.StoredDeadLetter
@@ -326,12 +338,7 @@ func TestRateLimitHonoursRetryAfter(t *testing.T) {
 	if gap := calls[1].Sub(calls[0]); gap < 900*time.Millisecond || gap > 20*time.Second {
 		t.Fatalf("got %s between attempts, want about the Retry-After of 1s", gap)
 	}
-	if got := h.apis.count(DestGitHub); got != 1 {
-		t.Fatalf("got %d comments, want 1", got)
-	}
-	if got := value(h.svc.metrics.failed.WithLabelValues(DestGitHub, "rate_limited")); got != 1 {
-		t.Errorf("got rate_limited metric %v, want 1", got)
-	}
+	h.postedOnceAfter(DestGitHub, "rate_limited", 1)
 }
 
 func TestServerErrorsRetried(t *testing.T) {
@@ -342,12 +349,7 @@ func TestServerErrorsRetried(t *testing.T) {
 	h.run()
 	h.publish(e, "out.sentry")
 	h.waitDone("out:" + e.ID)
-	if got := h.apis.count(DestSentry); got != 1 {
-		t.Fatalf("got %d comments, want 1", got)
-	}
-	if got := value(h.svc.metrics.failed.WithLabelValues(DestSentry, "transient")); got != 2 {
-		t.Errorf("got transient metric %v, want 2", got)
-	}
+	h.postedOnceAfter(DestSentry, "transient", 2)
 }
 
 // TestSlackPartialFailureResumes: part 2 of a long answer fails once; the

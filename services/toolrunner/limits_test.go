@@ -14,6 +14,7 @@ import (
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
+	"github.com/relaystation/relay/tools/toolstest"
 )
 
 // limitRunner is one runner process on b: its own bus connection, its own
@@ -34,21 +35,8 @@ func limitRunner(t *testing.T, b *bus.Bus, url, policy string, now func() time.T
 // svcRunner starts a runner on the svc server at url and waits until it is ready.
 func svcRunner(tb testing.TB, url string, pol *mcpconfig.Policy, lim tools.LimitStore, now func() time.Time) *tools.Runner {
 	tb.Helper()
-	r, err := tools.New(tools.Config{Servers: []mcpconfig.Server{{Name: "svc", Type: mcpconfig.HTTP, URL: url, ProtocolVersion: mcpconfig.DefaultProtocolVersion}},
+	return toolstest.StartReady(tb, tools.Config{Servers: []mcpconfig.Server{{Name: "svc", Type: mcpconfig.HTTP, URL: url, ProtocolVersion: mcpconfig.DefaultProtocolVersion}},
 		Policy: pol, Limits: lim, Now: now, HealthInterval: time.Minute})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = r.Close() })
-	if err := r.Start(context.Background()); err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if p := r.WaitReady(ctx); len(p) > 0 {
-		tb.Fatalf("not ready: %+v", r.Servers())
-	}
-	return r
 }
 
 func echo(t *testing.T, r *tools.Runner, thread string) *tools.Result {

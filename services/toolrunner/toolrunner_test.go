@@ -125,13 +125,7 @@ func TestReadyNamesServersOnTheirFirstAttempt(t *testing.T) {
 
 func next(t *testing.T, ch <-chan *envelope.Envelope) *envelope.Envelope {
 	t.Helper()
-	select {
-	case e := <-ch:
-		return e
-	case <-time.After(20 * time.Second):
-		t.Fatal("no envelope arrived")
-		return nil
-	}
+	return testenv.Receive(t, ch, 20*time.Second, "an envelope")
 }
 
 func toolCall(name, role string, args map[string]any) *envelope.Envelope {

@@ -18,6 +18,7 @@ import (
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/bundle"
 	"github.com/relaystation/relay/tools/mcpconfig"
+	"github.com/relaystation/relay/tools/toolstest"
 )
 
 type reloadEvent struct {
@@ -58,20 +59,10 @@ func everythingRelayBundle(t *testing.T) string {
 // runner and the watcher's reloads.
 func startWatchedRunner(t *testing.T, cfg string) (*tools.Runner, <-chan reloadEvent) {
 	t.Helper()
-	r, err := tools.New(tools.Config{ConfigPath: cfg, BaseEnv: tools.BaseEnvFrom(os.Environ()), HealthInterval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.Close() })
-	if err := r.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	r := toolstest.Start(t, tools.Config{ConfigPath: cfg, BaseEnv: tools.BaseEnvFrom(os.Environ()), HealthInterval: time.Second})
 	events := make(chan reloadEvent, 16)
 	w := &ConfigWatcher{Path: cfg, OnReload: func(res tools.ReloadResult, err error) { events <- reloadEvent{res, err} }}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx, r) }()
-	t.Cleanup(func() { cancel(); <-done })
+	testenv.Go(t, "config watcher", func(ctx context.Context) error { return w.Run(ctx, r) })
 	return r, events
 }
 
@@ -79,13 +70,7 @@ func startWatchedRunner(t *testing.T, cfg string) (*tools.Runner, <-chan reloadE
 // names the reload awaited.
 func nextReload(t *testing.T, events <-chan reloadEvent, what string) reloadEvent {
 	t.Helper()
-	select {
-	case ev := <-events:
-		return ev
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no reload: %s", what)
-	}
-	return reloadEvent{}
+	return testenv.Receive(t, events, 15*time.Second, "a reload "+what)
 }
 
 func TestConfigWatcherHotReload(t *testing.T) {
@@ -104,11 +89,7 @@ func TestConfigWatcherHotReload(t *testing.T) {
 	if ev := nextReload(t, events, "after install"); ev.err != nil || strings.Join(ev.res.Added, ",") != "ref__everything" {
 		t.Fatalf("got %+v, want ref__everything added", ev)
 	}
-	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer wcancel()
-	if pending := r.WaitReady(wctx); len(pending) > 0 {
-		t.Fatalf("not ready: %v", pending)
-	}
+	toolstest.Ready(t, r)
 	call := func() *tools.Result {
 		return r.Call(t.Context(), tools.Request{Tool: "ref__everything.echo", Args: map[string]any{"message": "hot"}, Operator: true})
 	}

@@ -142,8 +142,7 @@ func TestParseErrorsNameServerAndField(t *testing.T) {
 			if err == nil {
 				t.Fatal("got nil error, want one")
 			}
-			var ve *ValidationError
-			if !errors.As(err, &ve) {
+			if _, ok := errors.AsType[*ValidationError](err); !ok {
 				t.Errorf("got %T, want a *ValidationError", err)
 			}
 			testenv.ErrorNames(t, err, tt.want...)
