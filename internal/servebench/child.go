@@ -34,8 +34,9 @@ type child struct {
 }
 
 // childEnv is the child's whole environment: the fakes' URLs, free loopback
-// ports, a data directory in dir, and no MCP servers (the model answers
-// without tools); the model only when agent is set.
+// ports (gateway, NATS, console), a data directory in dir, and no MCP
+// servers (the model answers without tools); the model only when agent is
+// set.
 func childEnv(dir string, f *fakeSet, agent bool) ([]string, error) {
 	mcp := filepath.Join(dir, "mcp.json")
 	if err := os.WriteFile(mcp, []byte(`{"servers": {}}`), 0o600); err != nil {
@@ -49,9 +50,14 @@ func childEnv(dir string, f *fakeSet, agent bool) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The console too: its default port may be taken by another relay.
+	consoleAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	env := []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "TMPDIR=" + os.TempDir(),
-		"RELAY_HTTP_ADDR=" + httpAddr, "RELAY_NATS_LISTEN=" + natsAddr,
+		"RELAY_HTTP_ADDR=" + httpAddr, "RELAY_NATS_LISTEN=" + natsAddr, "RELAY_CONSOLE_ADDR=" + consoleAddr,
 		"RELAY_DATA_DIR=" + filepath.Join(dir, "data"), "RELAY_LOG_LEVEL=warn",
 		"RELAY_MCP_CONFIG=" + mcp,
 		"GITHUB_WEBHOOK_SECRET=" + webhookSecret,

@@ -60,9 +60,10 @@ type drained struct {
 }
 
 // waitDrained polls the backlog every 50 ms until it has been zero quietPolls
-// times in a row, and returns the time and the CPU reading of the first of
-// them.
-func waitDrained(ctx context.Context, js jetstream.JetStream, c *child, stopped time.Time, limit time.Duration) (drained, error) {
+// times in a row with done reporting true, and returns the time and the CPU
+// reading of the first of them. done covers work no consumer holds while it
+// waits (a suggestion between its last ack and the Slack post).
+func waitDrained(ctx context.Context, js jetstream.JetStream, c *child, stopped time.Time, limit time.Duration, done func() bool) (drained, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -74,7 +75,7 @@ func waitDrained(ctx context.Context, js jetstream.JetStream, c *child, stopped 
 		if err != nil {
 			return drained{}, fmt.Errorf("backlog after %s: %w", time.Since(stopped).Round(time.Millisecond), err)
 		}
-		if n > 0 {
+		if n > 0 || !done() {
 			quiet = 0
 		} else if quiet++; quiet == 1 {
 			at := time.Since(stopped)
@@ -89,6 +90,9 @@ func waitDrained(ctx context.Context, js jetstream.JetStream, c *child, stopped 
 		}
 		select {
 		case <-ctx.Done():
+			if n == 0 {
+				return drained{}, fmt.Errorf("backlog drained but the work after it not done within %s", limit)
+			}
 			return drained{}, fmt.Errorf("backlog of %d messages not drained within %s", n, limit)
 		case <-tick.C:
 		}

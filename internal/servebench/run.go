@@ -99,7 +99,13 @@ func load(ctx context.Context, cfg Config, t Target, c *child, js jetstream.JetS
 	if res.Backlog, err = backlog(ctx, js); err != nil {
 		return Result{}, err
 	}
-	d, err := waitDrained(ctx, js, c, stopped, cfg.DrainTimeout)
+	// With the agent on distinct threads, every accepted webhook becomes one
+	// suggestion in Slack: the run is drained when the last has arrived.
+	done := func() bool { return true }
+	if t.Agent && !t.Hot {
+		done = func() bool { n, _ := s.loop(); return n >= res.Accept.Requests }
+	}
+	d, err := waitDrained(ctx, js, c, stopped, cfg.DrainTimeout, done)
 	if err != nil {
 		return Result{}, err
 	}
