@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // FuzzAuditLineMatchesMarshal checks the audit line encoder byte for byte
@@ -62,5 +65,34 @@ func TestAuditLogWritesOneLinePerRecord(t *testing.T) {
 	}
 	if err := l.Write(&recs[0]); err == nil {
 		t.Fatal("write after close: got no error, want ErrClosed")
+	}
+}
+
+// TestNewIDIsUniqueRandomUUID: ids are version 4 UUIDs, distinct across
+// goroutines.
+func TestNewIDIsUniqueRandomUUID(t *testing.T) {
+	t.Parallel()
+	const workers, each = 4, 500
+	got := make(chan string, workers*each)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				got <- newID()
+			}
+		})
+	}
+	wg.Wait()
+	close(got)
+	seen := map[string]bool{}
+	for id := range got {
+		u, err := uuid.Parse(id)
+		if err != nil || u.Version() != 4 || u.Variant() != uuid.RFC4122 || u.String() != id {
+			t.Fatalf("id %q: got version %d, variant %v, err %v; want a v4 RFC 4122 UUID", id, u.Version(), u.Variant(), err)
+		}
+		if seen[id] {
+			t.Fatalf("id %s handed out twice", id)
+		}
+		seen[id] = true
 	}
 }

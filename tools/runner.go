@@ -670,7 +670,7 @@ var auditPrefix = func() string {
 func (r *Runner) record(ctx context.Context, req *Request, e Execution, res *Result) {
 	server := e.Server
 	rec := Record{
-		ID:          uuid.NewString(),
+		ID:          newID(),
 		Time:        time.Now().UTC(),
 		ExecutionID: e.ID,
 		RunID:       e.RunID,
