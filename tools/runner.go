@@ -652,8 +652,7 @@ func (r *Runner) Call(ctx context.Context, req Request) *Result {
 		if res.Attempts > 0 {
 			c.recordCall(start, res.Duration, res.Err == nil)
 		}
-		r.metrics.invocations.WithLabelValues(server, tool, string(res.Status)).Inc()
-		r.metrics.latency.WithLabelValues(server, tool).Observe(res.Duration.Seconds())
+		r.metrics.observe(server, tool, res.Status, res.Duration, res.Attempts > 0)
 	}
 	r.record(ctx, &req, e, res)
 	return res
