@@ -760,7 +760,7 @@ func (r *Runner) call(ctx context.Context, req *Request, e Execution) (res *Resu
 		res.Err = fmt.Errorf("%w: role %s lacks capability %s.%s (the tool is %s)", ErrPermissionDenied, req.Caller.Role, server, tool, verbOf(entry.info.ReadOnly))
 		return res
 	}
-	in, out := entry.schemas()
+	_, out := entry.schemas()
 	if entry.schemaErr != nil {
 		r.log.Warn("tool schema does not compile; not validating", "tool", entry.info.Name, "err", entry.schemaErr)
 	}
@@ -768,7 +768,7 @@ func (r *Runner) call(ctx context.Context, req *Request, e Execution) (res *Resu
 	if args == nil {
 		args = map[string]any{}
 	}
-	if err := validate(in, args); err != nil {
+	if err := entry.validateArgs(args); err != nil {
 		res.Err = fmt.Errorf("%w: %v", ErrInvalidArguments, err)
 		return res
 	}
