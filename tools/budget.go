@@ -109,25 +109,71 @@ func (b *budgets) limitFor(key string) *limit {
 // one too (ErrLimitExceeded at the deadline).
 func (b *budgets) admit(ctx context.Context, e Execution) (release func(), err error) {
 	p := b.planFor(e.Server, e.Tool)
-	ls := p.ls
-	if err := reserveRate(ctx, ls, p.keys); err != nil {
+	if err := reserveRate(ctx, p.ls, p.keys); err != nil {
 		return nil, err
 	}
-	undo := func() {}
-	if counters := b.counters(e, p); len(counters) > 0 {
-		if undo, err = b.store.Count(ctx, counters); err != nil {
-			return nil, err
-		}
+	counters := b.counters(e, p)
+	if len(counters) == 0 {
+		return b.take(ctx, e, p)
 	}
-	releaseSems, err := acquireSems(ctx, ls)
+	if _, local := b.store.(*MemoryLimits); !local {
+		return b.countWhileTaking(ctx, e, p, counters)
+	}
+	undo, err := b.store.Count(ctx, counters)
 	if err != nil {
+		return nil, err
+	}
+	if release, err = b.take(ctx, e, p); err != nil {
 		undo()
+		return nil, err
+	}
+	return release, nil
+}
+
+// countWhileTaking counts e while it takes its slots: in a store on the
+// bus each is a round trip, and the call then waits for one instead of
+// two. A refused count ends the wait for slots; a call refused either way
+// keeps neither its counts nor its slots.
+func (b *budgets) countWhileTaking(ctx context.Context, e Execution, p *plan, counters []Counter) (func(), error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type counted struct {
+		undo func()
+		err  error
+	}
+	ch := make(chan counted, 1)
+	go func() {
+		undo, err := b.store.Count(ctx, counters)
+		if err != nil {
+			cancel()
+		}
+		ch <- counted{undo, err}
+	}()
+	release, err := b.take(ctx, e, p)
+	c := <-ch
+	switch {
+	case c.err != nil:
+		if err == nil {
+			release()
+		}
+		return nil, c.err
+	case err != nil:
+		c.undo()
+		return nil, err
+	}
+	return release, nil
+}
+
+// take takes e's budget concurrency slots, then a global one, and returns
+// what releases them.
+func (b *budgets) take(ctx context.Context, e Execution, p *plan) (func(), error) {
+	releaseSems, err := acquireSems(ctx, p.ls)
+	if err != nil {
 		return nil, err
 	}
 	releaseSlot, err := b.acquireSlot(ctx, e)
 	if err != nil {
 		releaseSems()
-		undo()
 		return nil, err
 	}
 	return func() { releaseSlot(); releaseSems() }, nil
