@@ -15,7 +15,12 @@ import (
 // encoding/json. The output is what encoding/json would write for the same
 // value (FuzzMarshalMatchesReflection checks it).
 func (e *Envelope) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 512+len(e.Content))
+	return e.AppendMarshal(make([]byte, 0, 512+len(e.Content)))
+}
+
+// AppendMarshal appends the bytes MarshalJSON returns to b (a producer
+// that reuses its buffers allocates none).
+func (e *Envelope) AppendMarshal(b []byte) ([]byte, error) {
 	b = append(b, `{"id":`...)
 	b = appendString(b, e.ID)
 	b = append(b, `,"timestamp":`...)
