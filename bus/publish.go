@@ -56,7 +56,14 @@ var ErrInvalidEnvelope = errors.New("invalid envelope")
 func (b *Bus) Publish(ctx context.Context, subject string, e *envelope.Envelope, opts ...PublishOption) (PublishResult, error) {
 	msg := syncMsgs.Get().(*nats.Msg)
 	defer putSyncMsg(msg)
-	if err := b.buildMsg(msg, subject, e, opts); err != nil {
+	body := syncBodies.Get().(*[]byte)
+	defer func() {
+		if cap(msg.Data) <= maxPooledBody {
+			*body = msg.Data[:0]
+			syncBodies.Put(body)
+		}
+	}()
+	if err := b.buildMsg(msg, subject, e, opts, *body); err != nil {
 		return PublishResult{}, err
 	}
 	var done func(error)
@@ -85,7 +92,7 @@ func (b *Bus) PublishAsync(ctx context.Context, subject string, e *envelope.Enve
 	// An async message stays with its future (which resends it), so it is
 	// never reused.
 	msg := &nats.Msg{Header: make(nats.Header, 8)}
-	if err := b.buildMsg(msg, subject, e, opts); err != nil {
+	if err := b.buildMsg(msg, subject, e, opts, nil); err != nil {
 		return nil, err
 	}
 	if b.cfg.Trace != nil {
@@ -149,6 +156,12 @@ func (b *Bus) PublishAsyncComplete() <-chan struct{} { return b.js.PublishAsyncC
 // PublishMsg returned, the client holds no reference to its message.
 var syncMsgs = sync.Pool{New: func() any { return &nats.Msg{Header: make(nats.Header, 8)} }}
 
+// syncBodies are the bodies of synchronous publishes, reused like their
+// messages; one over maxPooledBody is not kept.
+var syncBodies = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+const maxPooledBody = 64 << 10
+
 // putSyncMsg empties msg, keeping its header map, and returns it to the pool.
 func putSyncMsg(msg *nats.Msg) {
 	h := msg.Header
@@ -158,12 +171,18 @@ func putSyncMsg(msg *nats.Msg) {
 }
 
 // buildMsg validates e and fills msg (empty, with an empty header map) with
-// its subject, body and headers.
-func (b *Bus) buildMsg(msg *nats.Msg, subject string, e *envelope.Envelope, opts []PublishOption) error {
+// its subject, body and headers. The body is written into body's array
+// when it has one (nil: a new one).
+func (b *Bus) buildMsg(msg *nats.Msg, subject string, e *envelope.Envelope, opts []PublishOption, body []byte) error {
 	err := envelope.Check(e)
 	var data []byte
 	if err == nil {
-		data, err = e.Marshal()
+		if body == nil {
+			body = make([]byte, 0, 512+len(e.Content))
+		}
+		if data, err = e.AppendMarshal(body[:0]); err != nil {
+			err = fmt.Errorf("marshal envelope %s: %w", e.ID, err)
+		}
 	}
 	if err != nil {
 		b.countPublish(b.StreamName(subject), resultInvalid)

@@ -3,7 +3,6 @@ package envelope
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,7 +15,12 @@ import (
 // encoding/json. The output is what encoding/json would write for the same
 // value (FuzzMarshalMatchesReflection checks it).
 func (e *Envelope) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 512+len(e.Content))
+	return e.AppendMarshal(make([]byte, 0, 512+len(e.Content)))
+}
+
+// AppendMarshal appends the bytes MarshalJSON returns to b (a producer
+// that reuses its buffers allocates none).
+func (e *Envelope) AppendMarshal(b []byte) ([]byte, error) {
 	b = append(b, `{"id":`...)
 	b = appendString(b, e.ID)
 	b = append(b, `,"timestamp":`...)
@@ -273,7 +277,16 @@ func appendObject(b []byte, m map[string]any) ([]byte, error) {
 	if m == nil {
 		return append(b, "null"...), nil
 	}
-	keys := slices.Sorted(maps.Keys(m))
+	// The keys of a small object are sorted in an array on the stack.
+	var small [16]string
+	keys := small[:0]
+	if len(m) > len(small) {
+		keys = make([]string, 0, len(m))
+	}
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
 	b = append(b, '{')
 	for i, k := range keys {
 		if i > 0 {

@@ -1,16 +1,18 @@
 package tools
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/relaystation/relay/envelope"
 )
 
 // Record is one audit line: one per invocation, whatever its outcome. It
@@ -56,19 +58,31 @@ type AuditSink interface {
 	Audit(ctx context.Context, r Record)
 }
 
-// ArgsHash returns the hex SHA-256 of the canonical JSON of args: encoding/json
-// writes map keys sorted, so equal arguments hash equally.
+// ArgsHash returns the hex SHA-256 of the canonical JSON of args: the bytes
+// json.Marshal writes (map keys sorted), so equal arguments hash equally.
 func ArgsHash(args map[string]any) string {
 	if args == nil {
 		args = map[string]any{}
 	}
-	b, err := json.Marshal(args)
+	bp := hashBufs.Get().(*[]byte)
+	b, err := envelope.AppendJSON((*bp)[:0], args)
 	if err != nil {
-		b = []byte(fmt.Sprintf("unencodable: %v", err))
+		b = fmt.Appendf(b[:0], "unencodable: %v", err)
 	}
 	sum := sha256.Sum256(b)
+	if cap(b) <= maxPooledBuf {
+		*bp = b[:0]
+		hashBufs.Put(bp)
+	}
 	return hex.EncodeToString(sum[:])
 }
+
+// hashBufs hold the arguments' JSON while it is hashed.
+var hashBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// maxPooledBuf is the largest buffer kept for reuse: one huge argument or
+// record does not pin its memory.
+const maxPooledBuf = 64 << 10
 
 // AuditLog appends records as JSON lines to a file opened O_APPEND. It is
 // safe for concurrent use; Close closes the file.
@@ -90,26 +104,88 @@ func OpenAuditLog(path string) (*AuditLog, error) {
 }
 
 // lineBufs are the buffers records are encoded into, reused across writes.
-var lineBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // Write appends one record as one line, in one write.
 func (l *AuditLog) Write(r *Record) error {
-	buf := lineBufs.Get().(*bytes.Buffer)
-	defer lineBufs.Put(buf)
-	buf.Reset()
-	// Encode writes what json.Marshal does, and the newline.
-	if err := json.NewEncoder(buf).Encode(r); err != nil {
+	bp := lineBufs.Get().(*[]byte)
+	line, err := r.appendJSON((*bp)[:0])
+	if err != nil {
 		return fmt.Errorf("encode audit record %s: %w", r.ID, err)
 	}
+	line = append(line, '\n')
+	defer func() {
+		if cap(line) <= maxPooledBuf {
+			*bp = line[:0]
+			lineBufs.Put(bp)
+		}
+	}()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.f == nil {
 		return fmt.Errorf("audit record %s: %w", r.ID, ErrClosed)
 	}
-	if _, err := l.f.Write(buf.Bytes()); err != nil {
+	if _, err := l.f.Write(line); err != nil {
 		return fmt.Errorf("write audit record %s: %w", r.ID, err)
 	}
 	return nil
+}
+
+// appendJSON appends r as json.Marshal writes it (the field order and
+// omitempty of its tags), without reflection.
+func (r *Record) appendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"id":`...)
+	b = envelope.AppendString(b, r.ID)
+	b = append(b, `,"timestamp":`...)
+	b, err := envelope.AppendTime(b, r.Time)
+	if err != nil {
+		return nil, err
+	}
+	b = appendField(b, "execution_id", r.ExecutionID, false)
+	b = appendField(b, "run_id", r.RunID, false)
+	b = appendField(b, "call_id", r.CallID, true)
+	b = appendField(b, "task_id", r.TaskID, true)
+	b = appendField(b, "thread", r.Thread, true)
+	b = appendField(b, "agent_id", r.AgentID, true)
+	b = appendField(b, "actor", r.Actor, true)
+	b = appendField(b, "role", r.Role, true)
+	b = appendField(b, "server", r.Server, false)
+	b = appendField(b, "tool", r.Tool, false)
+	b = appendField(b, "args_sha256", r.ArgsSHA256, false)
+	b = append(b, `,"redaction_applied":`...)
+	b = strconv.AppendBool(b, r.Redacted)
+	b = append(b, `,"duration_ms":`...)
+	if b, err = appendFloat(b, r.DurationMS); err != nil {
+		return nil, err
+	}
+	b = appendField(b, "status", string(r.Status), false)
+	b = appendField(b, "error", r.Error, true)
+	b = appendField(b, "cancelled_by", r.CancelledBy, true)
+	if r.Attempts != 0 {
+		b = append(b, `,"attempts":`...)
+		b = strconv.AppendInt(b, int64(r.Attempts), 10)
+	}
+	return append(b, '}'), nil
+}
+
+// appendField appends ,"key":"value"; omitEmpty leaves out an empty value.
+func appendField(b []byte, key, value string, omitEmpty bool) []byte {
+	if omitEmpty && value == "" {
+		return b
+	}
+	b = append(b, ',', '"')
+	b = append(b, key...)
+	b = append(b, '"', ':')
+	return envelope.AppendString(b, value)
+}
+
+// appendFloat appends f as encoding/json does: plain decimals in the range
+// it writes them so (every duration), else through encoding/json.
+func appendFloat(b []byte, f float64) ([]byte, error) {
+	if abs := math.Abs(f); abs == 0 || abs >= 1e-6 && abs < 1e21 {
+		return strconv.AppendFloat(b, f, 'f', -1, 64), nil
+	}
+	return envelope.AppendJSON(b, f)
 }
 
 // Close closes the file.

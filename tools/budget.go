@@ -22,6 +22,30 @@ type budgets struct {
 
 	mu     sync.Mutex
 	limits map[string]*limit
+	plans  map[planKey]*plan
+	day    quotaDay // the day of the quota keys last built
+}
+
+// planKey names the budgets a call of server.tool is under.
+type planKey struct{ server, tool string }
+
+// plan is what admit applies to a call of one server.tool, found once: the
+// limits of its budgets (server, then server.tool) with their keys, and
+// the day's quota counter keys of those with a daily quota.
+type plan struct {
+	ls   []*limit
+	keys []string
+	// quotaKeys[i] is "quota.<day>.<keys[i]>", for day; guarded by budgets.mu.
+	quotaDay  string
+	quotaKeys []string
+}
+
+// quotaDay caches the formatted day of a date.
+type quotaDay struct {
+	y    int
+	m    time.Month
+	d    int
+	text string
 }
 
 type limit struct {
@@ -32,13 +56,31 @@ type limit struct {
 }
 
 func newBudgets(p *mcpconfig.Policy, store LimitStore, now func() time.Time) *budgets {
-	return &budgets{policy: p, store: store, now: now, limits: map[string]*limit{}}
+	return &budgets{policy: p, store: store, now: now, limits: map[string]*limit{}, plans: map[planKey]*plan{}}
 }
 
-// limitFor returns the limit of a budget key, or nil when it has no budget.
-func (b *budgets) limitFor(key string) *limit {
+// planFor returns the plan of server.tool.
+func (b *budgets) planFor(server, tool string) *plan {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	k := planKey{server, tool}
+	if p, ok := b.plans[k]; ok {
+		return p
+	}
+	p := &plan{}
+	for _, key := range [...]string{server, server + "." + tool} {
+		if l := b.limitFor(key); l != nil {
+			p.ls = append(p.ls, l)
+			p.keys = append(p.keys, key)
+		}
+	}
+	b.plans[k] = p
+	return p
+}
+
+// limitFor returns the limit of a budget key, or nil when it has no
+// budget. b.mu is held.
+func (b *budgets) limitFor(key string) *limit {
 	if l, ok := b.limits[key]; ok {
 		return l
 	}
@@ -66,32 +108,72 @@ func (b *budgets) limitFor(key string) *limit {
 // concurrency waits until ctx ends (ErrTimeout or ErrCancelled), the global
 // one too (ErrLimitExceeded at the deadline).
 func (b *budgets) admit(ctx context.Context, e Execution) (release func(), err error) {
-	ls := make([]*limit, 0, 2)
-	keys := make([]string, 0, 2)
-	for _, k := range [...]string{e.Server, e.Server + "." + e.Tool} {
-		if l := b.limitFor(k); l != nil {
-			ls = append(ls, l)
-			keys = append(keys, k)
-		}
-	}
-	if err := reserveRate(ctx, ls, keys); err != nil {
+	p := b.planFor(e.Server, e.Tool)
+	if err := reserveRate(ctx, p.ls, p.keys); err != nil {
 		return nil, err
 	}
-	undo := func() {}
-	if counters := b.counters(e, ls, keys); len(counters) > 0 {
-		if undo, err = b.store.Count(ctx, counters); err != nil {
-			return nil, err
-		}
+	counters := b.counters(e, p)
+	if len(counters) == 0 {
+		return b.take(ctx, e, p)
 	}
-	releaseSems, err := acquireSems(ctx, ls)
+	if _, local := b.store.(*MemoryLimits); !local {
+		return b.countWhileTaking(ctx, e, p, counters)
+	}
+	undo, err := b.store.Count(ctx, counters)
 	if err != nil {
+		return nil, err
+	}
+	if release, err = b.take(ctx, e, p); err != nil {
 		undo()
+		return nil, err
+	}
+	return release, nil
+}
+
+// countWhileTaking counts e while it takes its slots: in a store on the
+// bus each is a round trip, and the call then waits for one instead of
+// two. A refused count ends the wait for slots; a call refused either way
+// keeps neither its counts nor its slots.
+func (b *budgets) countWhileTaking(ctx context.Context, e Execution, p *plan, counters []Counter) (func(), error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type counted struct {
+		undo func()
+		err  error
+	}
+	ch := make(chan counted, 1)
+	go func() {
+		undo, err := b.store.Count(ctx, counters)
+		if err != nil {
+			cancel()
+		}
+		ch <- counted{undo, err}
+	}()
+	release, err := b.take(ctx, e, p)
+	c := <-ch
+	switch {
+	case c.err != nil:
+		if err == nil {
+			release()
+		}
+		return nil, c.err
+	case err != nil:
+		c.undo()
+		return nil, err
+	}
+	return release, nil
+}
+
+// take takes e's budget concurrency slots, then a global one, and returns
+// what releases them.
+func (b *budgets) take(ctx context.Context, e Execution, p *plan) (func(), error) {
+	releaseSems, err := acquireSems(ctx, p.ls)
+	if err != nil {
 		return nil, err
 	}
 	releaseSlot, err := b.acquireSlot(ctx, e)
 	if err != nil {
 		releaseSems()
-		undo()
 		return nil, err
 	}
 	return func() { releaseSlot(); releaseSems() }, nil
@@ -99,22 +181,41 @@ func (b *budgets) admit(ctx context.Context, e Execution) (release func(), err e
 
 // counters are the counts e adds to: its thread's session and the daily
 // quotas of its budgets.
-func (b *budgets) counters(e Execution, ls []*limit, keys []string) []Counter {
+func (b *budgets) counters(e Execution, p *plan) []Counter {
 	var out []Counter
 	if n := b.policy.Limits.PerSession; e.Thread != "" && n > 0 {
 		out = append(out, Counter{Key: "session." + e.Thread, Limit: n, Full: &sessionFull{thread: e.Thread, limit: n}})
 	}
-	var day string
-	for i, l := range ls {
+	var keys []string
+	for i, l := range p.ls {
 		if l.quota == 0 {
 			continue
 		}
-		if day == "" {
-			day = b.now().UTC().Format(time.DateOnly)
+		if keys == nil {
+			keys = b.quotaKeys(p)
 		}
-		out = append(out, Counter{Key: "quota." + day + "." + keys[i], Limit: l.quota, Full: l.full})
+		out = append(out, Counter{Key: keys[i], Limit: l.quota, Full: l.full})
 	}
 	return out
+}
+
+// quotaKeys returns p's quota counter keys of today (b.now, UTC), building
+// them once a day.
+func (b *budgets) quotaKeys(p *plan) []string {
+	y, m, d := b.now().UTC().Date()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.day.y != y || b.day.m != m || b.day.d != d || b.day.text == "" {
+		b.day = quotaDay{y, m, d, time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Format(time.DateOnly)}
+	}
+	if p.quotaDay != b.day.text {
+		keys := make([]string, len(p.keys))
+		for i, k := range p.keys {
+			keys[i] = "quota." + b.day.text + "." + k
+		}
+		p.quotaDay, p.quotaKeys = b.day.text, keys
+	}
+	return p.quotaKeys
 }
 
 // sessionFull is the error of a thread at its session limit. Its message

@@ -44,6 +44,8 @@ type toolEntry struct {
 	once      sync.Once
 	in, out   *jsonschema.Schema
 	schemaErr error
+	// shallow is in's direct check when in has that shape (shallow.go).
+	shallow *shallowSchema
 }
 
 // safe reports whether repeating the call cannot cause a second effect.
@@ -52,8 +54,12 @@ func (e *toolEntry) safe() bool { return e.info.ReadOnly || e.info.Idempotent }
 func (e *toolEntry) schemas() (*jsonschema.Schema, *jsonschema.Schema) {
 	e.once.Do(func() {
 		var err1, err2 error
-		e.in, err1 = compileToolSchema(e.info.Name+"/input.json", e.info.InputSchema)
-		e.out, err2 = compileToolSchema(e.info.Name+"/output.json", e.info.OutputSchema)
+		var doc any
+		e.in, doc, err1 = compileSchemaDoc(e.info.Name+"/input.json", e.info.InputSchema)
+		e.out, _, err2 = compileSchemaDoc(e.info.Name+"/output.json", e.info.OutputSchema)
+		if e.in != nil {
+			e.shallow = shallowOf(doc)
+		}
 		if err1 != nil {
 			e.schemaErr = err1
 		} else {
@@ -63,27 +69,45 @@ func (e *toolEntry) schemas() (*jsonschema.Schema, *jsonschema.Schema) {
 	return e.in, e.out
 }
 
+// validateArgs checks a call's arguments against the input schema: those
+// the shallow check accepts are valid, the others go to the validator.
+func (e *toolEntry) validateArgs(args map[string]any) error {
+	in, _ := e.schemas()
+	if e.shallow != nil && e.shallow.accepts(args) {
+		return nil
+	}
+	return validate(in, args)
+}
+
 // compileToolSchema compiles a schema a server sent (any draft it names;
 // draft-07 when it names none). nil for none.
 func compileToolSchema(name string, schema any) (*jsonschema.Schema, error) {
+	s, _, err := compileSchemaDoc(name, schema)
+	return s, err
+}
+
+// compileSchemaDoc is compileToolSchema that also returns the decoded
+// schema document.
+func compileSchemaDoc(name string, schema any) (*jsonschema.Schema, any, error) {
 	if schema == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	b, err := json.Marshal(schema)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	doc, err := jsonschema.UnmarshalJSON(bytesReader(b))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft7)
 	url := "mem://tools/" + name
 	if err := c.AddResource(url, doc); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return c.Compile(url)
+	s, err := c.Compile(url)
+	return s, doc, err
 }
 
 // validate checks a decoded JSON value against s; nil s accepts anything.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -61,7 +62,9 @@ type MemoryLimits struct {
 	mu     sync.Mutex
 	counts map[string]int
 	active map[string]Execution
-	freed  chan struct{} // closed and replaced when a slot is released
+	freed  chan struct{} // closed and replaced when a slot is released while waiting is set
+	// waiting says an Acquire waits on freed.
+	waiting bool
 }
 
 // NewMemoryLimits returns an empty MemoryLimits.
@@ -103,8 +106,10 @@ func (m *MemoryLimits) Acquire(ctx context.Context, e Execution, slots int) (fun
 			}
 			m.active[key] = e
 			m.mu.Unlock()
-			return sync.OnceFunc(func() { m.release(key) }), nil
+			s := &memSlot{m: m, key: key}
+			return s.release, nil
 		}
+		m.waiting = true
 		freed := m.freed
 		m.mu.Unlock()
 		select {
@@ -115,11 +120,26 @@ func (m *MemoryLimits) Acquire(ctx context.Context, e Execution, slots int) (fun
 	}
 }
 
+// memSlot is one slot a MemoryLimits handed out; release frees it once.
+type memSlot struct {
+	m        *MemoryLimits
+	key      string
+	released atomic.Bool
+}
+
+func (s *memSlot) release() {
+	if s.released.CompareAndSwap(false, true) {
+		s.m.release(s.key)
+	}
+}
+
 func (m *MemoryLimits) release(key string) {
 	m.mu.Lock()
 	delete(m.active, key)
-	close(m.freed)
-	m.freed = make(chan struct{})
+	if m.waiting {
+		close(m.freed)
+		m.freed, m.waiting = make(chan struct{}), false
+	}
 	m.mu.Unlock()
 }
 

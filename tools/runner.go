@@ -652,8 +652,7 @@ func (r *Runner) Call(ctx context.Context, req Request) *Result {
 		if res.Attempts > 0 {
 			c.recordCall(start, res.Duration, res.Err == nil)
 		}
-		r.metrics.invocations.WithLabelValues(server, tool, string(res.Status)).Inc()
-		r.metrics.latency.WithLabelValues(server, tool).Observe(res.Duration.Seconds())
+		r.metrics.observe(server, tool, res.Status, res.Duration, res.Attempts > 0)
 	}
 	r.record(ctx, &req, e, res)
 	return res
@@ -670,7 +669,7 @@ var auditPrefix = func() string {
 func (r *Runner) record(ctx context.Context, req *Request, e Execution, res *Result) {
 	server := e.Server
 	rec := Record{
-		ID:          uuid.NewString(),
+		ID:          newID(),
 		Time:        time.Now().UTC(),
 		ExecutionID: e.ID,
 		RunID:       e.RunID,
@@ -761,7 +760,7 @@ func (r *Runner) call(ctx context.Context, req *Request, e Execution) (res *Resu
 		res.Err = fmt.Errorf("%w: role %s lacks capability %s.%s (the tool is %s)", ErrPermissionDenied, req.Caller.Role, server, tool, verbOf(entry.info.ReadOnly))
 		return res
 	}
-	in, out := entry.schemas()
+	_, out := entry.schemas()
 	if entry.schemaErr != nil {
 		r.log.Warn("tool schema does not compile; not validating", "tool", entry.info.Name, "err", entry.schemaErr)
 	}
@@ -769,7 +768,7 @@ func (r *Runner) call(ctx context.Context, req *Request, e Execution) (res *Resu
 	if args == nil {
 		args = map[string]any{}
 	}
-	if err := validate(in, args); err != nil {
+	if err := entry.validateArgs(args); err != nil {
 		res.Err = fmt.Errorf("%w: %v", ErrInvalidArguments, err)
 		return res
 	}
