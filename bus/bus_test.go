@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -313,6 +314,12 @@ func testInvalidBody(t *testing.T, b *bus.Bus) {
 	}
 	if string(dls[1].Raw) != "\x00not json" {
 		t.Errorf("got raw %q, want the original bytes", dls[1].Raw)
+	}
+	// The schema validator gives the reason, whichever path parsed.
+	for _, d := range dls {
+		if !strings.HasPrefix(d.Reason, "invalid envelope: invalid envelope: ") {
+			t.Errorf("got reason %q, want the schema validator's (invalid envelope: ...)", d.Reason)
+		}
 	}
 }
 
