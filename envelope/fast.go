@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -126,25 +127,38 @@ func ignorable(k, path string) bool {
 	return true
 }
 
+// fields reads an object whose fields are named knownKeys[path]: read(i)
+// reads the value of the i-th, other keys go to other (s.unknown when nil).
+// A field named twice goes to the reference path. It returns the fields seen,
+// bit i for the i-th.
+func (s *scanner) fields(path string, read func(i int) bool, other func(k string) bool) (uint8, bool) {
+	names := knownKeys[path]
+	var seen uint8
+	ok := s.members(func(k string) bool {
+		i := slices.Index(names, k)
+		switch {
+		case i < 0 && other != nil:
+			return other(k)
+		case i < 0:
+			return s.unknown(k, path)
+		case seen&(1<<i) != 0:
+			return false
+		}
+		seen |= 1 << i
+		return read(i)
+	})
+	return seen, ok
+}
+
 // strings reads an object whose fields, named knownKeys[path] in that order,
 // are all strings: the i-th into ptrs[i].
 func (s *scanner) strings(path string, ptrs ...*string) bool {
-	names := knownKeys[path]
-	var seen uint8
-	return s.members(func(k string) bool {
-		for i, n := range names {
-			if k != n {
-				continue
-			}
-			if !once(&seen, 1<<i) {
-				return false
-			}
-			var ok bool
-			*ptrs[i], ok = s.str()
-			return ok
-		}
-		return s.unknown(k, path)
-	})
+	_, ok := s.fields(path, func(i int) bool {
+		var ok bool
+		*ptrs[i], ok = s.str()
+		return ok
+	}, nil)
+	return ok
 }
 
 // timestamp reads the timestamp: the decoded string must be a date-time the
@@ -216,85 +230,55 @@ func daysIn(month, year int) int {
 	return 31
 }
 
-// once marks bit in seen and reports whether it was clear: a field's
-// second occurrence goes to the reference path.
-func once(seen *uint8, bit uint8) bool {
-	if *seen&bit != 0 {
-		return false
-	}
-	*seen |= bit
-	return true
-}
-
-// toolCall reads tool_call: null, or an object with a non-empty name.
+// toolCall reads tool_call: null, or an object with a non-empty name (its
+// fields in knownKeys order: id, name, args, result).
 func (s *scanner) toolCall() (*ToolCall, bool) {
 	if s.null() {
 		return nil, true
 	}
 	tc := new(ToolCall)
-	var seen uint8
-	ok := s.members(func(k string) bool {
-		ok := false
-		switch k {
-		case "id":
-			if once(&seen, 1) {
-				tc.ID, ok = s.str()
-			}
-		case "name":
-			if once(&seen, 2) {
-				tc.Name, ok = s.str()
-			}
-		case "args":
-			if once(&seen, 4) {
-				tc.Args, ok = s.object()
-			}
-		case "result":
-			if once(&seen, 8) {
-				ok = s.null()
-				if !ok {
-					tc.Result, ok = s.object()
-				}
-			}
+	_, ok := s.fields("/tool_call", func(i int) bool {
+		var ok bool
+		switch i {
+		case 0:
+			tc.ID, ok = s.str()
+		case 1:
+			tc.Name, ok = s.str()
+		case 2:
+			tc.Args, ok = s.object()
 		default:
-			return s.unknown(k, "/tool_call")
+			if ok = s.null(); !ok {
+				tc.Result, ok = s.object()
+			}
 		}
 		return ok
-	})
+	}, nil)
 	return tc, ok && tc.Name != ""
 }
 
 // memoryUpdate reads memory_update: null, or an object with a kind of the
-// enum, an object of data and a ttl that is a whole number from 0.
+// enum, an object of data and a ttl that is a whole number from 0 (in
+// knownKeys order: kind, data, ttl).
 func (s *scanner) memoryUpdate() (*MemoryUpdate, bool) {
 	if s.null() {
 		return nil, true
 	}
 	m := new(MemoryUpdate)
-	var seen uint8
-	ok := s.members(func(k string) bool {
-		ok := false
-		switch k {
-		case "kind":
-			if once(&seen, 1) {
-				var v string
-				v, ok = s.str()
-				m.Kind = MemoryKind(v)
-				ok = ok && (m.Kind == MemoryEpisodic || m.Kind == MemoryLongTerm)
-			}
-		case "data":
-			if once(&seen, 2) {
-				m.Data, ok = s.object()
-			}
-		case "ttl":
-			if once(&seen, 4) {
-				m.TTL, ok = s.integer(64)
-				ok = ok && m.TTL >= 0
-			}
-		default:
-			return s.unknown(k, "/memory_update")
+	seen, ok := s.fields("/memory_update", func(i int) bool {
+		switch i {
+		case 0:
+			v, ok := s.str()
+			m.Kind = MemoryKind(v)
+			return ok && (m.Kind == MemoryEpisodic || m.Kind == MemoryLongTerm)
+		case 1:
+			var ok bool
+			m.Data, ok = s.object()
+			return ok
 		}
-		return ok
-	})
+		var ok bool
+		m.TTL, ok = s.integer(64)
+		return ok && m.TTL >= 0
+	}, nil)
 	return m, ok && seen&3 == 3
 }
 
@@ -303,41 +287,30 @@ func (s *scanner) stringArray() ([]string, bool) {
 	return elements(s, s.str)
 }
 
-// meta reads meta as Meta.UnmarshalJSON does: the known fields, every other
-// key into Extra (the last of duplicates winning, as in a map).
+// meta reads meta as Meta.UnmarshalJSON does: the known fields (in knownKeys
+// order: mcp_version, thread, task_id, source, budget), every other key into
+// Extra (the last of duplicates winning, as in a map).
 func (s *scanner) meta(m *Meta) bool {
-	var seen uint8
-	return s.members(func(k string) bool {
-		ok := false
-		switch k {
-		case "mcp_version":
-			if once(&seen, 1) {
-				m.MCPVersion, ok = s.str()
-				ok = ok && isSemver(m.MCPVersion)
-			}
-		case "thread":
-			if once(&seen, 2) {
-				m.Thread, ok = s.str()
-			}
-		case "task_id":
-			if once(&seen, 4) {
-				m.TaskID, ok = s.str()
-			}
-		case "source":
-			if once(&seen, 8) {
-				src := new(Source)
-				m.Source = src
-				ok = s.strings("/meta/source", &src.Event, &src.Action, &src.DeliveryID, &src.URL, &src.Actor)
-			}
-		case "budget":
-			if once(&seen, 16) {
-				m.Budget, ok = s.budget()
-			}
+	_, ok := s.fields("/meta", func(i int) bool {
+		var ok bool
+		switch i {
+		case 0:
+			m.MCPVersion, ok = s.str()
+			ok = ok && isSemver(m.MCPVersion)
+		case 1:
+			m.Thread, ok = s.str()
+		case 2:
+			m.TaskID, ok = s.str()
+		case 3:
+			src := new(Source)
+			m.Source = src
+			ok = s.strings("/meta/source", &src.Event, &src.Action, &src.DeliveryID, &src.URL, &src.Actor)
 		default:
-			return s.extra(m, k)
+			m.Budget, ok = s.budget()
 		}
 		return ok
-	})
+	}, func(k string) bool { return s.extra(m, k) })
+	return ok
 }
 
 // extra reads a meta key without a field into m.Extra.
@@ -357,24 +330,14 @@ func (s *scanner) extra(m *Meta, k string) bool {
 // tokens and limit, when present, are whole numbers an int holds.
 func (s *scanner) budget() (*Budget, bool) {
 	bu := new(Budget)
-	var seen uint8
-	ok := s.members(func(k string) bool {
-		var p *int
-		var bit uint8
-		switch k {
-		case "tokens":
-			p, bit = &bu.Tokens, 1
-		case "limit":
-			p, bit = &bu.Limit, 2
-		default:
-			return s.unknown(k, "/meta/budget")
-		}
-		if !once(&seen, bit) {
-			return false
-		}
+	_, ok := s.fields("/meta/budget", func(i int) bool {
 		v, ok := s.integer(strconv.IntSize)
-		*p = int(v)
+		if i == 0 {
+			bu.Tokens = int(v)
+		} else {
+			bu.Limit = int(v)
+		}
 		return ok
-	})
+	}, nil)
 	return bu, ok
 }
