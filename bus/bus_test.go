@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,6 +43,7 @@ func TestBus(t *testing.T) {
 		"CompetingConsumers":     testCompeting,
 		"EveryWorkerTypeReads":   testFanOut,
 		"HeartbeatLongHandler":   testHeartbeat,
+		"ConcurrentHandlers":     testConcurrentHandlers,
 		"ShutdownDrainsInFlight": testShutdownDrains,
 	}
 	for impl, mk := range impls {
@@ -310,6 +312,12 @@ func testInvalidBody(t *testing.T, b *bus.Bus) {
 	if string(dls[1].Raw) != "\x00not json" {
 		t.Errorf("got raw %q, want the original bytes", dls[1].Raw)
 	}
+	// The schema validator gives the reason, whichever path parsed.
+	for _, d := range dls {
+		if !strings.HasPrefix(d.Reason, "invalid envelope: invalid envelope: ") {
+			t.Errorf("got reason %q, want the schema validator's (invalid envelope: ...)", d.Reason)
+		}
+	}
 }
 
 func testRedeliveryAfterCrash(t *testing.T, b *bus.Bus) {
@@ -428,6 +436,34 @@ func testHeartbeat(t *testing.T, b *bus.Bus) {
 	if c := calls.Load(); c != 1 {
 		t.Errorf("handler called %d times, want 1 (heartbeats prevent redelivery)", c)
 	}
+}
+
+// testConcurrentHandlers: a consumer of concurrency n runs n handlers at
+// once, and each delivery's slot comes back when it is done.
+func testConcurrentHandlers(t *testing.T, b *bus.Bus) {
+	const n = 4
+	for i := range 2 * n {
+		publish(t, b, "in.github.issues", newEnv(fmt.Sprintf("at once %d", i)))
+	}
+	var inside, done atomic.Int32
+	release := make(chan struct{})
+	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>", Concurrency: n}, func(ctx context.Context, _ *bus.Message) error {
+		if inside.Add(1) <= n {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		done.Add(1)
+		return nil
+	})
+	testenv.WaitFor(t, 10*time.Second, "n handlers at once", func() bool { return inside.Load() == n })
+	if got := inside.Load(); got != n {
+		t.Fatalf("got %d handlers in, want %d while none has returned", got, n)
+	}
+	close(release)
+	testenv.WaitFor(t, 10*time.Second, "every delivery handled", func() bool { return done.Load() == 2*n })
 }
 
 func testShutdownDrains(t *testing.T, b *bus.Bus) {

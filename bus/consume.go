@@ -15,7 +15,6 @@ import (
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/clip"
-	"github.com/relaystation/relay/internal/tick"
 )
 
 // ConsumerConfig describes one worker type's durable consumer. Every process
@@ -330,8 +329,7 @@ func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, ms
 	m.Envelope = env
 
 	// Heartbeat: long handlers keep their delivery from being redelivered.
-	hbCtx, hbStop := context.WithCancel(ctx)
-	go tick.Every(hbCtx, cfg.Heartbeat, func() { _ = msg.InProgress() })
+	hbStop := heartbeat(ctx, msg, cfg.Heartbeat)
 	var traced func(error)
 	if tr := b.cfg.Trace; tr != nil && tr.Consume != nil {
 		ctx, traced = tr.Consume(ctx, msg.Subject(), m)
@@ -363,6 +361,33 @@ func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, ms
 			"delivered", md.NumDelivered, "retry_in", delay, "err", clip.Line(herr.Error(), maxReasonLine))
 		_ = msg.NakWithDelay(delay)
 		b.outcome(cfg.Name, "nak")
+	}
+}
+
+// heartbeat tells JetStream every `every` that msg is still being handled,
+// until stop is called or ctx ends. It is a timer that re-arms itself rather
+// than a goroutine and a ticker per delivery: most handlers return long
+// before the first beat.
+func heartbeat(ctx context.Context, msg jetstream.Msg, every time.Duration) (stop func()) {
+	var mu sync.Mutex
+	stopped := false
+	mu.Lock()
+	defer mu.Unlock()
+	var t *time.Timer
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped || ctx.Err() != nil {
+			return
+		}
+		_ = msg.InProgress()
+		t.Reset(every)
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
 	}
 }
 

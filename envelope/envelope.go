@@ -151,7 +151,28 @@ func (e *Envelope) Marshal() ([]byte, error) {
 
 // Parse decodes and validates raw JSON into an envelope. The error is a
 // *ValidationError when the JSON is well formed but breaks the schema.
+//
+// An envelope the fast path (parseFast) can vouch for is decoded in one pass;
+// anything else, every invalid envelope among it, goes through the JSON Schema
+// validator (parseChecked), so the outcome and the error are the validator's.
 func Parse(b []byte) (*Envelope, error) {
+	if e, ok := parseFast(b); ok {
+		return e, nil
+	}
+	return parseChecked(b)
+}
+
+// ParseFast is Parse's one-pass path alone, for callers with their own answer
+// to everything else: it returns the envelope and true only when Parse would
+// accept b and return that very envelope (which is also what encoding/json
+// decodes from b). False says nothing about b: it may still be valid.
+func ParseFast(b []byte) (*Envelope, bool) {
+	return parseFast(b)
+}
+
+// parseChecked is Parse by the reference: the JSON Schema validator, then
+// encoding/json.
+func parseChecked(b []byte) (*Envelope, error) {
 	if err := ValidateJSON(b); err != nil {
 		return nil, err
 	}

@@ -25,4 +25,19 @@ func TestHubAddKeepsEnvelopesOnly(t *testing.T) {
 	if len(got) != 1 || got[0].Env.ID != e.ID || got[0].Env.Content != "hello" || string(got[0].Raw) != string(raw) {
 		t.Fatalf("got %d events (%+v), want the one envelope %s", len(got), got, e.ID)
 	}
+	// An envelope envelope.ParseFast leaves alone (a repeated field) is
+	// still decoded, by encoding/json, as before.
+	dup := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "first")
+	rawDup, err := dup.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawDup = append(rawDup[:len(rawDup)-1], `,"content":"second"}`...)
+	if _, ok := envelope.ParseFast(rawDup); ok {
+		t.Fatalf("ParseFast took %s, want it to leave a repeated field to the reference", rawDup)
+	}
+	h.add("relay.in.github.issues", rawDup, at.Add(time.Second))
+	if ev := h.byID(dup.ID); ev == nil || ev.Env.Content != "second" {
+		t.Fatalf("got %+v, want the envelope with a repeated field kept, its last content", ev)
+	}
 }
