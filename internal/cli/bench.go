@@ -15,7 +15,7 @@ import (
 
 const benchUsage = "usage: relay bench ingest [-c N] [-d 5s] [-rate 1000] [-n N] [-nats URL] [-cpuprofile F]\n" +
 	"     | relay bench serve [-rate 1000] [-d 10s] [-runs 3] [-agent] [-hot] [-baseline BIN] [-cpuprofile DIR]\n" +
-	"     | relay bench gateway [-benthos BIN] [-nats URL] [-c 32] [-d 5s] [-rate 1000] [-runs 3] [-cpuprofile DIR]"
+	"     | relay bench gateway [-benthos BIN] [-baseline BIN] [-nats URL] [-c 32] [-d 5s] [-rate 1000] [-runs 3] [-cpuprofile DIR]"
 
 func init() {
 	registerCommand(&command{
@@ -106,6 +106,7 @@ func benchGateway(ctx context.Context, a *app, args []string) error {
 	fs.DurationVar(&cfg.Duration, "d", 0, "duration of each phase (default 5s, at most 1m)")
 	fs.IntVar(&cfg.Rate, "rate", 1000, "webhooks/s of the latency phase (at most 20000)")
 	fs.IntVar(&cfg.Runs, "runs", 3, "runs of every target, interleaved (at most 50)")
+	fs.StringVar(&cfg.Baseline, "baseline", "", "another relay binary whose gateway runs beside, interleaved (before/after)")
 	fs.StringVar(&cfg.ProfileDir, "cpuprofile", "", "directory for a CPU profile of every run's gateway process")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -48,10 +48,14 @@ type Config struct {
 	Relay string
 	// Benthos, when set, is a Benthos executable (v4) run beside the gateway.
 	Benthos string
+	// Baseline, when set, is another relay executable whose gateway runs
+	// beside, interleaved (before/after a change).
+	Baseline string
 	// Runs of every target, interleaved. Default 3, at most 50.
 	Runs int
 	// ProfileDir, when set, makes every gateway child write a CPU profile
-	// DIR/gateway-<run>.pprof of its life (warm-up and both phases).
+	// DIR/gateway-<run>.pprof (baseline-<run>.pprof) of its life (warm-up
+	// and both phases).
 	ProfileDir string
 	// Progress, when set, gets a line per finished run.
 	Progress io.Writer
@@ -110,7 +114,7 @@ type target struct {
 }
 
 // Run runs every target cfg.Runs times, interleaved with the order
-// alternating, and returns the report. ctx cancels the run (the children
+// rotating run by run, and returns the report. ctx cancels the run (the children
 // are stopped, the streams deleted).
 func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	cfg.setDefaults()
@@ -139,9 +143,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		b.Close()
 	}()
 	e := &env{cfg: cfg, dir: dir, bus: b, secret: uuid.NewString()}
-	targets := []target{{"gateway (relay ingest)", e.startGateway}}
+	targets := []target{{"gateway (relay ingest)", e.gateway(cfg.Relay, "gateway")}}
 	if cfg.Benthos != "" {
 		targets = append(targets, target{"benthos", e.startBenthos})
+	}
+	if cfg.Baseline != "" {
+		targets = append(targets, target{"gateway [baseline]", e.gateway(cfg.Baseline, "baseline")})
 	}
 	rep = &Report{Concurrency: cfg.Concurrency, Rate: cfg.Rate, Duration: cfg.Duration,
 		BodyBytes: len(ingestbench.Payload()), Bus: secret.RedactURLs(cfg.NATSURL), Prefix: prefix}

@@ -126,7 +126,7 @@ func TestReportRatios(t *testing.T) {
 		res("gw", 3000, 300*time.Millisecond), res("bt", 2000, 400*time.Millisecond),
 		res("bt", 1000, 400*time.Millisecond), res("gw", 4000, 400*time.Millisecond),
 	}}
-	tp, cpu := rep.Ratios()
+	tp, cpu := rep.Ratios("bt")
 	if len(tp) != 2 || tp[0] != 1.5 || tp[1] != 4 {
 		t.Errorf("throughput ratios: got %v, want [1.5 4]", tp)
 	}

@@ -28,15 +28,14 @@ func (r *Report) targets() []string { return servebench.Keys(r.Results, resultTa
 
 func resultTarget(r Result) string { return r.Target }
 
-// Ratios are, run by run, the first target's figure over the second's:
-// webhooks/s at saturation and CPU per 1,000 webhooks at saturation. Nil
-// with fewer than two targets.
-func (r *Report) Ratios() (throughput, cpu []float64) {
+// Ratios are, run by run, the first target's figure over target other's:
+// webhooks/s at saturation and CPU per 1,000 webhooks at saturation.
+func (r *Report) Ratios(other string) (throughput, cpu []float64) {
 	ts := r.targets()
-	if len(ts) < 2 {
+	if len(ts) == 0 {
 		return nil, nil
 	}
-	a, b := r.of(ts[0]), r.of(ts[1])
+	a, b := r.of(ts[0]), r.of(other)
 	for i := range min(len(a), len(b)) {
 		if x := b[i].Saturation.PerSecond(); x > 0 {
 			throughput = append(throughput, a[i].Saturation.PerSecond()/x)
@@ -64,14 +63,16 @@ func (r *Report) Write(w io.Writer) {
 		servebench.Row(w, fmt.Sprintf("CPU ms per 1,000 at %d/s", r.Rate), servebench.Each(rs, func(x Result) float64 { return ms(x.FixedRate.CPUPer1000()) }), "%.1f")
 		servebench.Row(w, fmt.Sprintf("errors at %d/s", r.Rate), servebench.Each(rs, func(x Result) float64 { return float64(x.FixedRate.Errors) }), "%.0f")
 	}
-	tp, cpu := r.Ratios()
-	if len(tp) == 0 || len(cpu) == 0 {
-		return
-	}
 	ts := r.targets()
-	fmt.Fprintf(w, "\n%s over %s, run by run\n", ts[0], ts[1])
-	servebench.Row(w, "webhooks/s at saturation", tp, "%.2f")
-	servebench.Row(w, "CPU per webhook at saturation", cpu, "%.2f")
+	for _, other := range ts[min(1, len(ts)):] {
+		tp, cpu := r.Ratios(other)
+		if len(tp) == 0 || len(cpu) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s over %s, run by run\n", ts[0], other)
+		servebench.Row(w, "webhooks/s at saturation", tp, "%.2f")
+		servebench.Row(w, "CPU per webhook at saturation", cpu, "%.2f")
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -31,19 +31,25 @@ func (e *env) childEnv(home string, kv ...string) []string {
 	return append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + os.TempDir()}, kv...)
 }
 
-// startGateway runs `relay bench proc -prefix <run's> ingest` against the
+// gateway returns the start of relay binary bin's gateway, its files named
+// after label.
+func (e *env) gateway(bin, label string) func(context.Context, int) (*server, error) {
+	return func(ctx context.Context, n int) (*server, error) { return e.startGateway(ctx, bin, label, n) }
+}
+
+// startGateway runs `bin bench proc -prefix <run's> ingest` against the
 // external server (with a CPU profile when asked).
-func (e *env) startGateway(ctx context.Context, n int) (*server, error) {
+func (e *env) startGateway(ctx context.Context, bin, label string, n int) (*server, error) {
 	addr, err := servebench.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	data := filepath.Join(e.dir, fmt.Sprintf("gateway-%d", n+1))
+	data := filepath.Join(e.dir, fmt.Sprintf("%s-%d", label, n+1))
 	args := []string{"bench", "proc", "-prefix", e.bus.Prefix()}
 	if e.cfg.ProfileDir != "" {
-		args = append(args, "-cpuprofile", filepath.Join(e.cfg.ProfileDir, fmt.Sprintf("gateway-%d.pprof", n+1)))
+		args = append(args, "-cpuprofile", filepath.Join(e.cfg.ProfileDir, fmt.Sprintf("%s-%d.pprof", label, n+1)))
 	}
-	cmd := exec.Command(e.cfg.Relay, append(args, "ingest")...)
+	cmd := exec.Command(bin, append(args, "ingest")...)
 	cmd.Env = e.childEnv(data, "NATS_URL="+e.cfg.NATSURL, "RELAY_HTTP_ADDR="+addr, "RELAY_DATA_DIR="+data,
 		"RELAY_LOG_LEVEL=warn", "GITHUB_WEBHOOK_SECRET="+e.secret)
 	p, err := servebench.Start(ctx, cmd, "http://"+addr+"/readyz")
