@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/bits"
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -187,7 +189,8 @@ const firstChunk = 4 << 10
 // firstChunk and doubles only when full, so a client holds at most twice
 // what it actually sent, never the length it declared. It returns what it
 // reserved (to release, also on error) and errBusy when the budget cannot
-// cover the next growth.
+// cover the next growth. The buffers a body outgrows go back to growPool
+// for the next body; the one returned is the caller's.
 func (s *Service) readBody(r *http.Request, limit int64) (body []byte, reserved int64, err error) {
 	known := r.ContentLength >= 0
 	size := int64(firstChunk)
@@ -199,7 +202,7 @@ func (s *Service) readBody(r *http.Request, limit int64) (body []byte, reserved 
 		return nil, 0, errBusy
 	}
 	reserved = size
-	buf := make([]byte, 0, size)
+	buf := newBuffer(size, known && size == r.ContentLength)
 	for {
 		if known && int64(len(buf)) == r.ContentLength {
 			return buf, reserved, nil // the server's body reader stops here
@@ -216,8 +219,9 @@ func (s *Service) readBody(r *http.Request, limit int64) (body []byte, reserved 
 				return buf, reserved, errBusy
 			}
 			reserved += next - int64(cap(buf))
-			grown := make([]byte, len(buf), next)
+			grown := newBuffer(next, known && next == r.ContentLength)[:len(buf)]
 			copy(grown, buf)
+			putBuffer(buf)
 			buf = grown
 		}
 		n, err := r.Body.Read(buf[len(buf):cap(buf)])
@@ -232,4 +236,43 @@ func (s *Service) readBody(r *http.Request, limit int64) (body []byte, reserved 
 			return buf, reserved, err
 		}
 	}
+}
+
+// growPool holds the buffers of firstChunk << i bytes that bodies outgrew
+// while they arrived, so that a body of n bytes allocates about n, not 2n.
+var growPool [maxPooledShift + 1]sync.Pool
+
+// maxPooledShift bounds the pooled sizes at firstChunk << 8 (1 MiB).
+const maxPooledShift = 8
+
+// newBuffer is an empty buffer of capacity size: from growPool when size is
+// one of its sizes and the body may outgrow it (final is false), else new.
+func newBuffer(size int64, final bool) []byte {
+	if i, ok := poolIndex(size); ok && !final {
+		if b, _ := growPool[i].Get().(*[]byte); b != nil {
+			return (*b)[:0]
+		}
+	}
+	return make([]byte, 0, size)
+}
+
+// putBuffer gives an outgrown buffer to growPool when it has one of its
+// sizes. The caller no longer uses buf.
+func putBuffer(buf []byte) {
+	if i, ok := poolIndex(int64(cap(buf))); ok {
+		growPool[i].Put(&buf)
+	}
+}
+
+// poolIndex is i where size is firstChunk << i, if it is a pooled size.
+func poolIndex(size int64) (int, bool) {
+	if size < firstChunk || size%firstChunk != 0 {
+		return 0, false
+	}
+	n := size / firstChunk
+	if n&(n-1) != 0 {
+		return 0, false
+	}
+	i := bits.TrailingZeros64(uint64(n))
+	return i, i <= maxPooledShift
 }
