@@ -102,6 +102,9 @@ type app struct {
 	stdout io.Writer
 	stderr io.Writer
 	base   baseConfig
+	// busPrefix, when set, replaces the bus's default subject and stream
+	// prefix ("relay"): `relay bench proc -prefix` on a shared server.
+	busPrefix string
 }
 
 // baseConfig are the settings every process reads.
@@ -154,7 +157,7 @@ func (a *app) checkEnv() error {
 // busConfig is the bus configuration of a long-running process.
 func (a *app) busConfig(reg *prometheus.Registry) bus.Config {
 	cfg := bus.Config{URL: a.base.NATSURL, DataDir: a.base.DataDir, Listen: a.base.NATSListen,
-		Token: a.base.NATSToken, Replicas: a.base.Replicas, Logger: a.log}
+		Token: a.base.NATSToken, Replicas: a.base.Replicas, Prefix: a.busPrefix, Logger: a.log}
 	if reg != nil {
 		cfg.Metrics = bus.NewMetrics(reg)
 	}

@@ -7,17 +7,21 @@ import (
 	"runtime/pprof"
 	"slices"
 
+	"github.com/relaystation/relay/internal/gatewaybench"
 	"github.com/relaystation/relay/internal/ingestbench"
 	"github.com/relaystation/relay/internal/servebench"
+	"github.com/relaystation/relay/secret"
 )
 
-const benchUsage = "usage: relay bench ingest [-c N] [-d 5s] [-rate 1000] [-n N] [-nats URL] [-cpuprofile F] | relay bench serve [-rate 1000] [-d 10s] [-runs 3] [-agent] [-hot] [-baseline BIN] [-cpuprofile DIR]"
+const benchUsage = "usage: relay bench ingest [-c N] [-d 5s] [-rate 1000] [-n N] [-nats URL] [-cpuprofile F]\n" +
+	"     | relay bench serve [-rate 1000] [-d 10s] [-runs 3] [-agent] [-hot] [-baseline BIN] [-cpuprofile DIR]\n" +
+	"     | relay bench gateway [-benthos BIN] [-baseline BIN] [-nats URL] [-c 32] [-d 5s] [-rate 1000] [-runs 3] [-cpuprofile DIR]"
 
 func init() {
 	registerCommand(&command{
 		name:    "bench",
-		usage:   "ingest|serve",
-		summary: "load-test on loopback: the gateway (`bench ingest`), or the gateway alone vs the whole relay (`bench serve`)",
+		usage:   "ingest|serve|gateway",
+		summary: "load-test on loopback: the gateway (`bench ingest`), the gateway alone vs the whole relay (`bench serve`), the gateway vs Benthos (`bench gateway`)",
 		run:     runBench,
 	})
 }
@@ -26,7 +30,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if err := a.checkEnv(); err != nil {
 		return err
 	}
-	return subcommands{"ingest": benchIngest, "serve": benchServe, "proc": benchProc}.run(ctx, a, "bench", benchUsage, args)
+	return subcommands{"ingest": benchIngest, "serve": benchServe, "gateway": benchGateway, "proc": benchProc}.run(ctx, a, "bench", benchUsage, args)
 }
 
 func benchIngest(ctx context.Context, a *app, args []string) error {
@@ -90,6 +94,37 @@ func benchServe(ctx context.Context, a *app, args []string) error {
 	return nil
 }
 
+// benchGateway runs this binary's gateway (`relay ingest`) and, with
+// -benthos, Benthos configured for the same job, each as its own process
+// against one external NATS server, interleaved (internal/gatewaybench).
+func benchGateway(ctx context.Context, a *app, args []string) error {
+	fs := a.flags("bench gateway")
+	var cfg gatewaybench.Config
+	fs.StringVar(&cfg.Benthos, "benthos", "", "a Benthos v4 binary to compare with (scripts/bench-benthos.sh builds one)")
+	fs.StringVar(&cfg.NATSURL, "nats", "nats://127.0.0.1:4222", "the external NATS server both publish to (streams of the run's own, deleted after)")
+	fs.IntVar(&cfg.Concurrency, "c", 32, "concurrent clients at saturation, and Benthos's max_in_flight (at most 1024)")
+	fs.DurationVar(&cfg.Duration, "d", 0, "duration of each phase (default 5s, at most 1m)")
+	fs.IntVar(&cfg.Rate, "rate", 1000, "webhooks/s of the latency phase (at most 20000)")
+	fs.IntVar(&cfg.Runs, "runs", 3, "runs of every target, interleaved (at most 50)")
+	fs.StringVar(&cfg.Baseline, "baseline", "", "another relay binary whose gateway runs beside, interleaved (before/after)")
+	fs.StringVar(&cfg.ProfileDir, "cpuprofile", "", "directory for a CPU profile of every run's gateway process")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench gateway: the relay binary to run: %w", err)
+	}
+	cfg.Relay, cfg.Progress, cfg.Logger = bin, a.stderr, a.log
+	fmt.Fprintf(a.stderr, "relay bench gateway: %s ingest as a child process against %s, %d runs...\n", bin, secret.RedactURLs(cfg.NATSURL), cfg.Runs)
+	rep, err := gatewaybench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	rep.Write(a.stdout)
+	return nil
+}
+
 // benchTargets are the targets of `bench serve`: the gateway alone always,
 // the hot-thread ones only with hot, the agent's with agent.
 func benchTargets(agent, hot bool) []servebench.Target {
@@ -112,6 +147,7 @@ func benchTargets(agent, hot bool) []servebench.Target {
 func benchProc(ctx context.Context, a *app, args []string) error {
 	fs := a.flags("bench proc")
 	cpuProfile := fs.String("cpuprofile", "", "CPU profile file")
+	fs.StringVar(&a.busPrefix, "prefix", "", "subject and stream prefix instead of \"relay\" (a run of its own on a shared NATS server)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -27,11 +27,42 @@ const (
 
 // child is the relay under load, running as its own process.
 type child struct {
-	proc    *procs.Process
+	*Process
 	base    string // http://addr of its gateway
 	natsURL string // its embedded NATS server
-	logs    *tail
 }
+
+// Process is a server under load running as a child process, so that its
+// CPU time (from /proc) is its own and not the load generator's. Its
+// methods are safe for concurrent use.
+type Process struct {
+	proc *procs.Process
+	name string // the executable's base name, for errors
+	logs *tail
+}
+
+// Start starts cmd, its output kept for error messages (the last 16 kB),
+// and waits until GET ready answers 200; it fails when the process exits
+// first or is not ready within a minute, and then has stopped it.
+func Start(ctx context.Context, cmd *exec.Cmd, ready string) (*Process, error) {
+	p := &Process{name: filepath.Base(cmd.Path), logs: &tail{}}
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	var err error
+	if p.proc, err = procs.Start(cmd); err != nil {
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	if err := p.proc.WaitReady(ctx, ready, time.Minute); err != nil {
+		_ = p.Stop()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%s %w; log:\n%s", p.name, err, p.logs)
+	}
+	return p, nil
+}
+
+// Logs is the end of what the process wrote to stdout and stderr.
+func (p *Process) Logs() string { return p.logs.String() }
 
 // childEnv is the child's whole environment: the fakes' URLs, free loopback
 // ports (gateway, NATS, console), a data directory in dir, and no MCP
@@ -42,16 +73,16 @@ func childEnv(dir string, f *fakeSet, agent bool) ([]string, error) {
 	if err := os.WriteFile(mcp, []byte(`{"servers": {}}`), 0o600); err != nil {
 		return nil, err
 	}
-	httpAddr, err := freeAddr()
+	httpAddr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	natsAddr, err := freeAddr()
+	natsAddr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}
 	// The console too: its default port may be taken by another relay.
-	consoleAddr, err := freeAddr()
+	consoleAddr, err := FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -86,10 +117,7 @@ func startChild(ctx context.Context, cfg Config, t Target, dir, profile string, 
 	if t.Binary != "" {
 		bin = t.Binary
 	}
-	cmd := exec.Command(bin, args...)
-	c := &child{logs: &tail{}}
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = c.logs, c.logs
+	c := &child{}
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "RELAY_HTTP_ADDR="); ok {
 			c.base = "http://" + v
@@ -98,38 +126,34 @@ func startChild(ctx context.Context, cfg Config, t Target, dir, profile string, 
 			c.natsURL = "nats://" + v
 		}
 	}
-	if c.proc, err = procs.Start(cmd); err != nil {
-		return nil, fmt.Errorf("start %s %s: %w", bin, t.Service, err)
-	}
-	if err := c.proc.WaitReady(ctx, c.base+"/readyz", time.Minute); err != nil {
-		c.stop()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("relay %w; log:\n%s", err, c.logs)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	if c.Process, err = Start(ctx, cmd, c.base+"/readyz"); err != nil {
+		return nil, fmt.Errorf("%s: %w", t.Service, err)
 	}
 	return c, nil
 }
 
-// stop ends the child with SIGTERM (its drain), then SIGKILL after 30 s.
-func (c *child) stop() error {
-	if !c.proc.Stop(30 * time.Second) {
-		return fmt.Errorf("relay did not stop within 30s of SIGTERM; log:\n%s", c.logs)
+// Stop ends the process with SIGTERM (its drain), then SIGKILL after 30 s.
+// An exit status other than 0 is an error carrying the process's log.
+func (p *Process) Stop() error {
+	if !p.proc.Stop(30 * time.Second) {
+		return fmt.Errorf("%s did not stop within 30s of SIGTERM; log:\n%s", p.name, p.logs)
 	}
-	err := c.proc.Wait()
+	err := p.proc.Wait()
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
 		return err
 	}
 	if err != nil {
-		return fmt.Errorf("relay exited with %v; log:\n%s", err, c.logs)
+		return fmt.Errorf("%s exited with %v; log:\n%s", p.name, err, p.logs)
 	}
 	return nil
 }
 
-// cpu is the child's user + system CPU time so far (Linux /proc).
-func (c *child) cpu() (time.Duration, error) {
-	return procCPU(c.proc.Pid())
+// CPU is the process's user + system CPU time so far (Linux /proc).
+func (p *Process) CPU() (time.Duration, error) {
+	return procCPU(p.proc.Pid())
 }
 
 // clockTick is the kernel's USER_HZ, the unit of /proc/<pid>/stat times; 100
@@ -140,7 +164,7 @@ const clockTick = 100
 func procCPU(pid int) (time.Duration, error) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, fmt.Errorf("CPU time of the relay (needs Linux /proc): %w", err)
+		return 0, fmt.Errorf("CPU time of process %d (needs Linux /proc): %w", pid, err)
 	}
 	// Fields after the command name, which is in parentheses and may hold spaces.
 	i := bytes.LastIndexByte(raw, ')')
@@ -159,8 +183,8 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / clockTick, nil
 }
 
-// freeAddr is a loopback address nothing listens on right now.
-func freeAddr() (string, error) {
+// FreeAddr is a loopback address nothing listens on right now.
+func FreeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err

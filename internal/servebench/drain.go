@@ -79,7 +79,7 @@ func waitDrained(ctx context.Context, js jetstream.JetStream, c *child, stopped 
 			quiet = 0
 		} else if quiet++; quiet == 1 {
 			at := time.Since(stopped)
-			cpu, err := c.cpu()
+			cpu, err := c.CPU()
 			if err != nil {
 				return drained{}, err
 			}

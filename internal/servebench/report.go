@@ -17,22 +17,30 @@ type Report struct {
 }
 
 // of returns the results of target t, in run order.
-func (r *Report) of(t Target) []Result {
-	var out []Result
-	for _, res := range r.Results {
-		if res.Target == t {
-			out = append(out, res)
+func (r *Report) of(t Target) []Result { return Of(r.Results, resultTarget, t) }
+
+// targets are the report's targets in the order first run.
+func (r *Report) targets() []Target { return Keys(r.Results, resultTarget) }
+
+func resultTarget(r Result) Target { return r.Target }
+
+// Of returns the elements of rs whose key is k, in order.
+func Of[R any, K comparable](rs []R, key func(R) K, k K) []R {
+	var out []R
+	for _, r := range rs {
+		if key(r) == k {
+			out = append(out, r)
 		}
 	}
 	return out
 }
 
-// targets are the report's targets in the order first run.
-func (r *Report) targets() []Target {
-	var out []Target
-	for _, res := range r.Results {
-		if !slices.Contains(out, res.Target) {
-			out = append(out, res.Target)
+// Keys returns the distinct keys of rs in the order first seen.
+func Keys[R any, K comparable](rs []R, key func(R) K) []K {
+	var out []K
+	for _, r := range rs {
+		if k := key(r); !slices.Contains(out, k) {
+			out = append(out, k)
 		}
 	}
 	return out
@@ -62,28 +70,29 @@ func (r *Report) Write(w io.Writer) {
 	for _, t := range r.targets() {
 		rs := r.of(t)
 		fmt.Fprintf(w, "\n%s (%d runs)\n", t.Name, len(rs))
-		row(w, "accepted/s", each(rs, func(x Result) float64 { return x.Accept.PerSecond() }), "%.0f")
-		row(w, "errors", each(rs, func(x Result) float64 { return float64(x.Accept.Errors) }), "%.0f")
-		row(w, "CPU ms per 1,000 webhooks", each(rs, func(x Result) float64 { return ms(x.CPUPer1000()) }), "%.0f")
+		Row(w, "accepted/s", Each(rs, func(x Result) float64 { return x.Accept.PerSecond() }), "%.0f")
+		Row(w, "errors", Each(rs, func(x Result) float64 { return float64(x.Accept.Errors) }), "%.0f")
+		Row(w, "CPU ms per 1,000 webhooks", Each(rs, func(x Result) float64 { return ms(x.CPUPer1000()) }), "%.0f")
 		if ratio := r.CPURatio(t); len(ratio) > 0 && t != r.targets()[0] {
-			row(w, "  x the gateway's, same run", ratio, "%.2f")
+			Row(w, "  x the gateway's, same run", ratio, "%.2f")
 		}
-		row(w, "backlog when the load stopped", each(rs, func(x Result) float64 { return float64(x.Backlog) }), "%.0f")
-		row(w, "drain s", each(rs, func(x Result) float64 { return x.Drain.Seconds() }), "%.2f")
-		row(w, "accept p50 ms", each(rs, func(x Result) float64 { return ms(x.Accept.P50) }), "%.2f")
-		row(w, "accept p99 ms", each(rs, func(x Result) float64 { return ms(x.Accept.P99) }), "%.2f")
+		Row(w, "backlog when the load stopped", Each(rs, func(x Result) float64 { return float64(x.Backlog) }), "%.0f")
+		Row(w, "drain s", Each(rs, func(x Result) float64 { return x.Drain.Seconds() }), "%.2f")
+		Row(w, "accept p50 ms", Each(rs, func(x Result) float64 { return ms(x.Accept.P50) }), "%.2f")
+		Row(w, "accept p99 ms", Each(rs, func(x Result) float64 { return ms(x.Accept.P99) }), "%.2f")
 		if t.Agent {
-			row(w, "suggestions", each(rs, func(x Result) float64 { return float64(x.Suggestions) }), "%.0f")
+			Row(w, "suggestions", Each(rs, func(x Result) float64 { return float64(x.Suggestions) }), "%.0f")
 		}
 		deliveries(w, rs)
 		if t.Agent && !t.Hot {
-			row(w, "webhook->suggestion p50 ms", each(rs, func(x Result) float64 { return ms(pct(x.Loop, 50)) }), "%.1f")
-			row(w, "webhook->suggestion p99 ms", each(rs, func(x Result) float64 { return ms(pct(x.Loop, 99)) }), "%.1f")
+			Row(w, "webhook->suggestion p50 ms", Each(rs, func(x Result) float64 { return ms(pct(x.Loop, 50)) }), "%.1f")
+			Row(w, "webhook->suggestion p99 ms", Each(rs, func(x Result) float64 { return ms(pct(x.Loop, 99)) }), "%.1f")
 		}
 	}
 }
 
-func each(rs []Result, f func(Result) float64) []float64 {
+// Each is f of every element of rs.
+func Each[R any](rs []R, f func(R) float64) []float64 {
 	out := make([]float64, len(rs))
 	for i, r := range rs {
 		out[i] = f(r)
@@ -101,8 +110,9 @@ func pct(sorted []time.Duration, p int) time.Duration {
 	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
 }
 
-// row prints the median and the range of vs with the verb format.
-func row(w io.Writer, name string, vs []float64, format string) {
+// Row prints name, the median and the range [min-max] of vs with the verb
+// format (one line, indented by two spaces).
+func Row(w io.Writer, name string, vs []float64, format string) {
 	s := slices.Sorted(slices.Values(vs))
 	med := s[len(s)/2]
 	if len(s)%2 == 0 {
@@ -122,7 +132,7 @@ func deliveries(w io.Writer, rs []Result) {
 		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(names)) {
-		row(w, "  deliveries/webhook "+n, each(rs, func(x Result) float64 {
+		Row(w, "  deliveries/webhook "+n, Each(rs, func(x Result) float64 {
 			return float64(x.Delivered[n]) / float64(max(1, x.Accept.Requests))
 		}), "%.2f")
 	}

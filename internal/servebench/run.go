@@ -64,7 +64,7 @@ func runOnce(ctx context.Context, cfg Config, t Target, profile string) (res Res
 		return Result{}, err
 	}
 	defer func() {
-		if serr := c.stop(); err == nil && serr != nil {
+		if serr := c.Stop(); err == nil && serr != nil {
 			err = serr
 		}
 	}()
@@ -85,7 +85,7 @@ func load(ctx context.Context, cfg Config, t Target, c *child, js jetstream.JetS
 	s := newSender(c.base, t.Hot)
 	defer s.client.CloseIdleConnections()
 	f.slack.OnCall(s.onSlack)
-	cpu0, err := c.cpu()
+	cpu0, err := c.CPU()
 	if err != nil {
 		return Result{}, err
 	}

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/bits"
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -33,6 +35,9 @@ type outcome struct {
 	level  slog.Level
 	stored int
 	dups   int
+	// body is the request's body buffer, given back to growPool once the
+	// answer is written (nothing of the request outlives the handler).
+	body []byte
 }
 
 func (s *Service) handler(rt *route) http.Handler {
@@ -69,6 +74,7 @@ func (s *Service) handler(rt *route) http.Handler {
 			s.log.Log(r.Context(), o.level, "webhook", "provider", rt.name, "route", rt.suffix, "status", o.status,
 				"envelopes", o.stored, "duplicates", o.dups, "remote", r.RemoteAddr, "err", o.err, "duration", time.Since(start))
 		}
+		putBuffer(o.body)
 	})
 }
 
@@ -91,7 +97,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start
 	// sends headers and then nothing (or a trickle) is cut off there.
 	_ = http.NewResponseController(w).SetReadDeadline(start.Add(rt.limits.Deadline))
 	body, reserved, err := s.readBody(r, limit)
-	defer s.inflight.Release(reserved)
+	defer func() { s.inflight.Release(reserved); o.body = body }() // a panic's outcome drops the body: not reused
 	if err != nil {
 		var mbe *http.MaxBytesError
 		switch {
@@ -184,10 +190,12 @@ const firstChunk = 4 << 10
 
 // readBody reads the whole body, at most limit bytes, reserving its memory
 // from the in-flight budget as the bytes arrive: the buffer starts at
-// firstChunk and doubles only when full, so a client holds at most twice
-// what it actually sent, never the length it declared. It returns what it
-// reserved (to release, also on error) and errBusy when the budget cannot
-// cover the next growth.
+// firstChunk (or the declared length, when smaller) and doubles only when
+// full, so a client holds at most twice what it actually sent, never the
+// length it declared. It returns what it reserved (to release, also on
+// error) and errBusy when the budget cannot cover the next growth. The
+// buffers come from growPool and those a body outgrows go back to it; the
+// caller gives the body back with putBuffer when nothing uses it any more.
 func (s *Service) readBody(r *http.Request, limit int64) (body []byte, reserved int64, err error) {
 	known := r.ContentLength >= 0
 	size := int64(firstChunk)
@@ -199,7 +207,7 @@ func (s *Service) readBody(r *http.Request, limit int64) (body []byte, reserved 
 		return nil, 0, errBusy
 	}
 	reserved = size
-	buf := make([]byte, 0, size)
+	buf := newBuffer(size)
 	for {
 		if known && int64(len(buf)) == r.ContentLength {
 			return buf, reserved, nil // the server's body reader stops here
@@ -208,16 +216,16 @@ func (s *Service) readBody(r *http.Request, limit int64) (body []byte, reserved 
 			if int64(len(buf)) > limit {
 				return nil, reserved, errTooLarge
 			}
+			// Doubling keeps the buffer one of growPool's sizes, also past a
+			// declared length: it reserves no more than twice what arrived.
 			next := min(max(2*int64(cap(buf)), firstChunk), limit+1)
-			if known {
-				next = min(next, r.ContentLength)
-			}
 			if !s.inflight.TryAcquire(next - int64(cap(buf))) {
 				return buf, reserved, errBusy
 			}
 			reserved += next - int64(cap(buf))
-			grown := make([]byte, len(buf), next)
+			grown := newBuffer(next)[:len(buf)]
 			copy(grown, buf)
+			putBuffer(buf)
 			buf = grown
 		}
 		n, err := r.Body.Read(buf[len(buf):cap(buf)])
@@ -232,4 +240,44 @@ func (s *Service) readBody(r *http.Request, limit int64) (body []byte, reserved 
 			return buf, reserved, err
 		}
 	}
+}
+
+// growPool holds body buffers of firstChunk << i bytes, those bodies outgrew
+// while they arrived and those of answered requests, so that reading a body
+// allocates nothing once the pool is warm.
+var growPool [maxPooledShift + 1]sync.Pool
+
+// maxPooledShift bounds the pooled sizes at firstChunk << 8 (1 MiB).
+const maxPooledShift = 8
+
+// newBuffer is an empty buffer of capacity size: from growPool when size is
+// one of its sizes, else new.
+func newBuffer(size int64) []byte {
+	if i, ok := poolIndex(size); ok {
+		if b, _ := growPool[i].Get().(*[]byte); b != nil {
+			return (*b)[:0]
+		}
+	}
+	return make([]byte, 0, size)
+}
+
+// putBuffer gives buf to growPool when it has one of its sizes (nil does
+// nothing). Nothing may use buf afterwards.
+func putBuffer(buf []byte) {
+	if i, ok := poolIndex(int64(cap(buf))); ok {
+		growPool[i].Put(&buf)
+	}
+}
+
+// poolIndex is i where size is firstChunk << i, if it is a pooled size.
+func poolIndex(size int64) (int, bool) {
+	if size < firstChunk || size%firstChunk != 0 {
+		return 0, false
+	}
+	n := size / firstChunk
+	if n&(n-1) != 0 {
+		return 0, false
+	}
+	i := bits.TrailingZeros64(uint64(n))
+	return i, i <= maxPooledShift
 }
