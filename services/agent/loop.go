@@ -55,18 +55,19 @@ func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 		return err
 	}
 	t := s.newTask(ctx, id, e, log)
-	created, err := s.tasks.create(ctx, t)
+	rev, created, err := s.tasks.create(ctx, t)
 	if err != nil {
 		return err
 	}
-	if !created && m.Delivered == 1 {
-		return nil // a copy of the trigger created it a moment ago; its message carries it
+	if !created {
+		if m.Delivered == 1 {
+			return nil // a copy of the trigger created it a moment ago; its message carries it
+		}
+		return s.advance(ctx, id, m)
 	}
-	if created {
-		s.metrics.started.Inc()
-		log.Info("task started", "subject", m.Subject, "tools", len(t.Tools), "refs", len(t.Refs))
-	}
-	return s.advance(ctx, id, m)
+	s.metrics.started.Inc()
+	log.Info("task started", "subject", m.Subject, "tools", len(t.Tools), "refs", len(t.Refs))
+	return s.advanceFrom(ctx, t, rev, m)
 }
 
 // handleResult records a tool result (tool.result or tool.failed) and, once
@@ -111,14 +112,15 @@ func (s *Service) handleResult(ctx context.Context, m *bus.Message) error {
 		if n.answered() {
 			n.Status = StatusRunning
 		}
-		if _, err := s.tasks.update(ctx, n, rev); errors.Is(err, errConflict) {
+		nrev, err := s.tasks.update(ctx, n, rev)
+		if errors.Is(err, errConflict) {
 			continue
 		} else if err != nil {
 			return err
 		}
 		s.log.Debug("tool result recorded", "task_id", t.ID, "call_id", c.ID, "tool", c.Tool, "failed", c.Failed)
 		if n.Status == StatusRunning {
-			return s.advance(ctx, t.ID, m)
+			return s.advanceFrom(ctx, n, nrev, m)
 		}
 		return nil
 	}
@@ -167,35 +169,39 @@ func (s *Service) complete(ctx context.Context, t *Task, m *bus.Message) error {
 // or the final envelope are published, the task is left to the results (or
 // is over).
 func (s *Service) advance(ctx context.Context, id string, m *bus.Message) error {
+	return s.advanceFrom(ctx, &Task{ID: id}, 0, m)
+}
+
+// advanceFrom is advance starting from a state of the task this handler
+// wrote itself at rev (rev 0: read it first). A state the handler just wrote
+// is what reading it back would return unless another writer came in
+// between, and then the next revision-checked update conflicts and the task
+// is read again: so after each of its own writes advance goes on from what
+// it wrote rather than reading the task back.
+func (s *Service) advanceFrom(ctx context.Context, known *Task, rev uint64, m *bus.Message) error {
+	id := known.ID
 	conflicted := false
 	holder := leaseHolder(m)
 	owner := s.instance + "/" + strconv.FormatUint(s.seq.Add(1), 10)
 	for range 4*s.cfg.MaxSteps + 20 {
-		t, rev, err := s.tasks.Get(ctx, id)
-		if err != nil {
-			return err
+		t := known
+		if rev == 0 {
+			var err error
+			if t, rev, err = s.tasks.Get(ctx, id); err != nil {
+				return err
+			}
 		}
 		var next *Task
 		handedOver := false
 		switch {
-		case t.final() && t.FinalPublished:
-			return nil
-		case t.final():
-			if err := s.publishFinal(ctx, t); err != nil {
+		case t.final() || t.Status == StatusWaiting && !t.answered():
+			if !t.unpublished() {
+				return nil // over, or the results will continue the task
+			}
+			var err error
+			if next, err = s.publishPending(ctx, t); err != nil {
 				return err
 			}
-			next = t.clone()
-			next.FinalPublished = true
-			handedOver = true
-		case t.Status == StatusWaiting && !t.answered():
-			if t.CallsPublished {
-				return nil // the results will continue the task
-			}
-			if err := s.publishCalls(ctx, t); err != nil {
-				return err
-			}
-			next = t.clone()
-			next.CallsPublished = true
 			handedOver = true
 		case conflicted:
 			return nil // the writer that moved the task on continues it
@@ -215,7 +221,7 @@ func (s *Service) advance(ctx context.Context, id string, m *bus.Message) error 
 			leased.Lease = &Lease{Owner: owner, Holder: holder, Until: time.Now().Add(s.cfg.LeaseTTL)}
 			lrev, err := s.tasks.update(ctx, leased, rev)
 			if errors.Is(err, errConflict) {
-				conflicted = true
+				conflicted, rev = true, 0
 				continue
 			} else if err != nil {
 				return err
@@ -232,8 +238,9 @@ func (s *Service) advance(ctx context.Context, id string, m *bus.Message) error 
 			}
 			next.Lease = nil
 		}
-		if _, err := s.tasks.update(ctx, next, rev); errors.Is(err, errConflict) {
-			conflicted = true
+		nrev, err := s.tasks.update(ctx, next, rev)
+		if errors.Is(err, errConflict) {
+			conflicted, rev = true, 0
 			continue
 		} else if err != nil {
 			return err
@@ -244,8 +251,21 @@ func (s *Service) advance(ctx context.Context, id string, m *bus.Message) error 
 		if handedOver {
 			return nil
 		}
+		known, rev = next, nrev
 	}
 	return fmt.Errorf("advance task %s: no progress after many attempts", id)
+}
+
+// publishPending publishes what t says is unpublished (its final envelope,
+// or its step's calls) and returns the state that records it.
+func (s *Service) publishPending(ctx context.Context, t *Task) (*Task, error) {
+	next := t.clone()
+	if t.final() {
+		next.FinalPublished = true
+		return next, s.publishFinal(ctx, t)
+	}
+	next.CallsPublished = true
+	return next, s.publishCalls(ctx, t)
 }
 
 // leaseHolder names the delivery a handler works for: its consumer and

@@ -221,19 +221,21 @@ func (s *Tasks) Get(ctx context.Context, id string) (*Task, uint64, error) {
 	return t, e.Revision(), nil
 }
 
-// create stores a new task; false when it already exists.
-func (s *Tasks) create(ctx context.Context, t *Task) (bool, error) {
+// create stores a new task and returns its revision; created is false when
+// the task already exists.
+func (s *Tasks) create(ctx context.Context, t *Task) (rev uint64, created bool, err error) {
 	b, err := encodeTask(t)
 	if err != nil {
-		return false, bus.Permanent(fmt.Errorf("encode task %s: %w", t.ID, err))
+		return 0, false, bus.Permanent(fmt.Errorf("encode task %s: %w", t.ID, err))
 	}
-	if _, err := s.kv.Create(ctx, t.ID, b); err != nil {
+	rev, err = s.kv.Create(ctx, t.ID, b)
+	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			return false, nil
+			return 0, false, nil
 		}
-		return false, fmt.Errorf("create task %s: %w", t.ID, err)
+		return 0, false, fmt.Errorf("create task %s: %w", t.ID, err)
 	}
-	return true, nil
+	return rev, true, nil
 }
 
 // update stores t if the task is still at rev; errConflict otherwise.
