@@ -272,9 +272,4 @@ func decodeTask(b []byte) (*Task, error) {
 }
 
 // encodeTask encodes a task for the bucket, as decodeTask reads it.
-func encodeTask(t *Task) ([]byte, error) {
-	if b, err := gojson.Marshal(t); err == nil {
-		return b, nil
-	}
-	return json.Marshal(t)
-}
+func encodeTask(t *Task) ([]byte, error) { return marshal(t) }
