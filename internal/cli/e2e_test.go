@@ -176,13 +176,19 @@ func (s *stack) issueOpened(number int, scenario string) string {
 func (s *stack) issueOpenedAs(number int, scenario, delivery string) string {
 	s.t.Helper()
 	body, target := openedIssue(issuesOpenedPayload(s.t), number, scenario)
-	resp, err := http.DefaultClient.Do(githubWebhook(s.t.Context(), s.base, "issues", delivery, body))
+	s.send(githubWebhook(s.t.Context(), s.base, "issues", delivery, body))
+	return target
+}
+
+// send sends a webhook request to the relay and wants its 200.
+func (s *stack) send(req *http.Request) {
+	s.t.Helper()
+	resp, err := http.DefaultClient.Do(req)
 	must(s.t, err)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		s.t.Fatalf("webhook answered %d, want 200", resp.StatusCode)
 	}
-	return target
 }
 
 // issuesOpenedPayload is a real issues.opened webhook payload (valid JSON):

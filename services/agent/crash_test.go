@@ -17,7 +17,7 @@ import (
 // crashed right after writing it would leave it.
 func storeTask(t *testing.T, svc *Service, task *Task) {
 	t.Helper()
-	if ok, err := svc.tasks.create(t.Context(), task); !ok || err != nil {
+	if _, ok, err := svc.tasks.create(t.Context(), task); !ok || err != nil {
 		t.Fatalf("create task: %v %v", ok, err)
 	}
 }

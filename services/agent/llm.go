@@ -10,7 +10,6 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
-	"github.com/openai/openai-go/shared"
 
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/mappers"
@@ -159,22 +158,11 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 // and transport errors with exponential backoff (honouring Retry-After).
 // A failure is an *LLMError; a cancelled ctx returns ctx's error.
 func (o *OpenAI) Complete(ctx context.Context, msgs []Message, tools []ToolSpec) (*Completion, error) {
-	params := openai.ChatCompletionNewParams{
-		Model:    shared.ChatModel(o.cfg.Model),
-		Messages: toParams(msgs),
+	body, err := chatBody(o.cfg.Model, msgs, tools)
+	if err != nil {
+		return nil, &LLMError{Err: fmt.Errorf("encode the request: %w", err)}
 	}
-	for _, t := range tools {
-		p := t.Parameters
-		if p == nil {
-			p = map[string]any{"type": "object", "properties": map[string]any{}}
-		}
-		fd := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters(p)}
-		if t.Description != "" {
-			fd.Description = openai.String(t.Description)
-		}
-		params.Tools = append(params.Tools, openai.ChatCompletionToolParam{Function: fd})
-	}
-	res, err := o.send(ctx, params)
+	res, err := o.send(ctx, openai.ChatCompletionNewParams{}, option.WithRequestBody("application/json", body))
 	if err != nil {
 		return nil, err
 	}
@@ -187,10 +175,11 @@ func (o *OpenAI) Complete(ctx context.Context, msgs []Message, tools []ToolSpec)
 	return c, nil
 }
 
-// send creates one chat completion, retrying 429, 5xx, timeouts and
-// transport errors with exponential backoff (honouring Retry-After). A
-// failure is an *LLMError; a cancelled ctx returns ctx's error.
-func (o *OpenAI) send(ctx context.Context, params openai.ChatCompletionNewParams) (*openai.ChatCompletion, error) {
+// send creates one chat completion of params (or of the body opts give),
+// retrying 429, 5xx, timeouts and transport errors with exponential backoff
+// (honouring Retry-After). A failure is an *LLMError; a cancelled ctx
+// returns ctx's error.
+func (o *OpenAI) send(ctx context.Context, params openai.ChatCompletionNewParams, opts ...option.RequestOption) (*openai.ChatCompletion, error) {
 	eb := backoff.NewExponentialBackOff()
 	eb.InitialInterval, eb.MaxInterval = o.cfg.Backoff, o.cfg.MaxBackoff
 	attempts, status := 0, 0
@@ -198,7 +187,7 @@ func (o *OpenAI) send(ctx context.Context, params openai.ChatCompletionNewParams
 		attempts++
 		cctx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
 		defer cancel()
-		res, err := o.chat.New(cctx, params)
+		res, err := o.chat.New(cctx, params, opts...)
 		if err == nil {
 			if len(res.Choices) == 0 {
 				return nil, backoff.Permanent(errors.New("response has no choices"))

@@ -55,18 +55,21 @@ func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 		return err
 	}
 	t := s.newTask(ctx, id, e, log)
-	created, err := s.tasks.create(ctx, t)
+	owner := s.newOwner()
+	t.Lease = s.leaseFor(owner, m) // created leased: the first step is this handler's
+	rev, created, err := s.tasks.create(ctx, t)
 	if err != nil {
 		return err
 	}
-	if !created && m.Delivered == 1 {
-		return nil // a copy of the trigger created it a moment ago; its message carries it
+	if !created {
+		if m.Delivered == 1 {
+			return nil // a copy of the trigger created it a moment ago; its message carries it
+		}
+		return s.advance(ctx, id, m)
 	}
-	if created {
-		s.metrics.started.Inc()
-		log.Info("task started", "subject", m.Subject, "tools", len(t.Tools), "refs", len(t.Refs))
-	}
-	return s.advance(ctx, id, m)
+	s.metrics.started.Inc()
+	log.Info("task started", "subject", m.Subject, "tools", len(t.Tools), "refs", len(t.Refs))
+	return s.advanceFrom(ctx, t, rev, m, owner)
 }
 
 // handleResult records a tool result (tool.result or tool.failed) and, once
@@ -108,17 +111,23 @@ func (s *Service) handleResult(ctx context.Context, m *bus.Message) error {
 		c.Done = true
 		c.Output, c.Failed = s.toolOutput(e, m.Subject == envelope.SubjectToolFailed)
 		n.Tokens += samplingTokens(e) // the server's sampling requests spent the task's budget too
+		owner := ""
 		if n.answered() {
 			n.Status = StatusRunning
+			if n.Lease == nil { // the next step is this handler's: lease it in the same update
+				owner = s.newOwner()
+				n.Lease = s.leaseFor(owner, m)
+			}
 		}
-		if _, err := s.tasks.update(ctx, n, rev); errors.Is(err, errConflict) {
+		nrev, err := s.tasks.update(ctx, n, rev)
+		if errors.Is(err, errConflict) {
 			continue
 		} else if err != nil {
 			return err
 		}
 		s.log.Debug("tool result recorded", "task_id", t.ID, "call_id", c.ID, "tool", c.Tool, "failed", c.Failed)
 		if n.Status == StatusRunning {
-			return s.advance(ctx, t.ID, m)
+			return s.advanceFrom(ctx, n, nrev, m, owner)
 		}
 		return nil
 	}
@@ -167,35 +176,43 @@ func (s *Service) complete(ctx context.Context, t *Task, m *bus.Message) error {
 // or the final envelope are published, the task is left to the results (or
 // is over).
 func (s *Service) advance(ctx context.Context, id string, m *bus.Message) error {
+	return s.advanceFrom(ctx, &Task{ID: id}, 0, m, "")
+}
+
+// advanceFrom is advance starting from a state of the task this handler
+// wrote itself at rev (rev 0: read it first). A state the handler just wrote
+// is what reading it back would return unless another writer came in
+// between, and then the next revision-checked update conflicts and the task
+// is read again: so after each of its own writes advance goes on from what
+// it wrote rather than reading the task back. owner names the lease the
+// caller already wrote into that state ("" for none): the step is thought
+// under it without taking the lease again.
+func (s *Service) advanceFrom(ctx context.Context, known *Task, rev uint64, m *bus.Message, owner string) error {
+	id := known.ID
 	conflicted := false
 	holder := leaseHolder(m)
-	owner := s.instance + "/" + strconv.FormatUint(s.seq.Add(1), 10)
+	if owner == "" {
+		owner = s.newOwner()
+	}
 	for range 4*s.cfg.MaxSteps + 20 {
-		t, rev, err := s.tasks.Get(ctx, id)
-		if err != nil {
-			return err
+		t := known
+		if rev == 0 {
+			var err error
+			if t, rev, err = s.tasks.Get(ctx, id); err != nil {
+				return err
+			}
 		}
 		var next *Task
 		handedOver := false
 		switch {
-		case t.final() && t.FinalPublished:
-			return nil
-		case t.final():
-			if err := s.publishFinal(ctx, t); err != nil {
+		case t.final() || t.Status == StatusWaiting && !t.answered():
+			if !t.unpublished() {
+				return nil // over, or the results will continue the task
+			}
+			var err error
+			if next, err = s.publishPending(ctx, t); err != nil {
 				return err
 			}
-			next = t.clone()
-			next.FinalPublished = true
-			handedOver = true
-		case t.Status == StatusWaiting && !t.answered():
-			if t.CallsPublished {
-				return nil // the results will continue the task
-			}
-			if err := s.publishCalls(ctx, t); err != nil {
-				return err
-			}
-			next = t.clone()
-			next.CallsPublished = true
 			handedOver = true
 		case conflicted:
 			return nil // the writer that moved the task on continues it
@@ -207,15 +224,9 @@ func (s *Service) advance(ctx context.Context, id string, m *bus.Message) error 
 			s.log.Debug("task leased by another handler; leaving it to that one", "task_id", id, "lease_owner", t.Lease.Owner)
 			return nil
 		default:
-			if t.Lease != nil && t.Lease.Owner != owner {
-				s.log.Info("taking over the task's lease", "task_id", id, "lease_owner", t.Lease.Owner,
-					"own_redelivery", t.Lease.Holder == holder)
-			}
-			leased := t.clone()
-			leased.Lease = &Lease{Owner: owner, Holder: holder, Until: time.Now().Add(s.cfg.LeaseTTL)}
-			lrev, err := s.tasks.update(ctx, leased, rev)
+			leased, lrev, err := s.takeLease(ctx, t, rev, owner, m)
 			if errors.Is(err, errConflict) {
-				conflicted = true
+				conflicted, rev = true, 0
 				continue
 			} else if err != nil {
 				return err
@@ -232,8 +243,9 @@ func (s *Service) advance(ctx context.Context, id string, m *bus.Message) error 
 			}
 			next.Lease = nil
 		}
-		if _, err := s.tasks.update(ctx, next, rev); errors.Is(err, errConflict) {
-			conflicted = true
+		nrev, err := s.tasks.update(ctx, next, rev)
+		if errors.Is(err, errConflict) {
+			conflicted, rev = true, 0
 			continue
 		} else if err != nil {
 			return err
@@ -244,8 +256,46 @@ func (s *Service) advance(ctx context.Context, id string, m *bus.Message) error 
 		if handedOver {
 			return nil
 		}
+		known, rev = next, nrev
 	}
 	return fmt.Errorf("advance task %s: no progress after many attempts", id)
+}
+
+// takeLease leases the task (at rev) to owner for m's delivery and returns
+// the leased state and its revision; a state already leased to owner is
+// returned as it is.
+func (s *Service) takeLease(ctx context.Context, t *Task, rev uint64, owner string, m *bus.Message) (*Task, uint64, error) {
+	if t.Lease != nil && t.Lease.Owner == owner {
+		return t, rev, nil
+	}
+	if t.Lease != nil {
+		s.log.Info("taking over the task's lease", "task_id", t.ID, "lease_owner", t.Lease.Owner,
+			"own_redelivery", t.Lease.Holder == leaseHolder(m))
+	}
+	leased := t.clone()
+	leased.Lease = s.leaseFor(owner, m)
+	lrev, err := s.tasks.update(ctx, leased, rev)
+	return leased, lrev, err
+}
+
+// newOwner names one advance of a task: this agent instance and a counter.
+func (s *Service) newOwner() string { return s.instance + "/" + strconv.FormatUint(s.seq.Add(1), 10) }
+
+// leaseFor is a fresh lease for owner, working for m's delivery.
+func (s *Service) leaseFor(owner string, m *bus.Message) *Lease {
+	return &Lease{Owner: owner, Holder: leaseHolder(m), Until: time.Now().Add(s.cfg.LeaseTTL)}
+}
+
+// publishPending publishes what t says is unpublished (its final envelope,
+// or its step's calls) and returns the state that records it.
+func (s *Service) publishPending(ctx context.Context, t *Task) (*Task, error) {
+	next := t.clone()
+	if t.final() {
+		next.FinalPublished = true
+		return next, s.publishFinal(ctx, t)
+	}
+	next.CallsPublished = true
+	return next, s.publishCalls(ctx, t)
 }
 
 // leaseHolder names the delivery a handler works for: its consumer and

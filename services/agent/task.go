@@ -221,19 +221,21 @@ func (s *Tasks) Get(ctx context.Context, id string) (*Task, uint64, error) {
 	return t, e.Revision(), nil
 }
 
-// create stores a new task; false when it already exists.
-func (s *Tasks) create(ctx context.Context, t *Task) (bool, error) {
+// create stores a new task and returns its revision; created is false when
+// the task already exists.
+func (s *Tasks) create(ctx context.Context, t *Task) (rev uint64, created bool, err error) {
 	b, err := encodeTask(t)
 	if err != nil {
-		return false, bus.Permanent(fmt.Errorf("encode task %s: %w", t.ID, err))
+		return 0, false, bus.Permanent(fmt.Errorf("encode task %s: %w", t.ID, err))
 	}
-	if _, err := s.kv.Create(ctx, t.ID, b); err != nil {
+	rev, err = s.kv.Create(ctx, t.ID, b)
+	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			return false, nil
+			return 0, false, nil
 		}
-		return false, fmt.Errorf("create task %s: %w", t.ID, err)
+		return 0, false, fmt.Errorf("create task %s: %w", t.ID, err)
 	}
-	return true, nil
+	return rev, true, nil
 }
 
 // update stores t if the task is still at rev; errConflict otherwise.
@@ -270,9 +272,4 @@ func decodeTask(b []byte) (*Task, error) {
 }
 
 // encodeTask encodes a task for the bucket, as decodeTask reads it.
-func encodeTask(t *Task) ([]byte, error) {
-	if b, err := gojson.Marshal(t); err == nil {
-		return b, nil
-	}
-	return json.Marshal(t)
-}
+func encodeTask(t *Task) ([]byte, error) { return marshal(t) }

@@ -1,13 +1,18 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go"
+	"github.com/openai/openai-go/shared"
 
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/secret"
@@ -302,3 +307,70 @@ func TestOpenAISendsTheKeyAndNeverShowsIt(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestChatBody checks that the agent's own request body is the JSON
+// openai-go encodes for the same messages and tools.
+func TestChatBody(t *testing.T) {
+	t.Parallel()
+	msgs := []Message{
+		{Role: "system", Content: "be brief <&>"},
+		{Role: "user", Content: ""},
+		{Role: "assistant", ToolCalls: []LLMCall{{ID: "c1", Name: "s__echo", Arguments: `{"message":"hi"}`}, {ID: "c2", Name: "s__add", Arguments: "{}"}}},
+		{Role: "tool", ToolCallID: "c1", Content: "hi"},
+		{Role: "tool", Content: "no id"},
+		{Role: "assistant", Content: "calling", ToolCalls: []LLMCall{{ID: "c3", Name: "s__echo", Arguments: "{}"}}},
+		{Role: "assistant", Content: "the answer"},
+		{Role: "assistant"},
+		{Role: "narrator", Content: "left out"},
+	}
+	schema := map[string]any{"type": "object", "properties": map[string]any{
+		"message": map[string]any{"type": "string", "description": "text"}, "n": map[string]any{"type": "integer", "minimum": 1}},
+		"required": []any{"message"}}
+	tests := []struct {
+		name  string
+		msgs  []Message
+		tools []ToolSpec
+	}{
+		{"no tools", msgs[:2], nil},
+		{"tools", msgs, []ToolSpec{{Name: "s__echo", Description: "echoes", Parameters: schema}, {Name: "bare"}, {Name: "empty", Parameters: map[string]any{}}}},
+		{"no messages", nil, []ToolSpec{{Name: "bare"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := chatBody("m", tc.msgs, tc.tools)
+			if err != nil {
+				t.Fatalf("chatBody: %v", err)
+			}
+			want, err := openAIParams("m", tc.msgs, tc.tools).MarshalJSON()
+			if err != nil {
+				t.Fatalf("openai-go: %v", err)
+			}
+			var g, w any
+			if err := json.Unmarshal(got, &g); err != nil {
+				t.Fatalf("chatBody made invalid JSON: %v\n%s", err, got)
+			}
+			_ = json.Unmarshal(want, &w) // openai-go's own output
+			if !reflect.DeepEqual(g, w) {
+				t.Errorf("got body\n%s\nwant (openai-go)\n%s", got, want)
+			}
+		})
+	}
+}
+
+// openAIParams is the request openai-go's own types make of msgs and tools.
+func openAIParams(model string, msgs []Message, tools []ToolSpec) openai.ChatCompletionNewParams {
+	params := openai.ChatCompletionNewParams{Model: shared.ChatModel(model), Messages: toParams(msgs)}
+	for _, t := range tools {
+		p := t.Parameters
+		if p == nil {
+			p = map[string]any{"type": "object", "properties": map[string]any{}}
+		}
+		fd := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters(p)}
+		if t.Description != "" {
+			fd.Description = openai.String(t.Description)
+		}
+		params.Tools = append(params.Tools, openai.ChatCompletionToolParam{Function: fd})
+	}
+	return params
+}
