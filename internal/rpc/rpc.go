@@ -211,9 +211,10 @@ type Server struct {
 	stopped bool
 }
 
-// Start adds the service on nc with its endpoints. The caller stops it with
-// Stop. Handlers get a context derived from ctx without its cancellation
-// (a request in flight is finished during shutdown), bounded by Timeout.
+// Start adds the service on nc with its endpoints and returns once the
+// server has them (when connected). The caller stops it with Stop. Handlers
+// get a context derived from ctx without its cancellation (a request in
+// flight is finished during shutdown), bounded by Timeout.
 func Start(ctx context.Context, nc *nats.Conn, cfg Config, endpoints ...Endpoint) (*Server, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
@@ -254,6 +255,12 @@ func Start(ctx context.Context, nc *nats.Conn, cfg Config, endpoints ...Endpoint
 			_ = svc.Stop()
 			return nil, fmt.Errorf("add endpoint %s on %s: %w", ep.Name, ep.Subject, err)
 		}
+	}
+	// Once Start returns the server holds the subscriptions, so a request
+	// sent on another connection right after reaches this instance. Not
+	// connected, they go out on reconnect: a failed flush is not an error.
+	if nc.IsConnected() {
+		_ = nc.FlushTimeout(cfg.Timeout)
 	}
 	return s, nil
 }
