@@ -56,7 +56,9 @@ const DefaultIDWindow = 15 * time.Minute
 // revision, and writes against that revision without reading again; a
 // conflict (another process wrote) reads the key and retries. Serialising the
 // writes of one thread in one process (the memory worker does) leaves one
-// write, no read and no decode per turn.
+// write, no read and no decode per turn. An append to a thread it has not
+// cached takes the session to be new: one create, and no id key read (see
+// unseen), unless the create finds the session there.
 type KV struct {
 	sessions jetstream.KeyValue
 	episodes jetstream.KeyValue
@@ -67,7 +69,7 @@ type KV struct {
 	cache map[string]cachedSession
 
 	stats struct {
-		reads, decodes, encodes, writes, conflicts, markerReads, markerWrites atomic.Uint64
+		reads, decodes, encodes, writes, conflicts, markerReads, markerWrites, guesses, misses atomic.Uint64
 	}
 }
 
@@ -91,9 +93,11 @@ type kvSession struct {
 
 // KVStats counts a KV's work since it was made: session reads (Get), value
 // decodes and encodes, session writes, writes lost to a concurrent writer,
-// and the reads and writes of id keys.
+// the reads and writes of id keys, appends that took a session it had not
+// cached to be new without reading it (Guesses), and those of them whose
+// create found the session there (Misses, not counted as Conflicts).
 type KVStats struct {
-	Reads, Decodes, Encodes, Writes, Conflicts, MarkerReads, MarkerWrites uint64
+	Reads, Decodes, Encodes, Writes, Conflicts, MarkerReads, MarkerWrites, Guesses, Misses uint64
 }
 
 // Stats returns the counters; safe for concurrent use.
@@ -102,6 +106,7 @@ func (k *KV) Stats() KVStats {
 		Reads: k.stats.reads.Load(), Decodes: k.stats.decodes.Load(), Encodes: k.stats.encodes.Load(),
 		Writes: k.stats.writes.Load(), Conflicts: k.stats.conflicts.Load(),
 		MarkerReads: k.stats.markerReads.Load(), MarkerWrites: k.stats.markerWrites.Load(),
+		Guesses: k.stats.guesses.Load(), Misses: k.stats.misses.Load(),
 	}
 }
 
@@ -239,14 +244,21 @@ func update[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn fu
 }
 
 // session returns the thread's session and its revision: the cached one, or,
-// when there is none or fresh is set, the one in the bucket.
-func (k *KV) session(ctx context.Context, key string, fresh bool) (*kvSession, uint64, error) {
+// when there is none or fresh is set, the one in the bucket. With guess set
+// and nothing cached, it reads nothing and returns an empty session with
+// revision 0: the write computed from it creates the key, and fails, to be
+// retried with fresh set, if the key exists.
+func (k *KV) session(ctx context.Context, key string, fresh, guess bool) (*kvSession, uint64, error) {
 	if !fresh {
 		k.mu.Lock()
 		c, ok := k.cache[key]
 		k.mu.Unlock()
 		if ok {
 			return c.v, c.rev, nil
+		}
+		if guess {
+			k.stats.guesses.Add(1)
+			return &kvSession{}, 0, nil
 		}
 	}
 	k.stats.reads.Add(1)
@@ -286,27 +298,33 @@ func (k *KV) forgetCached(key string) {
 	k.mu.Unlock()
 }
 
-// change computes the next session from the current one; it returns nil to
-// write nothing, and the ids of the turns the next session no longer holds.
-type change func(cur *kvSession) (next *kvSession, removed []string, err error)
+// change computes the next session from the current one, whose revision is
+// rev (0: the write creates the session); it returns nil to write nothing,
+// and the ids of the turns the next session no longer holds.
+type change func(cur *kvSession, rev uint64) (next *kvSession, removed []string, err error)
 
 // modify applies fn to the thread's session and writes the result against
 // the revision it was computed from, retrying with a fresh read when another
 // writer got in first. Ids of removed turns get their keys before the write.
-func (k *KV) modify(ctx context.Context, thread string, fn change) error {
+//
+// With guess set, a session that is not cached is taken to be new without
+// reading it (appends: most threads a worker has not seen are new ones), so
+// creating a session costs one write; when the guess is wrong the create
+// fails and the next attempt reads the session at once, without a backoff.
+func (k *KV) modify(ctx context.Context, thread string, guess bool, fn change) error {
 	key := kvKey(thread)
-	fresh := false
-	for attempt := range maxCASRetries {
-		if attempt > 0 {
-			if err := casBackoff(ctx, attempt); err != nil {
+	fresh, wait := false, 0
+	for range maxCASRetries {
+		if wait > 0 {
+			if err := casBackoff(ctx, wait); err != nil {
 				return err
 			}
 		}
-		cur, rev, err := k.session(ctx, key, fresh)
+		cur, rev, err := k.session(ctx, key, fresh, guess)
 		if err != nil {
 			return err
 		}
-		next, removed, err := fn(cur)
+		next, removed, err := fn(cur, rev)
 		if err != nil || next == nil {
 			return err
 		}
@@ -327,7 +345,13 @@ func (k *KV) modify(ctx context.Context, thread string, fn change) error {
 			return err
 		}
 		if !ok {
-			k.stats.conflicts.Add(1)
+			if guess && rev == 0 && !fresh {
+				// The guess was wrong: the session exists, read it.
+				k.stats.misses.Add(1)
+			} else {
+				k.stats.conflicts.Add(1)
+				wait++
+			}
 			fresh = true
 			continue
 		}
@@ -394,11 +418,11 @@ func (k *KV) AppendFold(ctx context.Context, thread string, f Folder, ts ...Turn
 	if done {
 		return added, err
 	}
-	err = k.modify(ctx, thread, func(cur *kvSession) (*kvSession, []string, error) {
+	err = k.modify(ctx, thread, true, func(cur *kvSession, rev uint64) (*kvSession, []string, error) {
 		clear(added)
 		// Asked on every attempt: a turn removed by the writer that got in
 		// first has its key by then.
-		if err := k.unseen(ctx, thread, cur, ts, added); err != nil {
+		if err := k.unseen(ctx, thread, cur, rev == 0, ts, added); err != nil {
 			return nil, nil, err
 		}
 		next := &kvSession{Summary: cur.Summary, Turns: make([]Turn, 0, len(cur.Turns)+len(ts))}
@@ -435,11 +459,21 @@ func (k *KV) AppendFold(ctx context.Context, thread string, f Folder, ts ...Turn
 
 // unseen sets added[i] for each turn of ts whose id neither cur holds nor
 // has a key (nor an earlier turn of ts has); the keys are read concurrently.
-func (k *KV) unseen(ctx context.Context, thread string, cur *kvSession, ts []Turn, added []bool) error {
+//
+// When the write creates the session (creating), no key is read: an id key
+// is written before the session write that removes its turn, and expires
+// IDWindow (at most TTL) later, so while it lasts the session does too,
+// unless it was forgotten, and Forget forgets the turns' ids as well. If the
+// session turns out to exist, the create fails and unseen is asked again.
+func (k *KV) unseen(ctx context.Context, thread string, cur *kvSession, creating bool, ts []Turn, added []bool) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
 	for i, t := range ts {
 		if hasTurn(cur, t.ID) || slices.ContainsFunc(ts[:i], func(o Turn) bool { return o.ID == t.ID }) {
+			continue
+		}
+		if creating {
+			added[i] = true
 			continue
 		}
 		g.Go(func() error {
@@ -487,7 +521,7 @@ func (k *KV) Fold(ctx context.Context, thread string, n int, lastID, summary str
 		return false, ErrNoThread
 	}
 	var folded bool
-	err := k.modify(ctx, thread, func(cur *kvSession) (*kvSession, []string, error) {
+	err := k.modify(ctx, thread, false, func(cur *kvSession, _ uint64) (*kvSession, []string, error) {
 		folded = n > 0 && n <= len(cur.Turns) && cur.Turns[n-1].ID == lastID
 		if !folded {
 			return nil, nil, nil

@@ -123,3 +123,55 @@ func TestKVIDWindow(t *testing.T) {
 		t.Errorf("id bucket holds %d keys, want one per turn that left the session (3)", st.Values())
 	}
 }
+
+// TestKVNewThreadOneWrite: appending to a thread the KV has not seen costs
+// one write and no read (the session is taken to be new); when another KV
+// already made the session, the create fails, the session is read without a
+// wait, and the append still lands once, behind the other's turns, with a
+// turn the other folded away recognised as a duplicate.
+func TestKVNewThreadOneWrite(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	open := func() *session.KV {
+		s, err := session.NewKV(t.Context(), b.JetStream(), session.KVConfig{Bucket: "one", Options: session.Options{MaxTurns: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a, other := open(), open()
+	ctx := t.Context()
+	for i := range 20 {
+		th := fmt.Sprint("new-", i)
+		if added, err := a.Append(ctx, th, session.Turn{ID: "e0", Role: "user", Content: "x"}); err != nil || !added {
+			t.Fatalf("Append to %s = %v, %v; want added", th, added, err)
+		}
+	}
+	if st := a.Stats(); st.Writes != 20 || st.Reads != 0 || st.MarkerReads != 0 || st.Guesses != 20 || st.Misses != 0 {
+		t.Fatalf("20 new threads: stats %+v, want 20 writes, 20 guesses, no reads", st)
+	}
+
+	for i := range 3 { // e0 leaves the session: it gets an id key
+		if _, err := other.Append(ctx, "shared", session.Turn{ID: fmt.Sprint("s", i), Role: "user", Content: fmt.Sprint("t", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := a.Stats()
+	if added, err := a.Append(ctx, "shared", session.Turn{ID: "s0", Role: "user", Content: "late"}); err != nil || added {
+		t.Fatalf("redelivered s0 to a KV that never saw the thread = %v, %v; want a duplicate", added, err)
+	}
+	if added, err := a.Append(ctx, "shared", session.Turn{ID: "s3", Role: "user", Content: "t3"}); err != nil || !added {
+		t.Fatalf("Append of s3 = %v, %v; want added", added, err)
+	}
+	st := a.Stats()
+	if st.Misses-before.Misses != 1 || st.Conflicts != 0 || st.Reads-before.Reads != 1 {
+		t.Fatalf("stats before %+v, after %+v: want one miss, one read, no conflict", before, st)
+	}
+	got, err := other.Load(ctx, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Turns) != 2 || got.Turns[0].ID != "s2" || got.Turns[1].ID != "s3" {
+		t.Fatalf("got turns %+v, want s2 then s3", got.Turns)
+	}
+}

@@ -296,9 +296,13 @@ func testForget(t *testing.T, newStore Factory) {
 	if err := s.Forget(ctx, thread()); err != nil {
 		t.Fatalf("Forget of an unknown thread: %v", err)
 	}
-	// A forgotten thread starts afresh.
+	// A forgotten thread starts afresh, and forgets which turns it had: the
+	// turn folded away before Forget is new again.
 	if !mustAppend(t, s, th, turn(2)) {
 		t.Fatal("Append after Forget = false, want true")
+	}
+	if !mustAppend(t, s, th, turn(1)) {
+		t.Fatal("Append after Forget of a turn folded before it = false, want true")
 	}
 }
 
