@@ -179,10 +179,11 @@ func Open(cfg Config) (*Bus, error) {
 			return nil, err
 		}
 		b.embedded = ns
-		// Connect over loopback TCP rather than nats.InProcessServer: the
-		// in-process pipe is unbuffered, so a briefly busy reader blocks the
-		// server's writes and trips its slow-consumer cut-off.
+		// This process's client reaches the server without a socket
+		// (inProcess: a pipe buffered like one); other processes use the
+		// listener.
 		url = ns.ClientURL()
+		opts = append(opts, nats.InProcessServer(inProcess{ns}))
 		b.log.Info("embedded nats started", "listen", url, "store", cfg.DataDir, "auth", cfg.Token.IsSet())
 	}
 	nc, err := nats.Connect(url, opts...)
