@@ -58,12 +58,15 @@ const DefaultIDWindow = 15 * time.Minute
 // writes of one thread in one process (the memory worker does) leaves one
 // write, no read and no decode per turn. An append to a thread it has not
 // cached takes the session to be new: one create, and no id key read (see
-// unseen), unless the create finds the session there.
+// unseen), unless the create finds the session there. While a KV is the only
+// writer of a session it created, it remembers which turns left it (owned),
+// so its appends read no id key either.
 type KV struct {
 	sessions jetstream.KeyValue
 	episodes jetstream.KeyValue
 	ids      jetstream.KeyValue
 	opt      Options
+	idWindow time.Duration
 
 	mu    sync.Mutex
 	cache map[string]cachedSession
@@ -78,6 +81,7 @@ type KV struct {
 type cachedSession struct {
 	rev uint64
 	v   *kvSession
+	own *owned // set while every write of the session was this KV's
 }
 
 // maxCached bounds the sessions a KV keeps decoded.
@@ -149,7 +153,7 @@ func NewKV(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KV, erro
 	if err != nil {
 		return nil, fmt.Errorf("session id bucket %s: %w", cfg.IDBucket, err)
 	}
-	return &KV{sessions: s, episodes: e, ids: ids, opt: cfg.Options, cache: map[string]cachedSession{}}, nil
+	return &KV{sessions: s, episodes: e, ids: ids, opt: cfg.Options, idWindow: cfg.IDWindow, cache: map[string]cachedSession{}}, nil
 }
 
 // Close is a no-op: the buckets live on the caller's connection.
@@ -248,39 +252,40 @@ func update[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn fu
 // and nothing cached, it reads nothing and returns an empty session with
 // revision 0: the write computed from it creates the key, and fails, to be
 // retried with fresh set, if the key exists.
-func (k *KV) session(ctx context.Context, key string, fresh, guess bool) (*kvSession, uint64, error) {
+func (k *KV) session(ctx context.Context, key string, fresh, guess bool) (cachedSession, error) {
 	if !fresh {
 		k.mu.Lock()
 		c, ok := k.cache[key]
 		k.mu.Unlock()
 		if ok {
-			return c.v, c.rev, nil
+			return c, nil
 		}
 		if guess {
 			k.stats.guesses.Add(1)
-			return &kvSession{}, 0, nil
+			return cachedSession{v: &kvSession{}}, nil
 		}
 	}
 	k.stats.reads.Add(1)
 	entry, err := k.sessions.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		k.remember(key, &kvSession{}, 0)
-		return &kvSession{}, 0, nil
+		k.remember(key, &kvSession{}, 0, nil)
+		return cachedSession{v: &kvSession{}}, nil
 	}
 	if err != nil {
-		return nil, 0, err
+		return cachedSession{}, err
 	}
 	k.stats.decodes.Add(1)
 	var v kvSession
 	if err := json.Unmarshal(entry.Value(), &v); err != nil {
-		return nil, 0, fmt.Errorf("decode %s: %w", key, err)
+		return cachedSession{}, fmt.Errorf("decode %s: %w", key, err)
 	}
-	k.remember(key, &v, entry.Revision())
-	return &v, entry.Revision(), nil
+	k.remember(key, &v, entry.Revision(), nil)
+	return cachedSession{rev: entry.Revision(), v: &v}, nil
 }
 
-// remember caches v as the session at key with revision rev.
-func (k *KV) remember(key string, v *kvSession, rev uint64) {
+// remember caches v as the session at key with revision rev; own is what
+// the KV knows of it as its only writer, or nil.
+func (k *KV) remember(key string, v *kvSession, rev uint64, own *owned) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if _, ok := k.cache[key]; !ok && len(k.cache) >= maxCached {
@@ -289,7 +294,7 @@ func (k *KV) remember(key string, v *kvSession, rev uint64) {
 			break
 		}
 	}
-	k.cache[key] = cachedSession{rev: rev, v: v}
+	k.cache[key] = cachedSession{rev: rev, v: v, own: own}
 }
 
 func (k *KV) forgetCached(key string) {
@@ -298,10 +303,11 @@ func (k *KV) forgetCached(key string) {
 	k.mu.Unlock()
 }
 
-// change computes the next session from the current one, whose revision is
-// rev (0: the write creates the session); it returns nil to write nothing,
-// and the ids of the turns the next session no longer holds.
-type change func(cur *kvSession, rev uint64) (next *kvSession, removed []string, err error)
+// change computes the next session from the current one, cur.v at revision
+// cur.rev (0: the write creates the session; cur.own: set while every write
+// of it was this KV's); it returns nil to write nothing, and the ids of the
+// turns the next session no longer holds.
+type change func(cur cachedSession) (next *kvSession, removed []string, err error)
 
 // modify applies fn to the thread's session and writes the result against
 // the revision it was computed from, retrying with a fresh read when another
@@ -320,15 +326,16 @@ func (k *KV) modify(ctx context.Context, thread string, guess bool, fn change) e
 				return err
 			}
 		}
-		cur, rev, err := k.session(ctx, key, fresh, guess)
+		cur, err := k.session(ctx, key, fresh, guess)
 		if err != nil {
 			return err
 		}
-		next, removed, err := fn(cur, rev)
+		rev := cur.rev
+		next, removed, err := fn(cur)
 		if err != nil || next == nil {
 			return err
 		}
-		removed = append(removed, legacySeen(cur, next)...)
+		removed = append(removed, legacySeen(cur.v, next)...)
 		next.Seen = nil
 		if err := k.mark(ctx, thread, removed); err != nil {
 			return err
@@ -355,7 +362,14 @@ func (k *KV) modify(ctx context.Context, thread string, guess bool, fn change) e
 			fresh = true
 			continue
 		}
-		k.remember(key, next, nrev)
+		own := cur.own // this KV wrote the revision it just replaced
+		if rev == 0 {
+			own = newOwned(k.idWindow) // it created the session
+		}
+		if own != nil {
+			own.left(time.Now(), removed)
+		}
+		k.remember(key, next, nrev, own)
 		return nil
 	}
 	k.forgetCached(key)
@@ -418,13 +432,14 @@ func (k *KV) AppendFold(ctx context.Context, thread string, f Folder, ts ...Turn
 	if done {
 		return added, err
 	}
-	err = k.modify(ctx, thread, true, func(cur *kvSession, rev uint64) (*kvSession, []string, error) {
+	err = k.modify(ctx, thread, true, func(c cachedSession) (*kvSession, []string, error) {
 		clear(added)
 		// Asked on every attempt: a turn removed by the writer that got in
 		// first has its key by then.
-		if err := k.unseen(ctx, thread, cur, rev == 0, ts, added); err != nil {
+		if err := k.unseen(ctx, thread, c, ts, added); err != nil {
 			return nil, nil, err
 		}
+		cur := c.v
 		next := &kvSession{Summary: cur.Summary, Turns: make([]Turn, 0, len(cur.Turns)+len(ts))}
 		next.Turns = append(next.Turns, cur.Turns...)
 		for i, t := range ts {
@@ -460,19 +475,21 @@ func (k *KV) AppendFold(ctx context.Context, thread string, f Folder, ts ...Turn
 // unseen sets added[i] for each turn of ts whose id neither cur holds nor
 // has a key (nor an earlier turn of ts has); the keys are read concurrently.
 //
-// When the write creates the session (creating), no key is read: an id key
-// is written before the session write that removes its turn, and expires
-// IDWindow (at most TTL) later, so while it lasts the session does too,
-// unless it was forgotten, and Forget forgets the turns' ids as well. If the
+// No key is read when the write creates the session (cur.rev is 0): an id
+// key is written before the session write that removes its turn, and
+// expires IDWindow (at most TTL) later, so while it lasts the session does
+// too, unless it was forgotten (Forget need not remember the ids). If the
 // session turns out to exist, the create fails and unseen is asked again.
-func (k *KV) unseen(ctx context.Context, thread string, cur *kvSession, creating bool, ts []Turn, added []bool) error {
+// Nor is one read for a turn that the KV, as the session's only writer
+// (cur.own), did not see leave it (see owned).
+func (k *KV) unseen(ctx context.Context, thread string, cur cachedSession, ts []Turn, added []bool) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
 	for i, t := range ts {
-		if hasTurn(cur, t.ID) || slices.ContainsFunc(ts[:i], func(o Turn) bool { return o.ID == t.ID }) {
+		if hasTurn(cur.v, t.ID) || slices.ContainsFunc(ts[:i], func(o Turn) bool { return o.ID == t.ID }) {
 			continue
 		}
-		if creating {
+		if cur.rev == 0 || (cur.own != nil && !cur.own.mayHaveLeft(t.ID)) {
 			added[i] = true
 			continue
 		}
@@ -521,7 +538,8 @@ func (k *KV) Fold(ctx context.Context, thread string, n int, lastID, summary str
 		return false, ErrNoThread
 	}
 	var folded bool
-	err := k.modify(ctx, thread, false, func(cur *kvSession, _ uint64) (*kvSession, []string, error) {
+	err := k.modify(ctx, thread, false, func(c cachedSession) (*kvSession, []string, error) {
+		cur := c.v
 		folded = n > 0 && n <= len(cur.Turns) && cur.Turns[n-1].ID == lastID
 		if !folded {
 			return nil, nil, nil

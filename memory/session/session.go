@@ -91,8 +91,9 @@ type Store interface {
 	PutEpisode(ctx context.Context, thread string, e Episode) error
 	// Episodes returns the thread's episodes that have not expired, oldest first.
 	Episodes(ctx context.Context, thread string) ([]Episode, error)
-	// Forget removes the thread's turns, summary and episodes, and which
-	// turns were appended: a turn redelivered later is appended afresh.
+	// Forget removes the thread's turns, summary and episodes. It need not
+	// remember which turns were appended: one redelivered later may be
+	// appended again.
 	Forget(ctx context.Context, thread string) error
 	// Close releases the store's connections (not a shared bus).
 	Close() error

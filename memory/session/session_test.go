@@ -175,3 +175,71 @@ func TestKVNewThreadOneWrite(t *testing.T) {
 		t.Fatalf("got turns %+v, want s2 then s3", got.Turns)
 	}
 }
+
+// TestKVOwnedSessionReadsNoIDKeys: a KV that created a session and is its
+// only writer reads no id key for new turns (it knows which turns left),
+// still recognises a turn that left as a duplicate, and once another KV
+// writes the session it reads the id keys again.
+func TestKVOwnedSessionReadsNoIDKeys(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	open := func() *session.KV {
+		s, err := session.NewKV(t.Context(), b.JetStream(), session.KVConfig{Bucket: "owned", Options: session.Options{MaxTurns: 5}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a, other := open(), open()
+	ctx := t.Context()
+	turn := func(i int) session.Turn {
+		return session.Turn{ID: fmt.Sprint("e", i), Role: "user", Content: fmt.Sprint("turn ", i)}
+	}
+	appendTo := func(s *session.KV, tu session.Turn) bool {
+		t.Helper()
+		added, err := s.Append(ctx, "hot", tu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return added
+	}
+	for i := range 50 {
+		if !appendTo(a, turn(i)) {
+			t.Fatalf("turn %d not added", i)
+		}
+	}
+	if st := a.Stats(); st.MarkerReads != 0 || st.MarkerWrites != 45 || st.Reads != 0 || st.Writes != 50 {
+		t.Fatalf("50 turns from the only writer, 5 kept: stats %+v, want 50 writes, 45 id keys written, no reads", st)
+	}
+	if appendTo(a, turn(3)) {
+		t.Fatal("redelivered turn 3, which left the session, was added again")
+	}
+	if st := a.Stats(); st.MarkerReads != 1 {
+		t.Fatalf("redelivery of a turn that left: %d id key reads, want 1 (the KV saw it leave and asks)", st.MarkerReads)
+	}
+
+	if !appendTo(other, turn(50)) { // turn 45 leaves, written by the other KV
+		t.Fatal("turn 50 not added")
+	}
+	if appendTo(a, turn(45)) {
+		t.Fatal("turn 45, removed by the other KV, was added again")
+	}
+	before := a.Stats()
+	if !appendTo(a, turn(51)) {
+		t.Fatal("turn 51 not added")
+	}
+	if st := a.Stats(); st.MarkerReads-before.MarkerReads != 1 {
+		t.Fatalf("a turn appended after another writer: %d id key reads, want 1", st.MarkerReads-before.MarkerReads)
+	}
+	got, err := other.Load(ctx, "hot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, tu := range got.Turns {
+		ids = append(ids, tu.ID)
+	}
+	if want := "e47 e48 e49 e50 e51"; fmt.Sprint(ids) != "["+want+"]" {
+		t.Fatalf("got turns %v, want [%s]", ids, want)
+	}
+}

@@ -296,8 +296,8 @@ func testForget(t *testing.T, newStore Factory) {
 	if err := s.Forget(ctx, thread()); err != nil {
 		t.Fatalf("Forget of an unknown thread: %v", err)
 	}
-	// A forgotten thread starts afresh, and forgets which turns it had: the
-	// turn folded away before Forget is new again.
+	// A forgotten thread starts afresh; both stores forget its turns' ids
+	// with it, so the turn folded away before Forget is new again.
 	if !mustAppend(t, s, th, turn(2)) {
 		t.Fatal("Append after Forget = false, want true")
 	}
