@@ -131,15 +131,7 @@ func TestKVIDWindow(t *testing.T) {
 // turn the other folded away recognised as a duplicate.
 func TestKVNewThreadOneWrite(t *testing.T) {
 	t.Parallel()
-	b := bustest.Embedded(t)
-	open := func() *session.KV {
-		s, err := session.NewKV(t.Context(), b.JetStream(), session.KVConfig{Bucket: "one", Options: session.Options{MaxTurns: 2}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	a, other := open(), open()
+	a, other := twoKVs(t, 2)
 	ctx := t.Context()
 	for i := range 20 {
 		th := fmt.Sprint("new-", i)
@@ -182,15 +174,7 @@ func TestKVNewThreadOneWrite(t *testing.T) {
 // writes the session it reads the id keys again.
 func TestKVOwnedSessionReadsNoIDKeys(t *testing.T) {
 	t.Parallel()
-	b := bustest.Embedded(t)
-	open := func() *session.KV {
-		s, err := session.NewKV(t.Context(), b.JetStream(), session.KVConfig{Bucket: "owned", Options: session.Options{MaxTurns: 5}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	a, other := open(), open()
+	a, other := twoKVs(t, 5)
 	ctx := t.Context()
 	turn := func(i int) session.Turn {
 		return session.Turn{ID: fmt.Sprint("e", i), Role: "user", Content: fmt.Sprint("turn ", i)}
@@ -242,4 +226,20 @@ func TestKVOwnedSessionReadsNoIDKeys(t *testing.T) {
 	if want := "e47 e48 e49 e50 e51"; fmt.Sprint(ids) != "["+want+"]" {
 		t.Fatalf("got turns %v, want [%s]", ids, want)
 	}
+}
+
+// twoKVs returns two KVs on one fresh bus and bucket, as two processes
+// would have, keeping maxTurns turns a session.
+func twoKVs(t *testing.T, maxTurns int) (*session.KV, *session.KV) {
+	t.Helper()
+	b := bustest.Embedded(t)
+	var kvs [2]*session.KV
+	for i := range kvs {
+		s, err := session.NewKV(t.Context(), b.JetStream(), session.KVConfig{Options: session.Options{MaxTurns: maxTurns}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kvs[i] = s
+	}
+	return kvs[0], kvs[1]
 }
