@@ -3,9 +3,11 @@ package envelope
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -207,4 +209,26 @@ func FuzzParseFastMatchesSchema(f *testing.F) {
 		f.Add([]byte(doc))
 	}
 	f.Fuzz(checkFastAgainstSchema)
+}
+
+// FuzzSmallIntegerMatchesParseFloat: the integer shortcut of the value
+// reader gives exactly strconv.ParseFloat's value (sign of zero included),
+// or declines.
+func FuzzSmallIntegerMatchesParseFloat(f *testing.F) {
+	for _, s := range []string{"0", "-0", "1", "-1", "42", "999999999999999", "-999999999999999", "1000000000000000", "1.5", "1e3", "-", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := smallInteger([]byte(s))
+		if !ok {
+			return
+		}
+		want, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			t.Fatalf("smallInteger(%q) = %v, but ParseFloat fails: %v", s, got, err)
+		}
+		if got != want || math.Signbit(got) != math.Signbit(want) {
+			t.Fatalf("smallInteger(%q) = %v, ParseFloat = %v", s, got, want)
+		}
+	})
 }

@@ -291,10 +291,40 @@ func (s *scanner) value() (any, bool) {
 		if !ok {
 			return nil, false
 		}
+		if f, ok := smallInteger(n); ok {
+			return f, true
+		}
 		f, err := strconv.ParseFloat(string(n), 64)
 		return f, err == nil
 	}
 	return nil, false
+}
+
+// smallInteger converts a number of at most 15 digits without a fraction or
+// an exponent, which a float64 holds exactly, without strconv.ParseFloat
+// (whose large frame grows the stack of a fresh handler goroutine).
+func smallInteger(n []byte) (float64, bool) {
+	digits := n
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 15 {
+		return 0, false
+	}
+	var v int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if len(digits) != len(n) {
+		if v == 0 {
+			return 0, false // -0: ParseFloat keeps the sign
+		}
+		v = -v
+	}
+	return float64(v), true
 }
 
 // object reads an object into a map (the last of duplicate keys wins, as in
