@@ -103,10 +103,12 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) error 
 	defer hcancel()
 	p := &puller{
 		b: b, cfg: &cfg, stream: stream, cons: cons, h: h,
-		log: b.log.With("consumer", cfg.Name),
-		sem: make(chan struct{}, cfg.Concurrency),
+		log:  b.log.With("consumer", cfg.Name),
+		sem:  make(chan struct{}, cfg.Concurrency),
+		work: make(chan jetstream.Msg), quit: make(chan struct{}),
 	}
 	p.run(ctx, hctx)
+	close(p.quit)
 	p.drain(hcancel)
 	return nil
 }
@@ -192,7 +194,9 @@ type puller struct {
 	h      Handler
 	log    *slog.Logger
 	sem    chan struct{}  // one token per running handler or reserved slot
-	wg     sync.WaitGroup // running handlers
+	wg     sync.WaitGroup // handler goroutines
+	work   chan jetstream.Msg
+	quit   chan struct{} // closed when the pull loop has ended
 }
 
 // run pulls and dispatches until ctx is cancelled. Handlers run on hctx,
@@ -268,9 +272,10 @@ func (p *puller) fetch(ctx, hctx context.Context, slots int) error {
 	return nil
 }
 
-// dispatch hands msg to a handler goroutine, which gives its slot back when
-// done. A message pulled during shutdown is handed back to JetStream at once
-// rather than left to its ack wait.
+// dispatch hands msg to an idle handler goroutine, or to a new one when
+// none waits; each gives its slot back when done. A message pulled during
+// shutdown is handed back to JetStream at once rather than left to its ack
+// wait.
 func (p *puller) dispatch(ctx, hctx context.Context, msg jetstream.Msg) {
 	if ctx.Err() != nil {
 		_ = msg.Nak()
@@ -278,15 +283,36 @@ func (p *puller) dispatch(ctx, hctx context.Context, msg jetstream.Msg) {
 		<-p.sem
 		return
 	}
-	p.wg.Add(1)
-	go func() {
-		defer func() { <-p.sem; p.wg.Done() }()
-		p.b.handle(hctx, p.cfg, p.stream, msg, p.h, p.log)
-	}()
+	select {
+	case p.work <- msg:
+	default:
+		p.wg.Add(1)
+		go p.handler(hctx, msg)
+	}
 }
 
-// drain waits for the in-flight handlers; after the shutdown grace it cancels
-// their context and waits for them to return.
+// handler handles msg, then waits for the next one until the pull loop has
+// ended. Handler goroutines are reused rather than started per message: a
+// fresh goroutine's stack grows (and is copied) on every delivery a deep
+// handler runs. There are at most about Concurrency of them, since a new one
+// starts only for a message no idle one took.
+func (p *puller) handler(hctx context.Context, msg jetstream.Msg) {
+	defer p.wg.Done()
+	for {
+		p.b.handle(hctx, p.cfg, p.stream, msg, p.h, p.log)
+		msg = nil // not kept while idle
+		<-p.sem
+		select {
+		case msg = <-p.work:
+		case <-p.quit:
+			return
+		}
+	}
+}
+
+// drain waits for the in-flight handlers (once the pull loop has ended and
+// quit is closed, idle ones return at once); after the shutdown grace it
+// cancels their context and waits for them to return.
 func (p *puller) drain(hcancel context.CancelFunc) {
 	done := make(chan struct{})
 	go func() { p.wg.Wait(); close(done) }()
