@@ -52,8 +52,9 @@ type Record struct {
 	Attempts int `json:"attempts,omitempty"`
 }
 
-// AuditSink receives every record after it was written to the log (the
-// service publishes them on the bus). Audit must not block for long.
+// AuditSink receives every record after it was handed to the log (the
+// service publishes them on the bus), which may be before the log's file
+// has it (AuditLog). Audit must not block for long.
 type AuditSink interface {
 	Audit(ctx context.Context, r Record)
 }
@@ -85,11 +86,39 @@ var hashBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b 
 const maxPooledBuf = 64 << 10
 
 // AuditLog appends records as JSON lines to a file opened O_APPEND. It is
-// safe for concurrent use; Close closes the file.
+// safe for concurrent use.
+//
+// Write buffers the line and returns; the lines reach the file in the
+// order Write took them, in one write(2) per batch: AuditFlushDelay after
+// the first line of a batch, at once when a batch passes auditFlushBytes
+// (that Write writes it), on Flush and on Close. A clean shutdown (Close)
+// loses nothing; a crash of the process (SIGKILL, an unrecovered panic, the
+// machine) loses the lines of the last AuditFlushDelay at most. As before,
+// nothing is fsynced: a crash of the machine can also lose what the kernel
+// had not stored yet.
 type AuditLog struct {
-	mu sync.Mutex
-	f  *os.File
+	mu      sync.Mutex
+	f       *os.File
+	buf     []byte // lines not written yet, guarded by mu
+	lines   int    // how many, guarded by mu
+	armed   bool   // the timer will flush buf, guarded by mu
+	timer   *time.Timer
+	failed  error // a background flush's error, for the next Flush or Close; guarded by mu
+	onError func(err error, lines int)
+
+	// writeMu is held while a batch is written: batches reach the file in
+	// the order they were taken.
+	writeMu sync.Mutex
+	spare   []byte // a written batch's buffer, reused; guarded by mu
 }
+
+// AuditFlushDelay bounds how long a record waits in an AuditLog's buffer
+// before it is written: what a crash of the process can lose.
+const AuditFlushDelay = 10 * time.Millisecond
+
+// auditFlushBytes is the size at which a batch is written at once, by the
+// Write that filled it.
+const auditFlushBytes = 256 << 10
 
 // OpenAuditLog opens (creating it and its directory) the JSONL file at path.
 func OpenAuditLog(path string) (*AuditLog, error) {
@@ -100,13 +129,22 @@ func OpenAuditLog(path string) (*AuditLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
 	}
-	return &AuditLog{f: f}, nil
+	l := &AuditLog{f: f}
+	l.timer = time.AfterFunc(time.Hour, l.flushLater)
+	l.timer.Stop()
+	return l, nil
 }
+
+// OnError sets what is told when a batch written in the background fails
+// (lines is how many records it held); that error is also returned by the
+// next Flush or Close. Set it before the first Write.
+func (l *AuditLog) OnError(fn func(err error, lines int)) { l.onError = fn }
 
 // lineBufs are the buffers records are encoded into, reused across writes.
 var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// Write appends one record as one line, in one write.
+// Write appends one record as one line. The line is in the file within
+// AuditFlushDelay, or when Flush or Close returns.
 func (l *AuditLog) Write(r *Record) error {
 	bp := lineBufs.Get().(*[]byte)
 	line, err := r.appendJSON((*bp)[:0])
@@ -121,14 +159,79 @@ func (l *AuditLog) Write(r *Record) error {
 		}
 	}()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.f == nil {
+		l.mu.Unlock()
 		return fmt.Errorf("audit record %s: %w", r.ID, ErrClosed)
 	}
-	if _, err := l.f.Write(line); err != nil {
-		return fmt.Errorf("write audit record %s: %w", r.ID, err)
+	l.buf = append(l.buf, line...)
+	l.lines++
+	full := len(l.buf) >= auditFlushBytes
+	if !full && !l.armed {
+		l.armed = true
+		l.timer.Reset(AuditFlushDelay)
+	}
+	l.mu.Unlock()
+	if full {
+		if _, err := l.flush(); err != nil {
+			return fmt.Errorf("write audit record %s: %w", r.ID, err)
+		}
 	}
 	return nil
+}
+
+// Flush writes the buffered records and returns the first error since the
+// last Flush (its own or a background flush's).
+func (l *AuditLog) Flush() error {
+	_, err := l.flush()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil {
+		err = l.failed
+	}
+	l.failed = nil
+	return err
+}
+
+// flushLater is the timer's flush.
+func (l *AuditLog) flushLater() {
+	n, err := l.flush()
+	if err == nil {
+		return
+	}
+	l.mu.Lock()
+	if l.failed == nil {
+		l.failed = err
+	}
+	l.mu.Unlock()
+	if l.onError != nil {
+		l.onError(err, n)
+	}
+}
+
+// flush writes the buffered lines in one write and reports how many
+// records they held.
+func (l *AuditLog) flush() (int, error) {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	l.mu.Lock()
+	b, n, f := l.buf, l.lines, l.f
+	l.buf, l.lines, l.spare, l.armed = l.spare[:0], 0, nil, false
+	l.mu.Unlock()
+	if len(b) == 0 {
+		return 0, nil
+	}
+	var err error
+	if f == nil {
+		err = ErrClosed
+	} else if _, err = f.Write(b); err != nil {
+		err = fmt.Errorf("write %d audit records: %w", n, err)
+	}
+	if cap(b) <= maxPooledBuf {
+		l.mu.Lock()
+		l.spare = b[:0]
+		l.mu.Unlock()
+	}
+	return n, err
 }
 
 // appendJSON appends r as json.Marshal writes it (the field order and
@@ -188,14 +291,30 @@ func appendFloat(b []byte, f float64) ([]byte, error) {
 	return envelope.AppendJSON(b, f)
 }
 
-// Close closes the file.
+// Close writes the buffered records and closes the file; later Writes
+// fail with ErrClosed.
 func (l *AuditLog) Close() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.f == nil {
+		l.mu.Unlock()
 		return nil
 	}
-	err := l.f.Close()
-	l.f = nil
+	l.timer.Stop()
+	l.mu.Unlock()
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f, b, failed := l.f, l.buf, l.failed
+	l.f, l.buf, l.lines, l.spare, l.failed = nil, nil, 0, nil, nil
+	err := failed
+	if len(b) > 0 {
+		if _, werr := f.Write(b); werr != nil && err == nil {
+			err = fmt.Errorf("write audit records: %w", werr)
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
 	return err
 }

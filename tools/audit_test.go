@@ -3,13 +3,17 @@ package tools
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // FuzzAuditLineMatchesMarshal checks the audit line encoder byte for byte
@@ -95,4 +99,94 @@ func TestNewIDIsUniqueRandomUUID(t *testing.T) {
 		}
 		seen[id] = true
 	}
+}
+
+// TestAuditLogKeepsEveryRecordInOrder: records written concurrently are all
+// in the file after Close, each line whole, each writer's in its order.
+func TestAuditLogKeepsEveryRecordInOrder(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := OpenAuditLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 8, 300
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				if i == each/2 && w == 0 {
+					if err := l.Flush(); err != nil {
+						t.Error(err)
+					}
+				}
+				r := Record{ID: fmt.Sprintf("%d-%d", w, i), Server: "s", Tool: "t", Status: StatusSuccess}
+				if err := l.Write(&r); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := make([]int, writers)
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	for _, line := range lines {
+		var r Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		var w, i int
+		if _, err := fmt.Sscanf(r.ID, "%d-%d", &w, &i); err != nil || w < 0 || w >= writers {
+			t.Fatalf("record id %q: not one this test wrote", r.ID)
+		}
+		if i != next[w] {
+			t.Fatalf("writer %d: got record %d, want %d", w, i, next[w])
+		}
+		next[w]++
+	}
+	if len(lines) != writers*each {
+		t.Fatalf("got %d lines, want %d", len(lines), writers*each)
+	}
+}
+
+// TestAuditLogWritesFullBatchAtOnce: the Write that fills a batch writes it
+// before returning, and a batch not full reaches the file without Flush.
+func TestAuditLogWritesFullBatchAtOnce(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := OpenAuditLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	small := Record{ID: "small", Server: "s", Tool: "t", Status: StatusSuccess}
+	big := Record{ID: "big", Server: "s", Tool: "t", Status: StatusError, Error: strings.Repeat("x", auditFlushBytes)}
+	for _, r := range []*Record{&small, &big} {
+		if err := l.Write(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte(`{"id":"small"`)) || !bytes.Contains(b, []byte(`{"id":"big"`)) || !bytes.HasSuffix(b, []byte("}\n")) {
+		t.Fatalf("after the Write that filled the batch: got %d bytes, want the small and the big record", len(b))
+	}
+	last := Record{ID: "last", Server: "s", Tool: "t", Status: StatusSuccess}
+	if err := l.Write(&last); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the background flush", func() bool {
+		b, _ := os.ReadFile(path)
+		return bytes.HasSuffix(b, []byte("{\"id\":\"last\",\"timestamp\":\"0001-01-01T00:00:00Z\",\"execution_id\":\"\",\"run_id\":\"\",\"server\":\"s\",\"tool\":\"t\",\"args_sha256\":\"\",\"redaction_applied\":false,\"duration_ms\":0,\"status\":\"success\"}\n"))
+	})
 }

@@ -38,7 +38,7 @@ func TestSessionLimitPerThread(t *testing.T) {
 			t.Errorf("call %d: got %v, want ErrLimitExceeded", i+1, res.Err)
 		}
 	}
-	recs := readAudit(t, cfg.AuditPath)
+	recs := readAudit(t, r)
 	if len(recs) != len(steps) || recs[2].Status != StatusLimitExceeded {
 		t.Fatalf("audit: got %+v, want %d records, the third limit_exceeded", recs, len(steps))
 	}
@@ -85,7 +85,7 @@ func TestCancelExecution(t *testing.T) {
 	if active, _ := r.Active(context.Background()); len(active) != 0 {
 		t.Errorf("active after the cancel: got %+v, want none", active)
 	}
-	recs := readAudit(t, cfg.AuditPath)
+	recs := readAudit(t, r)
 	if len(recs) != 1 || recs[0].Status != StatusCancelled || recs[0].CancelledBy != "alice" || recs[0].Actor != "octocat" || recs[0].ExecutionID != "call-slow" {
 		t.Errorf("audit: got %+v, want one cancelled record naming alice", recs)
 	}

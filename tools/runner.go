@@ -283,6 +283,9 @@ func New(cfg Config) (*Runner, error) {
 		if err != nil {
 			return nil, err
 		}
+		a.OnError(func(err error, lines int) {
+			r.log.Error("audit log write failed", "records", lines, "err", err)
+		})
 		r.audit = a
 	}
 	return r, nil
