@@ -1,7 +1,6 @@
 package tools
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -99,17 +98,22 @@ func (r *Runner) Active(ctx context.Context) ([]Execution, error) {
 // record), and one read of the system's source per id cost more than the
 // rest of the id.
 func newID() string {
+	var u uuid.UUID
 	ids.mu.Lock()
-	u, err := uuid.NewRandomFromReader(ids.r)
-	ids.mu.Unlock()
-	if err != nil {
-		return uuid.NewString()
+	if ids.left == 0 {
+		_, _ = rand.Read(ids.buf[:]) // never fails (crypto/rand.Read)
+		ids.left = len(ids.buf)
 	}
+	ids.left -= copy(u[:], ids.buf[len(ids.buf)-ids.left:])
+	ids.mu.Unlock()
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // variant RFC 4122
 	return u.String()
 }
 
 // ids is newID's buffered source of random bytes.
-var ids = struct {
-	mu sync.Mutex
-	r  *bufio.Reader
-}{r: bufio.NewReaderSize(rand.Reader, 16*16)}
+var ids struct {
+	mu   sync.Mutex
+	buf  [16 * 16]byte
+	left int // the unused bytes at the end of buf
+}
