@@ -15,6 +15,10 @@ import (
 type running struct {
 	cancel context.CancelCauseFunc
 	by     string // guarded by Runner.execsMu
+	// r, id and prev are what untrack needs.
+	r    *Runner
+	id   string
+	prev *running
 }
 
 // ID is the runner's id, the Owner of the executions it registers.
@@ -39,26 +43,31 @@ func (r *Runner) newExecution(req *Request, server, tool string, start time.Time
 	}
 }
 
-// track makes ctx cancellable by Cancel(id) until untrack is called.
-func (r *Runner) track(ctx context.Context, id string) (context.Context, *running, func()) {
+// track makes ctx cancellable by Cancel(id) until run.untrack is called.
+func (r *Runner) track(ctx context.Context, id string) (context.Context, *running) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	run := &running{cancel: cancel}
+	run := &running{cancel: cancel, r: r, id: id}
 	r.execsMu.Lock()
-	prev := r.execs[id]
+	run.prev = r.execs[id]
 	r.execs[id] = run
 	r.execsMu.Unlock()
-	return ctx, run, func() {
-		r.execsMu.Lock()
-		if r.execs[id] == run {
-			if prev != nil {
-				r.execs[id] = prev
-			} else {
-				delete(r.execs, id)
-			}
+	return ctx, run
+}
+
+// untrack ends what track began: Cancel no longer finds the execution, and
+// its context is cancelled.
+func (run *running) untrack() {
+	r := run.r
+	r.execsMu.Lock()
+	if r.execs[run.id] == run {
+		if run.prev != nil {
+			r.execs[run.id] = run.prev
+		} else {
+			delete(r.execs, run.id)
 		}
-		r.execsMu.Unlock()
-		cancel(nil)
 	}
+	r.execsMu.Unlock()
+	run.cancel(nil)
 }
 
 // cancelledBy is read after untrack: Cancel writes by under the lock that
