@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -88,40 +89,45 @@ const maxPooledBuf = 64 << 10
 // AuditLog appends records as JSON lines to a file opened O_APPEND. It is
 // safe for concurrent use.
 //
-// Write buffers the line and returns; the lines reach the file in the
-// order Write took them, in one write(2) per batch: AuditFlushDelay after
-// the first line of a batch, at once when a batch passes auditFlushBytes
-// (that Write writes it), on Flush and on Close. A clean shutdown (Close)
-// loses nothing; a crash of the process (SIGKILL, an unrecovered panic, the
-// machine) loses the lines of the last AuditFlushDelay at most. As before,
-// nothing is fsynced: a crash of the machine can also lose what the kernel
-// had not stored yet.
+// Write keeps the record and returns; the records reach the file in the
+// order Write took them, encoded and written in one write(2) per batch:
+// AuditFlushDelay after the first record of a batch, at once when a batch
+// holds auditFlushRecords (that Write writes it), on Flush and on Close. A
+// clean shutdown (Close) loses nothing; a crash of the process (SIGKILL, an
+// unrecovered panic) loses the records of the last AuditFlushDelay at most.
+// As before, nothing is fsynced: a crash of the machine can also lose what
+// the kernel had not stored yet.
 type AuditLog struct {
 	mu      sync.Mutex
 	f       *os.File
-	buf     []byte // lines not written yet, guarded by mu
-	lines   int    // how many, guarded by mu
-	armed   bool   // the timer will flush buf, guarded by mu
+	recs    []Record // not written yet, guarded by mu
+	spare   []Record // a written batch's slice, reused; guarded by mu
+	armed   bool     // the timer will flush recs, guarded by mu
+	failed  error    // a background flush's error, for the next Flush or Close; guarded by mu
 	timer   *time.Timer
-	failed  error // a background flush's error, for the next Flush or Close; guarded by mu
-	onError func(err error, lines int)
+	delay   time.Duration
+	onError func(err error, records int)
 
-	// writeMu is held while a batch is written: batches reach the file in
-	// the order they were taken.
+	// writeMu is held while a batch is encoded and written: batches reach
+	// the file in the order they were taken.
 	writeMu sync.Mutex
-	spare   []byte // a written batch's buffer, reused; guarded by mu
+	line    []byte // the batch's lines, guarded by writeMu
 }
 
-// AuditFlushDelay bounds how long a record waits in an AuditLog's buffer
-// before it is written: what a crash of the process can lose.
+// AuditFlushDelay bounds how long a record waits in an AuditLog before it
+// is written: what a crash of the process can lose.
 const AuditFlushDelay = 10 * time.Millisecond
 
-// auditFlushBytes is the size at which a batch is written at once, by the
-// Write that filled it.
-const auditFlushBytes = 256 << 10
+// auditFlushRecords is the size of a batch the Write that fills it writes
+// at once.
+const auditFlushRecords = 512
 
 // OpenAuditLog opens (creating it and its directory) the JSONL file at path.
 func OpenAuditLog(path string) (*AuditLog, error) {
+	return openAuditLog(path, AuditFlushDelay)
+}
+
+func openAuditLog(path string, delay time.Duration) (*AuditLog, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("audit log directory: %w", err)
 	}
@@ -129,58 +135,42 @@ func OpenAuditLog(path string) (*AuditLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
 	}
-	l := &AuditLog{f: f}
-	l.timer = time.AfterFunc(time.Hour, l.flushLater)
+	l := &AuditLog{f: f, delay: delay}
+	l.timer = time.AfterFunc(delay, l.flushLater)
 	l.timer.Stop()
 	return l, nil
 }
 
 // OnError sets what is told when a batch written in the background fails
-// (lines is how many records it held); that error is also returned by the
-// next Flush or Close. Set it before the first Write.
-func (l *AuditLog) OnError(fn func(err error, lines int)) { l.onError = fn }
+// (records is how many it held); that error is also returned by the next
+// Flush or Close. Set it before the first Write.
+func (l *AuditLog) OnError(fn func(err error, records int)) { l.onError = fn }
 
-// lineBufs are the buffers records are encoded into, reused across writes.
-var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
-
-// Write appends one record as one line. The line is in the file within
-// AuditFlushDelay, or when Flush or Close returns.
+// Write appends a copy of r. It is in the file within AuditFlushDelay, or
+// when Flush or Close returns.
 func (l *AuditLog) Write(r *Record) error {
-	bp := lineBufs.Get().(*[]byte)
-	line, err := r.appendJSON((*bp)[:0])
-	if err != nil {
-		return fmt.Errorf("encode audit record %s: %w", r.ID, err)
-	}
-	line = append(line, '\n')
-	defer func() {
-		if cap(line) <= maxPooledBuf {
-			*bp = line[:0]
-			lineBufs.Put(bp)
-		}
-	}()
 	l.mu.Lock()
 	if l.f == nil {
 		l.mu.Unlock()
 		return fmt.Errorf("audit record %s: %w", r.ID, ErrClosed)
 	}
-	l.buf = append(l.buf, line...)
-	l.lines++
-	full := len(l.buf) >= auditFlushBytes
+	l.recs = append(l.recs, *r)
+	full := len(l.recs) >= auditFlushRecords
 	if !full && !l.armed {
 		l.armed = true
-		l.timer.Reset(AuditFlushDelay)
+		l.timer.Reset(l.delay)
 	}
 	l.mu.Unlock()
 	if full {
 		if _, err := l.flush(); err != nil {
-			return fmt.Errorf("write audit record %s: %w", r.ID, err)
+			return fmt.Errorf("audit record %s: %w", r.ID, err)
 		}
 	}
 	return nil
 }
 
-// Flush writes the buffered records and returns the first error since the
-// last Flush (its own or a background flush's).
+// Flush writes the records kept and returns the first error since the last
+// Flush (its own or a background flush's).
 func (l *AuditLog) Flush() error {
 	_, err := l.flush()
 	l.mu.Lock()
@@ -208,30 +198,55 @@ func (l *AuditLog) flushLater() {
 	}
 }
 
-// flush writes the buffered lines in one write and reports how many
-// records they held.
+// flush writes the records kept and reports how many there were.
 func (l *AuditLog) flush() (int, error) {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	l.mu.Lock()
-	b, n, f := l.buf, l.lines, l.f
-	l.buf, l.lines, l.spare, l.armed = l.spare[:0], 0, nil, false
+	recs, f := l.recs, l.f
+	l.recs, l.spare, l.armed = l.spare[:0], nil, false
 	l.mu.Unlock()
-	if len(b) == 0 {
+	if len(recs) == 0 {
 		return 0, nil
 	}
 	var err error
 	if f == nil {
-		err = ErrClosed
-	} else if _, err = f.Write(b); err != nil {
-		err = fmt.Errorf("write %d audit records: %w", n, err)
+		err = fmt.Errorf("%d audit records: %w", len(recs), ErrClosed)
+	} else {
+		err = l.writeBatch(f, recs)
+	}
+	clear(recs) // the strings they hold
+	l.mu.Lock()
+	l.spare = recs[:0]
+	l.mu.Unlock()
+	return len(recs), err
+}
+
+// writeBatch encodes recs and writes them in one write; writeMu is held. A
+// record that cannot be encoded is left out (its error is returned), as
+// Write left it out before it kept records.
+func (l *AuditLog) writeBatch(f *os.File, recs []Record) error {
+	b := l.line[:0]
+	var errs []error
+	for i := range recs {
+		line, err := recs[i].appendJSON(b)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("encode audit record %s: %w", recs[i].ID, err))
+			continue
+		}
+		b = append(line, '\n')
+	}
+	if len(b) > 0 {
+		if _, err := f.Write(b); err != nil {
+			errs = append(errs, fmt.Errorf("write %d audit records: %w", len(recs), err))
+		}
 	}
 	if cap(b) <= maxPooledBuf {
-		l.mu.Lock()
-		l.spare = b[:0]
-		l.mu.Unlock()
+		l.line = b[:0]
+	} else {
+		l.line = nil
 	}
-	return n, err
+	return errors.Join(errs...)
 }
 
 // appendJSON appends r as json.Marshal writes it (the field order and
@@ -291,26 +306,22 @@ func appendFloat(b []byte, f float64) ([]byte, error) {
 	return envelope.AppendJSON(b, f)
 }
 
-// Close writes the buffered records and closes the file; later Writes
-// fail with ErrClosed.
+// Close writes the records kept and closes the file; later Writes fail
+// with ErrClosed.
 func (l *AuditLog) Close() error {
-	l.mu.Lock()
-	if l.f == nil {
-		l.mu.Unlock()
-		return nil
-	}
-	l.timer.Stop()
-	l.mu.Unlock()
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	f, b, failed := l.f, l.buf, l.failed
-	l.f, l.buf, l.lines, l.spare, l.failed = nil, nil, 0, nil, nil
-	err := failed
-	if len(b) > 0 {
-		if _, werr := f.Write(b); werr != nil && err == nil {
-			err = fmt.Errorf("write audit records: %w", werr)
+	if l.f == nil {
+		return nil
+	}
+	l.timer.Stop()
+	f, recs, err := l.f, l.recs, l.failed
+	l.f, l.recs, l.spare, l.failed = nil, nil, nil, nil
+	if len(recs) > 0 {
+		if werr := l.writeBatch(f, recs); err == nil {
+			err = werr
 		}
 	}
 	if cerr := f.Close(); err == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -158,8 +159,39 @@ func TestAuditLogKeepsEveryRecordInOrder(t *testing.T) {
 }
 
 // TestAuditLogWritesFullBatchAtOnce: the Write that fills a batch writes it
-// before returning, and a batch not full reaches the file without Flush.
+// before returning.
 func TestAuditLogWritesFullBatchAtOnce(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := openAuditLog(path, time.Hour) // no background flush in this test
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	lines := func() int {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Count(b, []byte("\n"))
+	}
+	for i := range auditFlushRecords {
+		if n := lines(); n != 0 {
+			t.Fatalf("before the batch is full (%d records): got %d lines in the file, want 0", i, n)
+		}
+		r := Record{ID: strconv.Itoa(i), Server: "s", Tool: "t", Status: StatusSuccess}
+		if err := l.Write(&r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := lines(); n != auditFlushRecords {
+		t.Fatalf("after the Write that filled the batch: got %d lines, want %d", n, auditFlushRecords)
+	}
+}
+
+// TestAuditLogFlushesInTheBackground: a record reaches the file without
+// Flush or Close.
+func TestAuditLogFlushesInTheBackground(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	l, err := OpenAuditLog(path)
@@ -167,26 +199,42 @@ func TestAuditLogWritesFullBatchAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	small := Record{ID: "small", Server: "s", Tool: "t", Status: StatusSuccess}
-	big := Record{ID: "big", Server: "s", Tool: "t", Status: StatusError, Error: strings.Repeat("x", auditFlushBytes)}
-	for _, r := range []*Record{&small, &big} {
+	r := Record{ID: "last", Server: "s", Tool: "t", Status: StatusSuccess}
+	if err := l.Write(&r); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.Marshal(&r)
+	testenv.WaitFor(t, 10*time.Second, "the background flush", func() bool {
+		b, _ := os.ReadFile(path)
+		return bytes.Equal(b, append(want, '\n'))
+	})
+}
+
+// TestAuditLogLeavesOutWhatItCannotEncode: a record that cannot be
+// encoded is reported and left out; the others of its batch are written.
+func TestAuditLogLeavesOutWhatItCannotEncode(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := openAuditLog(path, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := Record{ID: "good", Server: "s", Tool: "t", Status: StatusSuccess}
+	bad := Record{ID: "bad", Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), Server: "s", Tool: "t"}
+	for _, r := range []*Record{&good, &bad, &good} {
 		if err := l.Write(r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
+	if err := l.Flush(); err == nil || !strings.Contains(err.Error(), "encode audit record bad") {
+		t.Fatalf("Flush: got %v, want the error of record bad", err)
+	}
+	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(b, []byte(`{"id":"small"`)) || !bytes.Contains(b, []byte(`{"id":"big"`)) || !bytes.HasSuffix(b, []byte("}\n")) {
-		t.Fatalf("after the Write that filled the batch: got %d bytes, want the small and the big record", len(b))
+	b, _ := os.ReadFile(path)
+	line, _ := json.Marshal(&good)
+	if want := append(append(line, '\n'), append(line, '\n')...); !bytes.Equal(b, want) {
+		t.Fatalf("got %s\nwant %s", b, want)
 	}
-	last := Record{ID: "last", Server: "s", Tool: "t", Status: StatusSuccess}
-	if err := l.Write(&last); err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, 10*time.Second, "the background flush", func() bool {
-		b, _ := os.ReadFile(path)
-		return bytes.HasSuffix(b, []byte("{\"id\":\"last\",\"timestamp\":\"0001-01-01T00:00:00Z\",\"execution_id\":\"\",\"run_id\":\"\",\"server\":\"s\",\"tool\":\"t\",\"args_sha256\":\"\",\"redaction_applied\":false,\"duration_ms\":0,\"status\":\"success\"}\n"))
-	})
 }
