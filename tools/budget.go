@@ -334,5 +334,11 @@ func ctxErr(ctx context.Context) error {
 	if ctx.Err() == context.DeadlineExceeded {
 		return fmt.Errorf("%w: %w", ErrTimeout, context.Cause(ctx))
 	}
-	return fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
+	cause := context.Cause(ctx)
+	if f := callOf(ctx); f != nil && f.run != nil {
+		if c := f.run.cancelCause(); c != nil { // Runner.Cancel
+			cause = c
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrCancelled, cause)
 }

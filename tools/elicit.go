@@ -143,6 +143,7 @@ func (f SamplerFunc) Sample(ctx context.Context, req *SampleRequest) (*SampleRes
 type inflight struct {
 	req    *Request
 	tool   string
+	run    *running     // the execution (Cancel)
 	tokens atomic.Int64 // sampling tokens spent
 }
 
@@ -158,11 +159,12 @@ type callCtx struct {
 }
 
 // withCall returns the context of req's call of tool under parent, ending
-// at timeout, and its cancel.
-func withCall(parent context.Context, req *Request, server, tool string, timeout time.Duration) (*callCtx, context.CancelFunc) {
-	c := &callCtx{f: inflight{req: req, tool: tool}, timeout: callTimeout{limit: timeout, server: server, tool: tool}}
+// at timeout, and its cancel; Cancel(run's id) cancels it too.
+func withCall(parent context.Context, req *Request, run *running, server, tool string, timeout time.Duration) (*callCtx, context.CancelFunc) {
+	c := &callCtx{f: inflight{req: req, tool: tool, run: run}, timeout: callTimeout{limit: timeout, server: server, tool: tool}}
 	var cancel context.CancelFunc
 	c.Context, cancel = context.WithTimeoutCause(parent, timeout, &c.timeout)
+	run.started(c, cancel)
 	return c, cancel
 }
 

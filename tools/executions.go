@@ -11,10 +11,16 @@ import (
 	"github.com/google/uuid"
 )
 
-// running is an execution in this runner: its cancel and who used it.
+// running is an execution in this runner: who cancelled it, and the
+// context of its call once the call made it.
 type running struct {
-	cancel context.CancelCauseFunc
-	by     string // guarded by Runner.execsMu
+	// Guarded by Runner.execsMu: by, cause (Cancel's, when it came before
+	// the call's context ended), and the call's context with its cancel
+	// (nil before the call made it).
+	by     string
+	cause  error
+	ctx    context.Context
+	cancel context.CancelFunc
 	// r, id and prev are what untrack needs.
 	r    *Runner
 	id   string
@@ -43,19 +49,37 @@ func (r *Runner) newExecution(req *Request, server, tool string, start time.Time
 	}
 }
 
-// track makes ctx cancellable by Cancel(id) until run.untrack is called.
-func (r *Runner) track(ctx context.Context, id string) (context.Context, *running) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	run := &running{cancel: cancel, r: r, id: id}
+// track lets Cancel(id) find the execution until run.untrack is called;
+// the call's context, once made, is given to run.started.
+func (r *Runner) track(id string) *running {
+	run := &running{r: r, id: id}
 	r.execsMu.Lock()
 	run.prev = r.execs[id]
 	r.execs[id] = run
 	r.execsMu.Unlock()
-	return ctx, run
+	return run
 }
 
-// untrack ends what track began: Cancel no longer finds the execution, and
-// its context is cancelled.
+// started makes ctx, the call's context, the one Cancel cancels. A Cancel
+// that came before cancels it at once.
+func (run *running) started(ctx context.Context, cancel context.CancelFunc) {
+	run.r.execsMu.Lock()
+	run.ctx, run.cancel = ctx, cancel
+	early := run.cause != nil
+	run.r.execsMu.Unlock()
+	if early {
+		cancel()
+	}
+}
+
+// cancelCause is Cancel's cause when it cancelled the call, else nil.
+func (run *running) cancelCause() error {
+	run.r.execsMu.Lock()
+	defer run.r.execsMu.Unlock()
+	return run.cause
+}
+
+// untrack ends what track began: Cancel no longer finds the execution.
 func (run *running) untrack() {
 	r := run.r
 	r.execsMu.Lock()
@@ -67,7 +91,6 @@ func (run *running) untrack() {
 		}
 	}
 	r.execsMu.Unlock()
-	run.cancel(nil)
 }
 
 // cancelledBy is read after untrack: Cancel writes by under the lock that
@@ -81,14 +104,24 @@ func (r *Runner) Cancel(id, actor string) bool {
 	actor = cmp.Or(actor, "an operator")
 	r.execsMu.Lock()
 	run := r.execs[id]
-	if run != nil && run.by == "" {
-		run.by = actor
+	var cancel context.CancelFunc
+	if run != nil {
+		if run.by == "" {
+			run.by = actor
+		}
+		// The first end of the call's context is its cause, as with a
+		// context's own cancel.
+		if run.cause == nil && (run.ctx == nil || run.ctx.Err() == nil) {
+			run.cause, cancel = fmt.Errorf("execution %s cancelled by %s", id, actor), run.cancel
+		}
 	}
 	r.execsMu.Unlock()
 	if run == nil {
 		return false
 	}
-	run.cancel(fmt.Errorf("execution %s cancelled by %s", id, actor))
+	if cancel != nil {
+		cancel()
+	}
 	return true
 }
 

@@ -81,12 +81,16 @@ func TestCancelExecution(t *testing.T) {
 	if res.Status != StatusCancelled || !errors.Is(res.Err, ErrCancelled) || res.CancelledBy != "alice" || res.ExecutionID != "call-slow" {
 		t.Fatalf("got %s, %v, by %q; want cancelled by alice", res.Status, res.Err, res.CancelledBy)
 	}
+	if want := "execution call-slow cancelled by alice"; !strings.Contains(res.Err.Error(), want) {
+		t.Errorf("error: got %q, want it to say %q", res.Err, want)
+	}
 	testenv.WaitFor(t, 10*time.Second, "the server to see notifications/cancelled", func() bool { return fileExists(dir, "slow-cancelled") })
 	if active, _ := r.Active(context.Background()); len(active) != 0 {
 		t.Errorf("active after the cancel: got %+v, want none", active)
 	}
 	recs := readAudit(t, r)
-	if len(recs) != 1 || recs[0].Status != StatusCancelled || recs[0].CancelledBy != "alice" || recs[0].Actor != "octocat" || recs[0].ExecutionID != "call-slow" {
+	if len(recs) != 1 || recs[0].Status != StatusCancelled || recs[0].CancelledBy != "alice" || recs[0].Actor != "octocat" || recs[0].ExecutionID != "call-slow" ||
+		!strings.Contains(recs[0].Error, "cancelled by alice") {
 		t.Errorf("audit: got %+v, want one cancelled record naming alice", recs)
 	}
 }

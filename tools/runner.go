@@ -642,8 +642,8 @@ func (r *Runner) Call(ctx context.Context, req Request) *Result {
 	start := time.Now()
 	server, tool, _ := mcpconfig.SplitTool(req.Tool)
 	e := r.newExecution(&req, server, tool, start)
-	ctx, run := r.track(ctx, e.ID)
-	res := r.call(ctx, &req, e)
+	run := r.track(e.ID)
+	res := r.call(ctx, &req, e, run)
 	run.untrack()
 	res.ExecutionID, res.CancelledBy = e.ID, run.cancelledBy()
 	res.Duration = time.Since(start)
@@ -712,7 +712,7 @@ func (r *Runner) record(ctx context.Context, req *Request, e Execution, res *Res
 	}
 }
 
-func (r *Runner) call(ctx context.Context, req *Request, e Execution) (res *Result) {
+func (r *Runner) call(ctx context.Context, req *Request, e Execution, run *running) (res *Result) {
 	res = &Result{}
 	server, tool := e.Server, e.Tool
 	if server == "" {
@@ -746,7 +746,7 @@ func (r *Runner) call(ctx context.Context, req *Request, e Execution) (res *Resu
 		return res
 	}
 	timeout := r.cfg.Policy.TimeoutOr(server, tool, c.cfg.Timeout)
-	cctx, cancel := withCall(ctx, req, server, tool, timeout)
+	cctx, cancel := withCall(ctx, req, run, server, tool, timeout)
 	defer cancel()
 	ctx = cctx
 	defer func() { res.SamplingTokens = int(cctx.f.tokens.Load()) }()
