@@ -45,6 +45,10 @@ type conn struct {
 	wake chan struct{} // check now (enabled, or asked)
 	lost chan struct{} // the session ended
 
+	// busy counts the calls in flight (Runner.acquire), so a server Reload
+	// removed is stopped after they finish.
+	busy atomic.Int64
+
 	mu            sync.Mutex
 	session       *mcp.ClientSession
 	cmd           *exec.Cmd
