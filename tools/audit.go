@@ -76,7 +76,9 @@ func ArgsHash(args map[string]any) string {
 		*bp = b[:0]
 		hashBufs.Put(bp)
 	}
-	return hex.EncodeToString(sum[:])
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }
 
 // hashBufs hold the arguments' JSON while it is hashed.
