@@ -275,6 +275,21 @@ func (b *budgets) acquireSlot(ctx context.Context, e Execution) (func(), error) 
 // reserveRate waits for a token of every rate-limited budget: every bucket
 // is reserved first, so a refusal consumes no token.
 func reserveRate(ctx context.Context, ls []*limit, keys []string) error {
+	deadline, hasDeadline := ctx.Deadline()
+	now := time.Now()
+	var lone *rate.Limiter
+	n := 0
+	for _, l := range ls {
+		if l.lim != nil {
+			lone, n = l.lim, n+1
+		}
+	}
+	switch {
+	case n == 0:
+		return nil
+	case n == 1 && (!hasDeadline || !now.After(deadline)) && lone.AllowN(now, 1):
+		return nil // a lone bucket's token to spare, without a reservation
+	}
 	var wait time.Duration
 	reservations := make([]*rate.Reservation, 0, len(ls))
 	cancelAll := func() {
@@ -282,8 +297,6 @@ func reserveRate(ctx context.Context, ls []*limit, keys []string) error {
 			r.Cancel()
 		}
 	}
-	deadline, hasDeadline := ctx.Deadline()
-	now := time.Now()
 	for i, l := range ls {
 		if l.lim == nil {
 			continue
