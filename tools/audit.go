@@ -105,7 +105,7 @@ type AuditLog struct {
 	recs    []Record // not written yet, guarded by mu
 	spare   []Record // a written batch's slice, reused; guarded by mu
 	armed   bool     // the timer will flush recs, guarded by mu
-	failed  error    // a background flush's error, for the next Flush or Close; guarded by mu
+	failed  error    // a background flush's error, for the next Flush or Close when onError is nil; guarded by mu
 	timer   *time.Timer
 	delay   time.Duration
 	onError func(err error, records int)
@@ -144,8 +144,8 @@ func openAuditLog(path string, delay time.Duration) (*AuditLog, error) {
 }
 
 // OnError sets what is told when a batch written in the background fails
-// (records is how many it held); that error is also returned by the next
-// Flush or Close. Set it before the first Write.
+// (records is how many it held). Without it, that error is returned by the
+// next Flush or Close instead. Set it before the first Write.
 func (l *AuditLog) OnError(fn func(err error, records int)) { l.onError = fn }
 
 // Write appends a copy of r. It is in the file within AuditFlushDelay, or
@@ -171,8 +171,8 @@ func (l *AuditLog) Write(r *Record) error {
 	return nil
 }
 
-// Flush writes the records kept and returns the first error since the last
-// Flush (its own or a background flush's).
+// Flush writes the records kept and returns its error, else a background
+// flush's since the last Flush (when OnError is not set).
 func (l *AuditLog) Flush() error {
 	_, err := l.flush()
 	l.mu.Lock()
@@ -187,16 +187,16 @@ func (l *AuditLog) Flush() error {
 // flushLater is the timer's flush.
 func (l *AuditLog) flushLater() {
 	n, err := l.flush()
-	if err == nil {
-		return
-	}
-	l.mu.Lock()
-	if l.failed == nil {
-		l.failed = err
-	}
-	l.mu.Unlock()
-	if l.onError != nil {
+	switch {
+	case err == nil:
+	case l.onError != nil:
 		l.onError(err, n)
+	default:
+		l.mu.Lock()
+		if l.failed == nil {
+			l.failed = err
+		}
+		l.mu.Unlock()
 	}
 }
 
@@ -225,8 +225,8 @@ func (l *AuditLog) flush() (int, error) {
 }
 
 // writeBatch encodes recs and writes them in one write; writeMu is held. A
-// record that cannot be encoded is left out (its error is returned), as
-// Write left it out before it kept records.
+// record that cannot be encoded is left out and its error returned (as
+// Write refused it when it wrote each line itself).
 func (l *AuditLog) writeBatch(f *os.File, recs []Record) error {
 	b := l.line[:0]
 	var errs []error

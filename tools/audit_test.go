@@ -3,6 +3,7 @@ package tools
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -236,5 +237,37 @@ func TestAuditLogLeavesOutWhatItCannotEncode(t *testing.T) {
 	line, _ := json.Marshal(&good)
 	if want := append(append(line, '\n'), append(line, '\n')...); !bytes.Equal(b, want) {
 		t.Fatalf("got %s\nwant %s", b, want)
+	}
+}
+
+// TestAuditLogReportsFailedBackgroundWrite: a batch the background flush
+// cannot write is told to OnError with its number of records.
+func TestAuditLogReportsFailedBackgroundWrite(t *testing.T) {
+	t.Parallel()
+	l, err := OpenAuditLog(filepath.Join(t.TempDir(), "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := make(chan int, 1)
+	l.OnError(func(err error, records int) {
+		if !errors.Is(err, os.ErrClosed) {
+			t.Errorf("OnError: got %v, want os.ErrClosed", err)
+		}
+		failed <- records
+	})
+	_ = l.f.Close() // every write fails from here on
+	if err := l.Write(&Record{ID: "a", Server: "s", Tool: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-failed:
+		if n != 1 {
+			t.Errorf("OnError: got %d records, want 1", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnError was not called for the failed batch")
+	}
+	if err := l.Flush(); err != nil {
+		t.Errorf("Flush after a reported failure: got %v, want nil (OnError had it)", err)
 	}
 }
