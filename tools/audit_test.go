@@ -103,15 +103,24 @@ func TestNewIDIsUniqueRandomUUID(t *testing.T) {
 	}
 }
 
+// newAuditLog opens an audit log with the given flush delay in a temporary
+// directory, closed when the test ends, and returns it with its path.
+func newAuditLog(t *testing.T, delay time.Duration) (*AuditLog, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := openAuditLog(path, delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l, path
+}
+
 // TestAuditLogKeepsEveryRecordInOrder: records written concurrently are all
 // in the file after Close, each line whole, each writer's in its order.
 func TestAuditLogKeepsEveryRecordInOrder(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	l, err := OpenAuditLog(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, path := newAuditLog(t, AuditFlushDelay)
 	const writers, each = 8, 300
 	var wg sync.WaitGroup
 	for w := range writers {
@@ -163,12 +172,7 @@ func TestAuditLogKeepsEveryRecordInOrder(t *testing.T) {
 // before returning.
 func TestAuditLogWritesFullBatchAtOnce(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	l, err := openAuditLog(path, time.Hour) // no background flush in this test
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l, path := newAuditLog(t, time.Hour) // no background flush in this test
 	lines := func() int {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -194,12 +198,7 @@ func TestAuditLogWritesFullBatchAtOnce(t *testing.T) {
 // Flush or Close.
 func TestAuditLogFlushesInTheBackground(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	l, err := OpenAuditLog(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	l, path := newAuditLog(t, AuditFlushDelay)
 	r := Record{ID: "last", Server: "s", Tool: "t", Status: StatusSuccess}
 	if err := l.Write(&r); err != nil {
 		t.Fatal(err)
@@ -215,11 +214,7 @@ func TestAuditLogFlushesInTheBackground(t *testing.T) {
 // encoded is reported and left out; the others of its batch are written.
 func TestAuditLogLeavesOutWhatItCannotEncode(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	l, err := openAuditLog(path, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, path := newAuditLog(t, time.Hour)
 	good := Record{ID: "good", Server: "s", Tool: "t", Status: StatusSuccess}
 	bad := Record{ID: "bad", Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), Server: "s", Tool: "t"}
 	for _, r := range []*Record{&good, &bad, &good} {
@@ -244,10 +239,7 @@ func TestAuditLogLeavesOutWhatItCannotEncode(t *testing.T) {
 // cannot write is told to OnError with its number of records.
 func TestAuditLogReportsFailedBackgroundWrite(t *testing.T) {
 	t.Parallel()
-	l, err := OpenAuditLog(filepath.Join(t.TempDir(), "audit.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, _ := newAuditLog(t, AuditFlushDelay)
 	failed := make(chan int, 1)
 	l.OnError(func(err error, records int) {
 		if !errors.Is(err, os.ErrClosed) {
