@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -52,8 +53,9 @@ type Record struct {
 	Attempts int `json:"attempts,omitempty"`
 }
 
-// AuditSink receives every record after it was written to the log (the
-// service publishes them on the bus). Audit must not block for long.
+// AuditSink receives every record after it was handed to the log (the
+// service publishes them on the bus), which may be before the log's file
+// has it (AuditLog). Audit must not block for long.
 type AuditSink interface {
 	Audit(ctx context.Context, r Record)
 }
@@ -74,7 +76,9 @@ func ArgsHash(args map[string]any) string {
 		*bp = b[:0]
 		hashBufs.Put(bp)
 	}
-	return hex.EncodeToString(sum[:])
+	var out [2 * sha256.Size]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }
 
 // hashBufs hold the arguments' JSON while it is hashed.
@@ -85,14 +89,47 @@ var hashBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b 
 const maxPooledBuf = 64 << 10
 
 // AuditLog appends records as JSON lines to a file opened O_APPEND. It is
-// safe for concurrent use; Close closes the file.
+// safe for concurrent use.
+//
+// Write keeps the record and returns; the records reach the file in the
+// order Write took them, encoded and written in one write(2) per batch:
+// AuditFlushDelay after the first record of a batch, at once when a batch
+// holds auditFlushRecords (that Write writes it), on Flush and on Close. A
+// clean shutdown (Close) loses nothing; a crash of the process (SIGKILL, an
+// unrecovered panic) loses the records of the last AuditFlushDelay at most.
+// As before, nothing is fsynced: a crash of the machine can also lose what
+// the kernel had not stored yet.
 type AuditLog struct {
-	mu sync.Mutex
-	f  *os.File
+	mu      sync.Mutex
+	f       *os.File
+	recs    []Record // not written yet, guarded by mu
+	spare   []Record // a written batch's slice, reused; guarded by mu
+	armed   bool     // the timer will flush recs, guarded by mu
+	failed  error    // a background flush's error, for the next Flush or Close when onError is nil; guarded by mu
+	timer   *time.Timer
+	delay   time.Duration
+	onError func(err error, records int)
+
+	// writeMu is held while a batch is encoded and written: batches reach
+	// the file in the order they were taken.
+	writeMu sync.Mutex
+	line    []byte // the batch's lines, guarded by writeMu
 }
+
+// AuditFlushDelay bounds how long a record waits in an AuditLog before it
+// is written: what a crash of the process can lose.
+const AuditFlushDelay = 10 * time.Millisecond
+
+// auditFlushRecords is the size of a batch the Write that fills it writes
+// at once.
+const auditFlushRecords = 512
 
 // OpenAuditLog opens (creating it and its directory) the JSONL file at path.
 func OpenAuditLog(path string) (*AuditLog, error) {
+	return openAuditLog(path, AuditFlushDelay)
+}
+
+func openAuditLog(path string, delay time.Duration) (*AuditLog, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("audit log directory: %w", err)
 	}
@@ -100,35 +137,118 @@ func OpenAuditLog(path string) (*AuditLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
 	}
-	return &AuditLog{f: f}, nil
+	l := &AuditLog{f: f, delay: delay}
+	l.timer = time.AfterFunc(delay, l.flushLater)
+	l.timer.Stop()
+	return l, nil
 }
 
-// lineBufs are the buffers records are encoded into, reused across writes.
-var lineBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+// OnError sets what is told when a batch written in the background fails
+// (records is how many it held). Without it, that error is returned by the
+// next Flush or Close instead. Set it before the first Write.
+func (l *AuditLog) OnError(fn func(err error, records int)) { l.onError = fn }
 
-// Write appends one record as one line, in one write.
+// Write appends a copy of r. It is in the file within AuditFlushDelay, or
+// when Flush or Close returns.
 func (l *AuditLog) Write(r *Record) error {
-	bp := lineBufs.Get().(*[]byte)
-	line, err := r.appendJSON((*bp)[:0])
-	if err != nil {
-		return fmt.Errorf("encode audit record %s: %w", r.ID, err)
-	}
-	line = append(line, '\n')
-	defer func() {
-		if cap(line) <= maxPooledBuf {
-			*bp = line[:0]
-			lineBufs.Put(bp)
-		}
-	}()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.f == nil {
+		l.mu.Unlock()
 		return fmt.Errorf("audit record %s: %w", r.ID, ErrClosed)
 	}
-	if _, err := l.f.Write(line); err != nil {
-		return fmt.Errorf("write audit record %s: %w", r.ID, err)
+	l.recs = append(l.recs, *r)
+	full := len(l.recs) >= auditFlushRecords
+	if !full && !l.armed {
+		l.armed = true
+		l.timer.Reset(l.delay)
+	}
+	l.mu.Unlock()
+	if full {
+		if _, err := l.flush(); err != nil {
+			return fmt.Errorf("audit record %s: %w", r.ID, err)
+		}
 	}
 	return nil
+}
+
+// Flush writes the records kept and returns its error, else a background
+// flush's since the last Flush (when OnError is not set).
+func (l *AuditLog) Flush() error {
+	_, err := l.flush()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil {
+		err = l.failed
+	}
+	l.failed = nil
+	return err
+}
+
+// flushLater is the timer's flush.
+func (l *AuditLog) flushLater() {
+	n, err := l.flush()
+	switch {
+	case err == nil:
+	case l.onError != nil:
+		l.onError(err, n)
+	default:
+		l.mu.Lock()
+		if l.failed == nil {
+			l.failed = err
+		}
+		l.mu.Unlock()
+	}
+}
+
+// flush writes the records kept and reports how many there were.
+func (l *AuditLog) flush() (int, error) {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	l.mu.Lock()
+	recs, f := l.recs, l.f
+	l.recs, l.spare, l.armed = l.spare[:0], nil, false
+	l.mu.Unlock()
+	if len(recs) == 0 {
+		return 0, nil
+	}
+	var err error
+	if f == nil {
+		err = fmt.Errorf("%d audit records: %w", len(recs), ErrClosed)
+	} else {
+		err = l.writeBatch(f, recs)
+	}
+	clear(recs) // the strings they hold
+	l.mu.Lock()
+	l.spare = recs[:0]
+	l.mu.Unlock()
+	return len(recs), err
+}
+
+// writeBatch encodes recs and writes them in one write; writeMu is held. A
+// record that cannot be encoded is left out and its error returned (as
+// Write refused it when it wrote each line itself).
+func (l *AuditLog) writeBatch(f *os.File, recs []Record) error {
+	b := l.line[:0]
+	var errs []error
+	for i := range recs {
+		line, err := recs[i].appendJSON(b)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("encode audit record %s: %w", recs[i].ID, err))
+			continue
+		}
+		b = append(line, '\n')
+	}
+	if len(b) > 0 {
+		if _, err := f.Write(b); err != nil {
+			errs = append(errs, fmt.Errorf("write %d audit records: %w", len(recs), err))
+		}
+	}
+	if cap(b) <= maxPooledBuf {
+		l.line = b[:0]
+	} else {
+		l.line = nil
+	}
+	return errors.Join(errs...)
 }
 
 // appendJSON appends r as json.Marshal writes it (the field order and
@@ -188,14 +308,26 @@ func appendFloat(b []byte, f float64) ([]byte, error) {
 	return envelope.AppendJSON(b, f)
 }
 
-// Close closes the file.
+// Close writes the records kept and closes the file; later Writes fail
+// with ErrClosed.
 func (l *AuditLog) Close() error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.f == nil {
 		return nil
 	}
-	err := l.f.Close()
-	l.f = nil
+	l.timer.Stop()
+	f, recs, err := l.f, l.recs, l.failed
+	l.f, l.recs, l.spare, l.failed = nil, nil, nil, nil
+	if len(recs) > 0 {
+		if werr := l.writeBatch(f, recs); err == nil {
+			err = werr
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
 	return err
 }

@@ -3,13 +3,19 @@ package tools
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // FuzzAuditLineMatchesMarshal checks the audit line encoder byte for byte
@@ -94,5 +100,166 @@ func TestNewIDIsUniqueRandomUUID(t *testing.T) {
 			t.Fatalf("id %s handed out twice", id)
 		}
 		seen[id] = true
+	}
+}
+
+// newAuditLog opens an audit log with the given flush delay in a temporary
+// directory, closed when the test ends, and returns it with its path.
+func newAuditLog(t *testing.T, delay time.Duration) (*AuditLog, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := openAuditLog(path, delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l, path
+}
+
+// TestAuditLogKeepsEveryRecordInOrder: records written concurrently are all
+// in the file after Close, each line whole, each writer's in its order.
+func TestAuditLogKeepsEveryRecordInOrder(t *testing.T) {
+	t.Parallel()
+	l, path := newAuditLog(t, AuditFlushDelay)
+	const writers, each = 8, 300
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				if i == each/2 && w == 0 {
+					if err := l.Flush(); err != nil {
+						t.Error(err)
+					}
+				}
+				r := Record{ID: fmt.Sprintf("%d-%d", w, i), Server: "s", Tool: "t", Status: StatusSuccess}
+				if err := l.Write(&r); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := make([]int, writers)
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	for _, line := range lines {
+		var r Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		var w, i int
+		if _, err := fmt.Sscanf(r.ID, "%d-%d", &w, &i); err != nil || w < 0 || w >= writers {
+			t.Fatalf("record id %q: not one this test wrote", r.ID)
+		}
+		if i != next[w] {
+			t.Fatalf("writer %d: got record %d, want %d", w, i, next[w])
+		}
+		next[w]++
+	}
+	if len(lines) != writers*each {
+		t.Fatalf("got %d lines, want %d", len(lines), writers*each)
+	}
+}
+
+// TestAuditLogWritesFullBatchAtOnce: the Write that fills a batch writes it
+// before returning.
+func TestAuditLogWritesFullBatchAtOnce(t *testing.T) {
+	t.Parallel()
+	l, path := newAuditLog(t, time.Hour) // no background flush in this test
+	lines := func() int {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Count(b, []byte("\n"))
+	}
+	for i := range auditFlushRecords {
+		if n := lines(); n != 0 {
+			t.Fatalf("before the batch is full (%d records): got %d lines in the file, want 0", i, n)
+		}
+		r := Record{ID: strconv.Itoa(i), Server: "s", Tool: "t", Status: StatusSuccess}
+		if err := l.Write(&r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := lines(); n != auditFlushRecords {
+		t.Fatalf("after the Write that filled the batch: got %d lines, want %d", n, auditFlushRecords)
+	}
+}
+
+// TestAuditLogFlushesInTheBackground: a record reaches the file without
+// Flush or Close.
+func TestAuditLogFlushesInTheBackground(t *testing.T) {
+	t.Parallel()
+	l, path := newAuditLog(t, AuditFlushDelay)
+	r := Record{ID: "last", Server: "s", Tool: "t", Status: StatusSuccess}
+	if err := l.Write(&r); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.Marshal(&r)
+	testenv.WaitFor(t, 10*time.Second, "the background flush", func() bool {
+		b, _ := os.ReadFile(path)
+		return bytes.Equal(b, append(want, '\n'))
+	})
+}
+
+// TestAuditLogLeavesOutWhatItCannotEncode: a record that cannot be
+// encoded is reported and left out; the others of its batch are written.
+func TestAuditLogLeavesOutWhatItCannotEncode(t *testing.T) {
+	t.Parallel()
+	l, path := newAuditLog(t, time.Hour)
+	good := Record{ID: "good", Server: "s", Tool: "t", Status: StatusSuccess}
+	bad := Record{ID: "bad", Time: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), Server: "s", Tool: "t"}
+	for _, r := range []*Record{&good, &bad, &good} {
+		if err := l.Write(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Flush(); err == nil || !strings.Contains(err.Error(), "encode audit record bad") {
+		t.Fatalf("Flush: got %v, want the error of record bad", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	line, _ := json.Marshal(&good)
+	if want := append(append(line, '\n'), append(line, '\n')...); !bytes.Equal(b, want) {
+		t.Fatalf("got %s\nwant %s", b, want)
+	}
+}
+
+// TestAuditLogReportsFailedBackgroundWrite: a batch the background flush
+// cannot write is told to OnError with its number of records.
+func TestAuditLogReportsFailedBackgroundWrite(t *testing.T) {
+	t.Parallel()
+	l, _ := newAuditLog(t, AuditFlushDelay)
+	failed := make(chan int, 1)
+	l.OnError(func(err error, records int) {
+		if !errors.Is(err, os.ErrClosed) {
+			t.Errorf("OnError: got %v, want os.ErrClosed", err)
+		}
+		failed <- records
+	})
+	_ = l.f.Close() // every write fails from here on
+	if err := l.Write(&Record{ID: "a", Server: "s", Tool: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-failed:
+		if n != 1 {
+			t.Errorf("OnError: got %d records, want 1", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnError was not called for the failed batch")
+	}
+	if err := l.Flush(); err != nil {
+		t.Errorf("Flush after a reported failure: got %v, want nil (OnError had it)", err)
 	}
 }

@@ -101,13 +101,13 @@ func (b *budgets) limitFor(key string) *limit {
 }
 
 // admit applies the budgets of e's server and server.tool and the global
-// limits, and returns the function that releases the concurrency slots
-// taken. Rate limits wait for a token when it comes before ctx's deadline
-// and fail with ErrRateLimited otherwise; quotas fail with
+// limits, and returns the concurrency slots taken (release them with
+// held.release). Rate limits wait for a token when it comes before ctx's
+// deadline and fail with ErrRateLimited otherwise; quotas fail with
 // ErrQuotaExhausted and the session limit with ErrLimitExceeded; a budget's
 // concurrency waits until ctx ends (ErrTimeout or ErrCancelled), the global
 // one too (ErrLimitExceeded at the deadline).
-func (b *budgets) admit(ctx context.Context, e Execution) (release func(), err error) {
+func (b *budgets) admit(ctx context.Context, e Execution) (*held, error) {
 	p := b.planFor(e.Server, e.Tool)
 	if err := reserveRate(ctx, p.ls, p.keys); err != nil {
 		return nil, err
@@ -123,18 +123,19 @@ func (b *budgets) admit(ctx context.Context, e Execution) (release func(), err e
 	if err != nil {
 		return nil, err
 	}
-	if release, err = b.take(ctx, e, p); err != nil {
+	h, err := b.take(ctx, e, p)
+	if err != nil {
 		undo()
 		return nil, err
 	}
-	return release, nil
+	return h, nil
 }
 
 // countWhileTaking counts e while it takes its slots: in a store on the
 // bus each is a round trip, and the call then waits for one instead of
 // two. A refused count ends the wait for slots; a call refused either way
 // keeps neither its counts nor its slots.
-func (b *budgets) countWhileTaking(ctx context.Context, e Execution, p *plan, counters []Counter) (func(), error) {
+func (b *budgets) countWhileTaking(ctx context.Context, e Execution, p *plan, counters []Counter) (*held, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type counted struct {
@@ -149,34 +150,57 @@ func (b *budgets) countWhileTaking(ctx context.Context, e Execution, p *plan, co
 		}
 		ch <- counted{undo, err}
 	}()
-	release, err := b.take(ctx, e, p)
+	h, err := b.take(ctx, e, p)
 	c := <-ch
 	switch {
 	case c.err != nil:
 		if err == nil {
-			release()
+			h.release()
 		}
 		return nil, c.err
 	case err != nil:
 		c.undo()
 		return nil, err
 	}
-	return release, nil
+	return h, nil
 }
 
-// take takes e's budget concurrency slots, then a global one, and returns
-// what releases them.
-func (b *budgets) take(ctx context.Context, e Execution, p *plan) (func(), error) {
-	releaseSems, err := acquireSems(ctx, p.ls)
-	if err != nil {
+// held are the concurrency slots a call took: its budgets' (server, then
+// tool: a plan has two limits at most) and a global one.
+type held struct {
+	sems [2]chan struct{}
+	n    int
+	slot func()
+}
+
+// release gives the slots back.
+func (h *held) release() {
+	if h.slot != nil {
+		h.slot()
+	}
+	h.releaseSems()
+}
+
+func (h *held) releaseSems() {
+	for _, s := range h.sems[:h.n] {
+		<-s
+	}
+	h.n = 0
+}
+
+// take takes e's budget concurrency slots, then a global one.
+func (b *budgets) take(ctx context.Context, e Execution, p *plan) (*held, error) {
+	h := &held{}
+	if err := h.acquireSems(ctx, p.ls); err != nil {
 		return nil, err
 	}
-	releaseSlot, err := b.acquireSlot(ctx, e)
+	slot, err := b.acquireSlot(ctx, e)
 	if err != nil {
-		releaseSems()
+		h.releaseSems()
 		return nil, err
 	}
-	return func() { releaseSlot(); releaseSems() }, nil
+	h.slot = slot
+	return h, nil
 }
 
 // counters are the counts e adds to: its thread's session and the daily
@@ -251,6 +275,21 @@ func (b *budgets) acquireSlot(ctx context.Context, e Execution) (func(), error) 
 // reserveRate waits for a token of every rate-limited budget: every bucket
 // is reserved first, so a refusal consumes no token.
 func reserveRate(ctx context.Context, ls []*limit, keys []string) error {
+	deadline, hasDeadline := ctx.Deadline()
+	now := time.Now()
+	var lone *rate.Limiter
+	n := 0
+	for _, l := range ls {
+		if l.lim != nil {
+			lone, n = l.lim, n+1
+		}
+	}
+	switch {
+	case n == 0:
+		return nil
+	case n == 1 && (!hasDeadline || !now.After(deadline)) && lone.AllowN(now, 1):
+		return nil // a lone bucket's token to spare, without a reservation
+	}
 	var wait time.Duration
 	reservations := make([]*rate.Reservation, 0, len(ls))
 	cancelAll := func() {
@@ -258,8 +297,6 @@ func reserveRate(ctx context.Context, ls []*limit, keys []string) error {
 			r.Cancel()
 		}
 	}
-	deadline, hasDeadline := ctx.Deadline()
-	now := time.Now()
 	for i, l := range ls {
 		if l.lim == nil {
 			continue
@@ -288,26 +325,21 @@ func reserveRate(ctx context.Context, ls []*limit, keys []string) error {
 }
 
 // acquireSems takes the budgets' concurrency slots: server, then tool.
-func acquireSems(ctx context.Context, ls []*limit) (release func(), err error) {
-	taken := make([]chan struct{}, 0, 2)
-	release = func() {
-		for _, s := range taken {
-			<-s
-		}
-	}
+func (h *held) acquireSems(ctx context.Context, ls []*limit) error {
 	for _, l := range ls {
 		if l.sem == nil {
 			continue
 		}
 		select {
 		case l.sem <- struct{}{}:
-			taken = append(taken, l.sem)
+			h.sems[h.n] = l.sem
+			h.n++
 		case <-ctx.Done():
-			release()
-			return nil, ctxErr(ctx)
+			h.releaseSems()
+			return ctxErr(ctx)
 		}
 	}
-	return release, nil
+	return nil
 }
 
 // ctxErr maps a done context to ErrTimeout or ErrCancelled.
@@ -315,5 +347,11 @@ func ctxErr(ctx context.Context) error {
 	if ctx.Err() == context.DeadlineExceeded {
 		return fmt.Errorf("%w: %w", ErrTimeout, context.Cause(ctx))
 	}
-	return fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
+	cause := context.Cause(ctx)
+	if f := callOf(ctx); f != nil && f.run != nil {
+		if c := f.run.cancelCause(); c != nil { // Runner.Cancel
+			cause = c
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrCancelled, cause)
 }

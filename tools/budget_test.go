@@ -19,9 +19,9 @@ func TestDailyQuotaFollowsTheDay(t *testing.T) {
 	b := newBudgets(pol, NewMemoryLimits(), func() time.Time { return time.Unix(0, now.Load()) })
 	admit := func(tool string) error {
 		t.Helper()
-		release, err := b.admit(t.Context(), Execution{ID: tool, Server: "s", Tool: tool})
+		h, err := b.admit(t.Context(), Execution{ID: tool, Server: "s", Tool: tool})
 		if err == nil {
-			release()
+			h.release()
 		}
 		return err
 	}
@@ -61,7 +61,7 @@ func TestCountWhileTaking(t *testing.T) {
 	mem := NewMemoryLimits()
 	b := newBudgets(pol, remoteLimits{mem}, time.Now)
 	ctx := t.Context()
-	release, err := b.admit(ctx, Execution{ID: "1", Server: "s", Tool: "t"})
+	h, err := b.admit(ctx, Execution{ID: "1", Server: "s", Tool: "t"})
 	if err != nil {
 		t.Fatalf("first call: got %v, want admitted", err)
 	}
@@ -76,7 +76,7 @@ func TestCountWhileTaking(t *testing.T) {
 	if !errors.Is(err, ErrLimitExceeded) {
 		t.Fatalf("second call with the slot taken: got %v, want ErrLimitExceeded", err)
 	}
-	release()
+	h.release()
 	if _, err := b.admit(ctx, Execution{ID: "3", Server: "s", Tool: "t"}); err != nil {
 		t.Fatalf("third call: got %v, want admitted (the second call's count was taken back)", err)
 	}

@@ -279,20 +279,32 @@ func (c *conn) cachedTools(ctx context.Context) ([]*toolEntry, error) {
 func (c *conn) freshTools() ([]*toolEntry, bool) {
 	c.cacheMu.Lock()
 	defer c.cacheMu.Unlock()
-	if c.fetched.IsZero() || time.Since(c.fetched) > c.ttl {
+	if !c.freshLocked() {
 		return nil, false
 	}
 	return c.toolSeq, true
 }
 
-// tool returns one cached tool.
+// freshLocked reports whether the cached list is within its TTL; cacheMu
+// is held.
+func (c *conn) freshLocked() bool {
+	return !c.fetched.IsZero() && time.Since(c.fetched) <= c.ttl
+}
+
+// tool returns one cached tool, fetching the list first when the cache is
+// not fresh.
 func (c *conn) tool(ctx context.Context, name string) (*toolEntry, error) {
-	if _, err := c.cachedTools(ctx); err != nil {
-		return nil, err
-	}
 	c.cacheMu.Lock()
-	e := c.tools[name]
+	fresh, e := c.freshLocked(), c.tools[name]
 	c.cacheMu.Unlock()
+	if !fresh {
+		if _, err := c.cachedTools(ctx); err != nil {
+			return nil, err
+		}
+		c.cacheMu.Lock()
+		e = c.tools[name]
+		c.cacheMu.Unlock()
+	}
 	if e == nil {
 		return nil, fmt.Errorf("%w: %s.%s", ErrUnknownTool, c.cfg.Name, name)
 	}

@@ -45,6 +45,10 @@ type conn struct {
 	wake chan struct{} // check now (enabled, or asked)
 	lost chan struct{} // the session ended
 
+	// busy counts the calls in flight (Runner.acquire), so a server Reload
+	// removed is stopped after they finish.
+	busy atomic.Int64
+
 	mu            sync.Mutex
 	session       *mcp.ClientSession
 	cmd           *exec.Cmd
@@ -253,9 +257,10 @@ func (c *conn) enable() (wasDisabledBy string) {
 	return by
 }
 
-// acquire returns the session and the breaker's completion function, or
-// ErrOffline / ErrBreakerOpen without sending anything.
-func (c *conn) acquire() (*mcp.ClientSession, func(bool), error) {
+// acquire returns the session and the breaker's completion function (nil
+// for a call the server answered, errBreakerFailure for one that counts
+// against it), or ErrOffline / ErrBreakerOpen without sending anything.
+func (c *conn) acquire() (*mcp.ClientSession, func(error), error) {
 	c.mu.Lock()
 	s, b := c.session, c.breaker
 	c.mu.Unlock()
@@ -266,13 +271,7 @@ func (c *conn) acquire() (*mcp.ClientSession, func(bool), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrBreakerOpen, err)
 	}
-	return s, func(ok bool) {
-		if ok {
-			done(nil)
-		} else {
-			done(errBreakerFailure)
-		}
-	}, nil
+	return s, done, nil
 }
 
 // status reports the server's state.
@@ -350,26 +349,26 @@ func (c *conn) pid() int {
 }
 
 // classify maps a CallTool error to the call's error and tells the breaker.
-func (c *conn) classify(ctx context.Context, err error, done func(bool)) error {
+func (c *conn) classify(ctx context.Context, err error, done func(error)) error {
 	var we *wireError
 	switch {
 	case ctx.Err() == context.DeadlineExceeded:
 		// A timeout counts against the server; a caller's cancel does not.
-		done(false)
+		done(errBreakerFailure)
 		return ctxErr(ctx)
 	case ctx.Err() != nil:
-		done(true)
+		done(nil)
 		return ctxErr(ctx)
 	case errors.As(err, &we):
-		done(true) // the server answered
+		done(nil) // the server answered
 		msg, _ := c.redactor.String(we.Message)
 		return &ToolError{Code: we.Code, Message: msg}
 	case errors.Is(err, mcp.ErrConnectionClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, os.ErrClosed):
 		c.fatal.Store(true)
-		done(false)
+		done(errBreakerFailure)
 		return fmt.Errorf("%w: %w", ErrConnection, err)
 	default:
-		done(false)
+		done(errBreakerFailure)
 		return fmt.Errorf("%w: %w", ErrConnection, err)
 	}
 }

@@ -143,14 +143,36 @@ func (f SamplerFunc) Sample(ctx context.Context, req *SampleRequest) (*SampleRes
 type inflight struct {
 	req    *Request
 	tool   string
+	run    *running     // the execution (Cancel)
 	tokens atomic.Int64 // sampling tokens spent
 }
 
 type callKey struct{}
 
-// withCall marks ctx as the context of req's call (Runner.call).
-func withCall(ctx context.Context, req *Request, tool string) context.Context {
-	return context.WithValue(ctx, callKey{}, &inflight{req: req, tool: tool})
+// callCtx is the context of req's call (Runner.call): its parent with the
+// call's timeout, the call in flight (callOf finds it) and the timeout's
+// cause, in one allocation.
+type callCtx struct {
+	context.Context
+	f       inflight
+	timeout callTimeout
+}
+
+// withCall returns the context of req's call of tool under parent, ending
+// at timeout, and its cancel; Cancel(run's id) cancels it too.
+func withCall(parent context.Context, req *Request, run *running, server, tool string, timeout time.Duration) (*callCtx, context.CancelFunc) {
+	c := &callCtx{f: inflight{req: req, tool: tool, run: run}, timeout: callTimeout{limit: timeout, server: server, tool: tool}}
+	var cancel context.CancelFunc
+	c.Context, cancel = context.WithTimeoutCause(parent, timeout, &c.timeout)
+	run.started(c, cancel)
+	return c, cancel
+}
+
+func (c *callCtx) Value(key any) any {
+	if key == (callKey{}) {
+		return &c.f
+	}
+	return c.Context.Value(key)
 }
 
 func callOf(ctx context.Context) *inflight {

@@ -1,7 +1,6 @@
 package tools
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -12,10 +11,20 @@ import (
 	"github.com/google/uuid"
 )
 
-// running is an execution in this runner: its cancel and who used it.
+// running is an execution in this runner: who cancelled it, and the
+// context of its call once the call made it.
 type running struct {
-	cancel context.CancelCauseFunc
-	by     string // guarded by Runner.execsMu
+	// Guarded by Runner.execsMu: by, cause (Cancel's, when it came before
+	// the call's context ended), and the call's context with its cancel
+	// (nil before the call made it).
+	by     string
+	cause  error
+	ctx    context.Context
+	cancel context.CancelFunc
+	// r, id and prev are what untrack needs.
+	r    *Runner
+	id   string
+	prev *running
 }
 
 // ID is the runner's id, the Owner of the executions it registers.
@@ -40,26 +49,48 @@ func (r *Runner) newExecution(req *Request, server, tool string, start time.Time
 	}
 }
 
-// track makes ctx cancellable by Cancel(id) until untrack is called.
-func (r *Runner) track(ctx context.Context, id string) (context.Context, *running, func()) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	run := &running{cancel: cancel}
+// track lets Cancel(id) find the execution until run.untrack is called;
+// the call's context, once made, is given to run.started.
+func (r *Runner) track(id string) *running {
+	run := &running{r: r, id: id}
 	r.execsMu.Lock()
-	prev := r.execs[id]
+	run.prev = r.execs[id]
 	r.execs[id] = run
 	r.execsMu.Unlock()
-	return ctx, run, func() {
-		r.execsMu.Lock()
-		if r.execs[id] == run {
-			if prev != nil {
-				r.execs[id] = prev
-			} else {
-				delete(r.execs, id)
-			}
-		}
-		r.execsMu.Unlock()
-		cancel(nil)
+	return run
+}
+
+// started makes ctx, the call's context, the one Cancel cancels. A Cancel
+// that came before cancels it at once.
+func (run *running) started(ctx context.Context, cancel context.CancelFunc) {
+	run.r.execsMu.Lock()
+	run.ctx, run.cancel = ctx, cancel
+	early := run.cause != nil
+	run.r.execsMu.Unlock()
+	if early {
+		cancel()
 	}
+}
+
+// cancelCause is Cancel's cause when it cancelled the call, else nil.
+func (run *running) cancelCause() error {
+	run.r.execsMu.Lock()
+	defer run.r.execsMu.Unlock()
+	return run.cause
+}
+
+// untrack ends what track began: Cancel no longer finds the execution.
+func (run *running) untrack() {
+	r := run.r
+	r.execsMu.Lock()
+	if r.execs[run.id] == run {
+		if run.prev != nil {
+			r.execs[run.id] = run.prev
+		} else {
+			delete(r.execs, run.id)
+		}
+	}
+	r.execsMu.Unlock()
 }
 
 // cancelledBy is read after untrack: Cancel writes by under the lock that
@@ -73,14 +104,24 @@ func (r *Runner) Cancel(id, actor string) bool {
 	actor = cmp.Or(actor, "an operator")
 	r.execsMu.Lock()
 	run := r.execs[id]
-	if run != nil && run.by == "" {
-		run.by = actor
+	var cancel context.CancelFunc
+	if run != nil {
+		if run.by == "" {
+			run.by = actor
+		}
+		// The first end of the call's context is its cause, as with a
+		// context's own cancel.
+		if run.cause == nil && (run.ctx == nil || run.ctx.Err() == nil) {
+			run.cause, cancel = fmt.Errorf("execution %s cancelled by %s", id, actor), run.cancel
+		}
 	}
 	r.execsMu.Unlock()
 	if run == nil {
 		return false
 	}
-	run.cancel(fmt.Errorf("execution %s cancelled by %s", id, actor))
+	if cancel != nil {
+		cancel()
+	}
 	return true
 }
 
@@ -99,17 +140,22 @@ func (r *Runner) Active(ctx context.Context) ([]Execution, error) {
 // record), and one read of the system's source per id cost more than the
 // rest of the id.
 func newID() string {
+	var u uuid.UUID
 	ids.mu.Lock()
-	u, err := uuid.NewRandomFromReader(ids.r)
-	ids.mu.Unlock()
-	if err != nil {
-		return uuid.NewString()
+	if ids.left == 0 {
+		_, _ = rand.Read(ids.buf[:]) // never fails (crypto/rand.Read)
+		ids.left = len(ids.buf)
 	}
+	ids.left -= copy(u[:], ids.buf[len(ids.buf)-ids.left:])
+	ids.mu.Unlock()
+	u[6] = u[6]&0x0f | 0x40 // version 4
+	u[8] = u[8]&0x3f | 0x80 // variant RFC 4122
 	return u.String()
 }
 
 // ids is newID's buffered source of random bytes.
-var ids = struct {
-	mu sync.Mutex
-	r  *bufio.Reader
-}{r: bufio.NewReaderSize(rand.Reader, 16*16)}
+var ids struct {
+	mu   sync.Mutex
+	buf  [16 * 16]byte
+	left int // the unused bytes at the end of buf
+}

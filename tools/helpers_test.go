@@ -342,10 +342,13 @@ func (r *recorder[T]) all() []T {
 // notify records a notice, as Config.Notify.
 func (r *recorder[T]) notify(_ context.Context, n T) { r.add(n) }
 
-// readAudit returns the audit log's records.
-func readAudit(t *testing.T, path string) []Record {
+// readAudit returns the records of r's audit log, flushed first.
+func readAudit(t *testing.T, r *Runner) []Record {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	if err := r.audit.Flush(); err != nil {
+		t.Fatalf("flush the audit log: %v", err)
+	}
+	b, err := os.ReadFile(r.cfg.AuditPath)
 	if err != nil {
 		t.Fatalf("read audit log: %v", err)
 	}

@@ -61,15 +61,15 @@ type LimitStore interface {
 type MemoryLimits struct {
 	mu     sync.Mutex
 	counts map[string]int
-	active map[string]Execution
-	freed  chan struct{} // closed and replaced when a slot is released while waiting is set
+	active map[string]*memSlot // by execution id (#n for a repeated one)
+	freed  chan struct{}       // closed and replaced when a slot is released while waiting is set
 	// waiting says an Acquire waits on freed.
 	waiting bool
 }
 
 // NewMemoryLimits returns an empty MemoryLimits.
 func NewMemoryLimits() *MemoryLimits {
-	return &MemoryLimits{counts: map[string]int{}, active: map[string]Execution{}, freed: make(chan struct{})}
+	return &MemoryLimits{counts: map[string]int{}, active: map[string]*memSlot{}, freed: make(chan struct{})}
 }
 
 // Count implements LimitStore.
@@ -101,12 +101,12 @@ func (m *MemoryLimits) Acquire(ctx context.Context, e Execution, slots int) (fun
 		m.mu.Lock()
 		if len(m.active) < slots {
 			key := e.ID
-			for n := 2; m.active[key].ID != ""; n++ { // a repeated id keeps its own slot
+			for n := 2; m.active[key] != nil; n++ { // a repeated id keeps its own slot
 				key = fmt.Sprintf("%s#%d", e.ID, n)
 			}
-			m.active[key] = e
+			s := &memSlot{m: m, key: key, e: e}
+			m.active[key] = s
 			m.mu.Unlock()
-			s := &memSlot{m: m, key: key}
 			return s.release, nil
 		}
 		m.waiting = true
@@ -120,10 +120,12 @@ func (m *MemoryLimits) Acquire(ctx context.Context, e Execution, slots int) (fun
 	}
 }
 
-// memSlot is one slot a MemoryLimits handed out; release frees it once.
+// memSlot is one slot a MemoryLimits handed out, held by e; release frees
+// it once.
 type memSlot struct {
 	m        *MemoryLimits
 	key      string
+	e        Execution
 	released atomic.Bool
 }
 
@@ -147,8 +149,8 @@ func (m *MemoryLimits) release(key string) {
 func (m *MemoryLimits) Active(context.Context) ([]Execution, error) {
 	m.mu.Lock()
 	out := make([]Execution, 0, len(m.active))
-	for _, e := range m.active {
-		out = append(out, e)
+	for _, s := range m.active {
+		out = append(out, s.e)
 	}
 	m.mu.Unlock()
 	SortExecutions(out)

@@ -38,7 +38,7 @@ func TestSessionLimitPerThread(t *testing.T) {
 			t.Errorf("call %d: got %v, want ErrLimitExceeded", i+1, res.Err)
 		}
 	}
-	recs := readAudit(t, cfg.AuditPath)
+	recs := readAudit(t, r)
 	if len(recs) != len(steps) || recs[2].Status != StatusLimitExceeded {
 		t.Fatalf("audit: got %+v, want %d records, the third limit_exceeded", recs, len(steps))
 	}
@@ -81,12 +81,16 @@ func TestCancelExecution(t *testing.T) {
 	if res.Status != StatusCancelled || !errors.Is(res.Err, ErrCancelled) || res.CancelledBy != "alice" || res.ExecutionID != "call-slow" {
 		t.Fatalf("got %s, %v, by %q; want cancelled by alice", res.Status, res.Err, res.CancelledBy)
 	}
+	if want := "execution call-slow cancelled by alice"; !strings.Contains(res.Err.Error(), want) {
+		t.Errorf("error: got %q, want it to say %q", res.Err, want)
+	}
 	testenv.WaitFor(t, 10*time.Second, "the server to see notifications/cancelled", func() bool { return fileExists(dir, "slow-cancelled") })
 	if active, _ := r.Active(context.Background()); len(active) != 0 {
 		t.Errorf("active after the cancel: got %+v, want none", active)
 	}
-	recs := readAudit(t, cfg.AuditPath)
-	if len(recs) != 1 || recs[0].Status != StatusCancelled || recs[0].CancelledBy != "alice" || recs[0].Actor != "octocat" || recs[0].ExecutionID != "call-slow" {
+	recs := readAudit(t, r)
+	if len(recs) != 1 || recs[0].Status != StatusCancelled || recs[0].CancelledBy != "alice" || recs[0].Actor != "octocat" || recs[0].ExecutionID != "call-slow" ||
+		!strings.Contains(recs[0].Error, "cancelled by alice") {
 		t.Errorf("audit: got %+v, want one cancelled record naming alice", recs)
 	}
 }

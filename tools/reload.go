@@ -16,9 +16,6 @@ type liveConns struct {
 	life context.Context
 	// stops end one server's health loop.
 	stops map[*conn]context.CancelFunc
-	// busy counts each server's calls in flight, so a removed server is
-	// stopped after they finish.
-	busy map[*conn]int
 }
 
 // ReloadResult says what Reload changed, by server name.
@@ -50,27 +47,20 @@ func (r *Runner) list() []*conn {
 }
 
 // acquire returns the named server's connection counted as busy until
-// release; nil when there is none.
+// release; nil when there is none. The count is taken under connsMu, so a
+// Reload that removes the server (under the write lock) is followed by a
+// drain that sees it.
 func (r *Runner) acquire(name string) *conn {
-	r.connsMu.Lock()
-	defer r.connsMu.Unlock()
+	r.connsMu.RLock()
+	defer r.connsMu.RUnlock()
 	c := r.conns[name]
 	if c != nil {
-		if r.live.busy == nil {
-			r.live.busy = map[*conn]int{}
-		}
-		r.live.busy[c]++
+		c.busy.Add(1)
 	}
 	return c
 }
 
-func (r *Runner) release(c *conn) {
-	r.connsMu.Lock()
-	defer r.connsMu.Unlock()
-	if r.live.busy[c]--; r.live.busy[c] <= 0 {
-		delete(r.live.busy, c)
-	}
-}
+func (r *Runner) release(c *conn) { c.busy.Add(-1) }
 
 func (r *Runner) setLife(ctx context.Context) {
 	r.connsMu.Lock()
@@ -182,10 +172,7 @@ func (r *Runner) drain(c *conn) {
 	life := r.live.life
 	r.connsMu.RUnlock()
 	for time.Now().Before(deadline) && life.Err() == nil {
-		r.connsMu.RLock()
-		busy := r.live.busy[c]
-		r.connsMu.RUnlock()
-		if busy == 0 {
+		if c.busy.Load() <= 0 {
 			break
 		}
 		select {

@@ -283,6 +283,9 @@ func New(cfg Config) (*Runner, error) {
 		if err != nil {
 			return nil, err
 		}
+		a.OnError(func(err error, lines int) {
+			r.log.Error("audit log write failed", "records", lines, "err", err)
+		})
 		r.audit = a
 	}
 	return r, nil
@@ -639,9 +642,9 @@ func (r *Runner) Call(ctx context.Context, req Request) *Result {
 	start := time.Now()
 	server, tool, _ := mcpconfig.SplitTool(req.Tool)
 	e := r.newExecution(&req, server, tool, start)
-	ctx, run, untrack := r.track(ctx, e.ID)
-	res := r.call(ctx, &req, e)
-	untrack()
+	run := r.track(e.ID)
+	res := r.call(ctx, &req, e, run)
+	run.untrack()
 	res.ExecutionID, res.CancelledBy = e.ID, run.cancelledBy()
 	res.Duration = time.Since(start)
 	res.Status = StatusOf(res.Err)
@@ -709,7 +712,7 @@ func (r *Runner) record(ctx context.Context, req *Request, e Execution, res *Res
 	}
 }
 
-func (r *Runner) call(ctx context.Context, req *Request, e Execution) (res *Result) {
+func (r *Runner) call(ctx context.Context, req *Request, e Execution, run *running) (res *Result) {
 	res = &Result{}
 	server, tool := e.Server, e.Tool
 	if server == "" {
@@ -743,10 +746,10 @@ func (r *Runner) call(ctx context.Context, req *Request, e Execution) (res *Resu
 		return res
 	}
 	timeout := r.cfg.Policy.TimeoutOr(server, tool, c.cfg.Timeout)
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, &callTimeout{limit: timeout, server: server, tool: tool})
+	cctx, cancel := withCall(ctx, req, run, server, tool, timeout)
 	defer cancel()
-	ctx = withCall(ctx, req, tool)
-	defer func() { res.SamplingTokens = int(callOf(ctx).tokens.Load()) }()
+	ctx = cctx
+	defer func() { res.SamplingTokens = int(cctx.f.tokens.Load()) }()
 
 	entry, err := c.tool(ctx, tool)
 	if err != nil {
@@ -772,12 +775,12 @@ func (r *Runner) call(ctx context.Context, req *Request, e Execution) (res *Resu
 		res.Err = fmt.Errorf("%w: %v", ErrInvalidArguments, err)
 		return res
 	}
-	release, err := r.budgets.admit(ctx, e)
+	slots, err := r.budgets.admit(ctx, e)
 	if err != nil {
 		res.Err = err
 		return res
 	}
-	defer release()
+	defer slots.release()
 
 	var token string
 	if req.Progress != nil {
@@ -887,7 +890,7 @@ func (r *Runner) invoke(ctx context.Context, c *conn, tool string, args map[stri
 	if err != nil {
 		return nil, true, c.classify(ctx, err, done)
 	}
-	done(true)
+	done(nil)
 	return res, true, nil
 }
 

@@ -24,7 +24,7 @@ const allowAll = "roles:\n  - role: agent\n    capabilities: ['*.*']\n"
 
 func TestEverythingStdio(t *testing.T) {
 	t.Parallel()
-	r, cfg, reg := everythingStdioRunner(t)
+	r, _, reg := everythingStdioRunner(t)
 	caller := Caller{AgentID: "agent-1", Role: "agent"}
 
 	t.Run("echo", func(t *testing.T) {
@@ -55,7 +55,7 @@ func TestEverythingStdio(t *testing.T) {
 			t.Errorf("got structured %v, want temperature 36", res.Structured)
 		}
 	})
-	t.Run("env injection and redaction", func(t *testing.T) { checkEnvRedacted(t, r, caller, cfg.AuditPath) })
+	t.Run("env injection and redaction", func(t *testing.T) { checkEnvRedacted(t, r, caller) })
 	t.Run("progress", func(t *testing.T) { checkProgress(t, r, caller) })
 	t.Run("timeout", func(t *testing.T) { checkTimeout(t, r, caller) })
 	t.Run("tools filtered by role", func(t *testing.T) {
@@ -98,7 +98,7 @@ roles:
 // checkEnvRedacted checks that the server sees the injected variable and only
 // the base environment, and that the secret in its answer is redacted in the
 // result and flagged in the audit record.
-func checkEnvRedacted(t *testing.T, r *Runner, caller Caller, auditPath string) {
+func checkEnvRedacted(t *testing.T, r *Runner, caller Caller) {
 	t.Helper()
 	res := r.Call(t.Context(), Request{Tool: "everything.get-env", Caller: caller})
 	if res.Err != nil {
@@ -113,7 +113,7 @@ func checkEnvRedacted(t *testing.T, r *Runner, caller Caller, auditPath string) 
 	if strings.Contains(res.Text, "HOME") {
 		t.Errorf("relay environment leaked into the server beyond the base env: %s", res.Text)
 	}
-	recs := readAudit(t, auditPath)
+	recs := readAudit(t, r)
 	i := slices.IndexFunc(recs, func(r Record) bool { return r.AuditIDMatches(res.AuditID) })
 	if i < 0 || !recs[i].Redacted || recs[i].Tool != "get-env" {
 		t.Errorf("audit record %s: got %+v, want redaction_applied", res.AuditID, recs)
@@ -307,7 +307,7 @@ budgets:
 	if fileExists(dir, "slow-started") {
 		t.Error("the stop switch let a call through")
 	}
-	recs := readAudit(t, cfg.AuditPath)
+	recs := readAudit(t, r)
 	if len(recs) != len(steps) {
 		t.Fatalf("got %d audit records, want %d", len(recs), len(steps))
 	}

@@ -171,7 +171,13 @@ func TestMCPActiveAndCancel(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no tool.failed result after the cancel")
 	}
-	recs := auditRecords(t, env["RELAY_AUDIT_LOG"])
+	// The runner writes its audit lines in batches: the record is in the
+	// file within tools.AuditFlushDelay of the result.
+	var recs []tools.Record
+	testenv.WaitFor(t, 10*time.Second, "the audit record in the file", func() bool {
+		recs = auditRecords(t, env["RELAY_AUDIT_LOG"])
+		return len(recs) > 0
+	})
 	if len(recs) != 1 || recs[0].Status != tools.StatusCancelled || recs[0].CancelledBy != "U0ALICE" || recs[0].ExecutionID != call.ID {
 		t.Errorf("audit: got %+v, want one cancelled record naming U0ALICE", recs)
 	}
