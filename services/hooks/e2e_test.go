@@ -220,11 +220,17 @@ func TestHookFiresOnIssueOpened(t *testing.T) {
 	if err != nil || target == nil || target.Owner != "Codertocat" || target.Number != 1 || !strings.Contains(s.Content, want) {
 		t.Errorf("suggestion: got target %+v (%v) content %q", target, err, s.Content)
 	}
-	// The audit log names the hook.
-	raw, err := os.ReadFile(r.audit)
-	if err != nil || strings.Count(string(raw), `"agent_id":"hook:greet-new-issues"`) != 2 {
-		t.Errorf("audit log: got %s (%v), want two records of agent hook:greet-new-issues", raw, err)
-	}
+	// The audit log names the hook (its lines are written in batches, within
+	// tools.AuditFlushDelay of the call).
+	testenv.Poll(t, 10*time.Second, func() (bool, string) {
+		raw, err := os.ReadFile(r.audit)
+		if n := strings.Count(string(raw), `"agent_id":"hook:greet-new-issues"`); err != nil || n > 2 {
+			t.Fatalf("audit log: got %s (%v), want two records of agent hook:greet-new-issues", raw, err)
+		} else if n < 2 {
+			return false, fmt.Sprintf("audit log: %d records of agent hook:greet-new-issues, want 2:\n%s", n, raw)
+		}
+		return true, ""
+	})
 	testenv.Quiet(t, r.executed, 500*time.Millisecond, "record of the hook whose condition fails")
 }
 
