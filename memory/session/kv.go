@@ -17,6 +17,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/relaystation/relay/envelope"
 )
 
 // KVConfig configures the JetStream key-value store.
@@ -341,7 +343,7 @@ func (k *KV) modify(ctx context.Context, thread string, guess bool, fn change) e
 			return err
 		}
 		k.stats.encodes.Add(1)
-		b, err := json.Marshal(next)
+		b, err := next.appendJSON(make([]byte, 0, 256+next.size()))
 		if err != nil {
 			return err
 		}
@@ -388,21 +390,25 @@ func legacySeen(cur, next *kvSession) []string {
 	return out
 }
 
-// mark writes the id keys of ids, concurrently.
+// mark writes the id keys of ids, concurrently when there are several.
 func (k *KV) mark(ctx context.Context, thread string, ids []string) error {
-	if len(ids) == 0 {
+	put := func(ctx context.Context, id string) error {
+		k.stats.markerWrites.Add(1)
+		if _, err := k.ids.Put(ctx, markerKey(thread, id), []byte{'1'}); err != nil {
+			return fmt.Errorf("remember turn id %s: %w", id, err)
+		}
 		return nil
+	}
+	switch len(ids) {
+	case 0:
+		return nil
+	case 1:
+		return put(ctx, ids[0])
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
 	for _, id := range ids {
-		g.Go(func() error {
-			k.stats.markerWrites.Add(1)
-			if _, err := k.ids.Put(gctx, markerKey(thread, id), []byte{'1'}); err != nil {
-				return fmt.Errorf("remember turn id %s: %w", id, err)
-			}
-			return nil
-		})
+		g.Go(func() error { return put(gctx, id) })
 	}
 	return g.Wait()
 }
@@ -483,8 +489,8 @@ func (k *KV) AppendFold(ctx context.Context, thread string, f Folder, ts ...Turn
 // Nor is one read for a turn that the KV, as the session's only writer
 // (cur.own), did not see leave it (see owned).
 func (k *KV) unseen(ctx context.Context, thread string, cur cachedSession, ts []Turn, added []bool) error {
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
+	var g *errgroup.Group // made for the first key to read
+	var gctx context.Context
 	for i, t := range ts {
 		if hasTurn(cur.v, t.ID) || slices.ContainsFunc(ts[:i], func(o Turn) bool { return o.ID == t.ID }) {
 			continue
@@ -493,11 +499,18 @@ func (k *KV) unseen(ctx context.Context, thread string, cur cachedSession, ts []
 			added[i] = true
 			continue
 		}
+		if g == nil {
+			g, gctx = errgroup.WithContext(ctx)
+			g.SetLimit(16)
+		}
 		g.Go(func() error {
 			seen, err := k.marked(gctx, thread, t.ID)
 			added[i] = err == nil && !seen
 			return err
 		})
+	}
+	if g == nil {
+		return nil
 	}
 	return g.Wait()
 }
@@ -615,4 +628,61 @@ func (k *KV) Forget(ctx context.Context, thread string) error {
 
 func sortEpisodes(es []Episode) {
 	sort.SliceStable(es, func(i, j int) bool { return es[i].Created.Before(es[j].Created) })
+}
+
+// appendJSON appends v as json.Marshal writes it (the field order and
+// omitempty of its tags), without reflection: a session write encodes the
+// whole value.
+func (v *kvSession) appendJSON(b []byte) ([]byte, error) {
+	b = append(b, '{')
+	if v.Summary != "" {
+		b = append(b, `"summary":`...)
+		b = envelope.AppendString(b, v.Summary)
+		b = append(b, ',')
+	}
+	b = append(b, `"turns":`...)
+	if v.Turns == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i := range v.Turns {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			t := &v.Turns[i]
+			b = append(b, `{"id":`...)
+			b = envelope.AppendString(b, t.ID)
+			b = append(b, `,"role":`...)
+			b = envelope.AppendString(b, t.Role)
+			b = append(b, `,"content":`...)
+			b = envelope.AppendString(b, t.Content)
+			b = append(b, `,"time":`...)
+			var err error
+			if b, err = envelope.AppendTime(b, t.Time); err != nil {
+				return nil, fmt.Errorf("turn %s: %w", t.ID, err)
+			}
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if len(v.Seen) > 0 {
+		b = append(b, `,"seen":[`...)
+		for i, id := range v.Seen {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = envelope.AppendString(b, id)
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}'), nil
+}
+
+// size is about the bytes of v's text.
+func (v *kvSession) size() int {
+	n := len(v.Summary)
+	for i := range v.Turns {
+		n += len(v.Turns[i].ID) + len(v.Turns[i].Role) + len(v.Turns[i].Content) + 80
+	}
+	return n
 }
