@@ -69,9 +69,9 @@ func errText(err error) string {
 type eventFilter struct{ Channel, Subject, Thread, Actor string }
 
 func (f eventFilter) keep(e *Event) bool {
-	return (f.Channel == "" || string(e.Env.Channel) == f.Channel) &&
+	return (f.Channel == "" || string(e.h.Channel) == f.Channel) &&
 		(f.Subject == "" || strings.Contains(e.Subject, f.Subject)) &&
-		(f.Thread == "" || strings.Contains(e.Env.Meta.Thread, f.Thread)) &&
+		(f.Thread == "" || strings.Contains(e.h.Thread, f.Thread)) &&
 		(f.Actor == "" || strings.Contains(e.Actor(), f.Actor))
 }
 
@@ -139,8 +139,8 @@ func (s *Service) eventJSON(w http.ResponseWriter, r *http.Request, sess *sessio
 		http.Error(w, "no such envelope among the recent ones", http.StatusNotFound)
 		return
 	}
-	s.render(w, r, "json", sess, map[string]any{"Title": "Envelope " + e.Env.ID, "Subject": e.Subject, "JSON": prettyJSON(e.Raw),
-		"Thread": e.Env.Meta.Thread, "Task": e.Env.Meta.TaskID})
+	s.render(w, r, "json", sess, map[string]any{"Title": "Envelope " + e.h.ID, "Subject": e.Subject, "JSON": prettyJSON(e.Raw),
+		"Thread": e.h.Thread, "Task": e.h.TaskID})
 }
 
 // dlqShow shows one dead letter.

@@ -25,25 +25,66 @@ type Event struct {
 	Subject string
 	// Seen is when the console saw it (or its timestamp, when loaded).
 	Seen time.Time
-	// Env is the parsed envelope; Raw its JSON.
-	Env *envelope.Envelope
+	// Raw is the envelope's JSON.
 	Raw json.RawMessage
+
+	// h is what the message's headers say of the envelope (bus.Publish
+	// writes them from the envelope it validated); h.ID is always set.
+	h    envelope.HeaderFields
+	once sync.Once
+	env  *envelope.Envelope
 }
+
+// Env is the envelope, decoded from Raw on first use: most envelopes pass
+// the console without a page ever showing them. If Raw does not decode
+// (its headers said it was an envelope, but another producer wrote them),
+// Env is the envelope the headers describe, without content.
+func (e *Event) Env() *envelope.Envelope {
+	e.once.Do(func() {
+		if e.env != nil {
+			return
+		}
+		if env, ok := decode(e.Raw); ok && env.ID == e.h.ID {
+			e.env = env
+			return
+		}
+		e.env = &envelope.Envelope{ID: e.h.ID, Channel: e.h.Channel, Role: e.h.Role,
+			Meta: envelope.Meta{Thread: e.h.Thread, TaskID: e.h.TaskID, MCPVersion: e.h.Version}}
+	})
+	return e.env
+}
+
+// ID is the envelope's id.
+func (e *Event) ID() string { return e.h.ID }
 
 // Actor is meta.source.actor, or "".
 func (e *Event) Actor() string {
-	if e.Env.Meta.Source == nil {
-		return ""
+	if s := e.Env().Meta.Source; s != nil {
+		return s.Actor
 	}
-	return e.Env.Meta.Source.Actor
+	return ""
 }
 
 // Delivery is meta.source.delivery_id, or "".
-func (e *Event) Delivery() string {
-	if e.Env.Meta.Source == nil {
-		return ""
+func (e *Event) Delivery() string { return e.h.Delivery }
+
+// decode decodes and checks an envelope: envelope.ParseFast decodes the
+// usual envelope in one pass to the value encoding/json would give; anything
+// it leaves goes through encoding/json. ok is false for a record that is not
+// an envelope.
+func decode(data []byte) (*envelope.Envelope, bool) {
+	e, ok := envelope.ParseFast(data)
+	if !ok && json.Unmarshal(data, &e) != nil || envelope.Check(e) != nil {
+		return nil, false
 	}
-	return e.Env.Meta.Source.DeliveryID
+	return e, true
+}
+
+// headerOf is what bus.Publish would write in the headers of e.
+func headerOf(e *envelope.Envelope) envelope.HeaderFields {
+	h := make(map[string][]string, 8)
+	envelope.EncodeHeader(e, h)
+	return envelope.DecodeHeader(h)
 }
 
 // hub follows the bus: it keeps the last envelopes in a ring and wakes the
@@ -77,7 +118,7 @@ func (h *hub) start(ctx context.Context) (stop func(), err error) {
 	for _, root := range append([]string{"in"}, bus.WorkRoots()...) {
 		subj := h.bus.Subject(root + ".>")
 		sub, err := h.bus.Conn().Subscribe(subj, func(m *nats.Msg) {
-			h.add(h.bus.Relative(m.Subject), m.Data, h.now())
+			h.add(h.bus.Relative(m.Subject), m.Data, m.Header, h.now())
 		})
 		if err != nil {
 			stop()
@@ -125,7 +166,7 @@ func (h *hub) load(ctx context.Context, stream string) error {
 			if md != nil {
 				at = md.Timestamp
 			}
-			h.add(h.bus.Relative(m.Subject()), m.Data(), at)
+			h.add(h.bus.Relative(m.Subject()), m.Data(), m.Headers(), at)
 		}
 		if got == 0 {
 			break
@@ -137,30 +178,36 @@ func (h *hub) load(ctx context.Context, stream string) error {
 
 // add records an envelope (anything else, and repeats, are ignored).
 //
-// The bus validated every envelope against the schema when it was published,
-// so the console only decodes and applies envelope.Check (the schema's rules
-// on the decoded value, which also tells records that are not envelopes
-// apart) instead of validating the raw JSON again: a schema validation of
-// every message cost the whole relay a tenth of its CPU. envelope.ParseFast
-// decodes the usual envelope in one pass to the value encoding/json would
-// give; anything it leaves goes through encoding/json.
-func (h *hub) add(subject string, data []byte, at time.Time) {
-	e, ok := envelope.ParseFast(data)
-	if !ok && json.Unmarshal(data, &e) != nil || envelope.Check(e) != nil {
-		return
+// An envelope published by bus.Publish, which validated it against the
+// schema, carries its id, thread, task, channel, role and delivery in
+// headers: the console keeps those and its JSON, and decodes it only when a
+// page shows it (Event.Env). Decoding every message cost the whole relay a
+// twentieth of its CPU, most of it for envelopes no page ever showed. A
+// message without those headers (an older one, or another producer's) is
+// decoded and checked now: envelope.Check also tells records that are not
+// envelopes apart, and those are dropped.
+func (h *hub) add(subject string, data []byte, header map[string][]string, at time.Time) {
+	ev := &Event{Subject: subject, Seen: at, h: envelope.DecodeHeader(header)}
+	if ev.h.ID == "" {
+		e, ok := decode(data)
+		if !ok {
+			return
+		}
+		ev.env, ev.h = e, headerOf(e)
 	}
+	ev.Raw = json.RawMessage(slices.Clone(data))
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ids[e.ID] {
+	if h.ids[ev.h.ID] {
 		return
 	}
 	h.n++
-	ev := &Event{N: h.n, Subject: subject, Seen: at, Env: e, Raw: json.RawMessage(slices.Clone(data))}
+	ev.N = h.n
 	i, _ := slices.BinarySearchFunc(h.events, at, func(x *Event, t time.Time) int { return x.Seen.Compare(t) + boolInt(x.Seen.Equal(t)) })
 	h.events = slices.Insert(h.events, i, ev)
-	h.ids[e.ID] = true
+	h.ids[ev.h.ID] = true
 	for len(h.events) > h.size {
-		delete(h.ids, h.events[0].Env.ID)
+		delete(h.ids, h.events[0].h.ID)
 		h.events = h.events[1:]
 	}
 	close(h.changed)
@@ -197,7 +244,7 @@ func (h *hub) filter(limit int, keep func(*Event) bool) []*Event {
 
 // byID returns the event of envelope id, or nil.
 func (h *hub) byID(id string) *Event {
-	got := h.filter(1, func(e *Event) bool { return e.Env.ID == id })
+	got := h.filter(1, func(e *Event) bool { return e.h.ID == id })
 	if len(got) == 0 {
 		return nil
 	}
@@ -209,7 +256,7 @@ func (h *hub) rates(window time.Duration) map[string]int {
 	since := h.now().Add(-window)
 	out := map[string]int{}
 	for _, e := range h.filter(h.size, func(e *Event) bool { return e.Seen.After(since) && strings.HasPrefix(e.Subject, "in.") }) {
-		out[string(e.Env.Channel)]++
+		out[string(e.h.Channel)]++
 	}
 	return out
 }

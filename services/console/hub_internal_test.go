@@ -17,12 +17,12 @@ func TestHubAddKeepsEnvelopesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Now()
-	h.add("relay.in.github.issues", raw, at)
-	h.add("relay.in.github.issues", raw, at)
-	h.add("relay.audit.tool", []byte(`{"id":"x","server":"everything","tool":"echo","status":"success"}`), at)
-	h.add("relay.in.github.issues", []byte(`not json`), at)
+	h.add("relay.in.github.issues", raw, nil, at)
+	h.add("relay.in.github.issues", raw, nil, at)
+	h.add("relay.audit.tool", []byte(`{"id":"x","server":"everything","tool":"echo","status":"success"}`), nil, at)
+	h.add("relay.in.github.issues", []byte(`not json`), nil, at)
 	got := h.filter(10, func(*Event) bool { return true })
-	if len(got) != 1 || got[0].Env.ID != e.ID || got[0].Env.Content != "hello" || string(got[0].Raw) != string(raw) {
+	if len(got) != 1 || got[0].Env().ID != e.ID || got[0].Env().Content != "hello" || string(got[0].Raw) != string(raw) {
 		t.Fatalf("got %d events (%+v), want the one envelope %s", len(got), got, e.ID)
 	}
 	// An envelope envelope.ParseFast leaves alone (a repeated field) is
@@ -36,8 +36,47 @@ func TestHubAddKeepsEnvelopesOnly(t *testing.T) {
 	if _, ok := envelope.ParseFast(rawDup); ok {
 		t.Fatalf("ParseFast took %s, want it to leave a repeated field to the reference", rawDup)
 	}
-	h.add("relay.in.github.issues", rawDup, at.Add(time.Second))
-	if ev := h.byID(dup.ID); ev == nil || ev.Env.Content != "second" {
+	h.add("relay.in.github.issues", rawDup, nil, at.Add(time.Second))
+	if ev := h.byID(dup.ID); ev == nil || ev.Env().Content != "second" {
 		t.Fatalf("got %+v, want the envelope with a repeated field kept, its last content", ev)
+	}
+}
+
+// TestHubAddDecodesOnlyWhenShown: an envelope that carries the bus's headers
+// is kept by them, and decoded on first use to the envelope it is; one whose
+// body is not the envelope its headers name shows what the headers say.
+func TestHubAddDecodesOnlyWhenShown(t *testing.T) {
+	h := newHub(nil, 10, time.Now)
+	e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "hello")
+	e.Meta.Thread = "github:octo/hello#1"
+	e.Meta.Source = &envelope.Source{Event: "issues", DeliveryID: "d-1", Actor: "octocat"}
+	raw, err := e.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := map[string][]string{}
+	envelope.EncodeHeader(e, hdr)
+	at := time.Now()
+	h.add("in.github.issues", raw, hdr, at)
+	h.add("in.github.issues", raw, hdr, at)
+	ev := h.byID(e.ID)
+	if ev == nil || len(h.filter(10, func(*Event) bool { return true })) != 1 {
+		t.Fatalf("want the envelope %s kept once by its headers", e.ID)
+	}
+	if ev.env != nil {
+		t.Fatal("the envelope was decoded before any page asked for it")
+	}
+	if got := ev.Env(); got.Content != "hello" || got.Meta.Thread != e.Meta.Thread || ev.Actor() != "octocat" || ev.Delivery() != "d-1" {
+		t.Fatalf("decoded %+v (actor %q, delivery %q), want the envelope published", got, ev.Actor(), ev.Delivery())
+	}
+	if n := h.rates(time.Minute)["github"]; n != 1 {
+		t.Fatalf("rates counted %d github envelopes, want 1", n)
+	}
+
+	forged := map[string][]string{envelope.HeaderID: {"not-the-body"}, envelope.HeaderThread: {"t"}, envelope.HeaderChannel: {"slack"}}
+	h.add("in.slack.message", raw, forged, at)
+	got := h.byID("not-the-body").Env()
+	if got.ID != "not-the-body" || got.Content != "" || got.Meta.Thread != "t" || got.Channel != "slack" {
+		t.Fatalf("got %+v, want what the headers say, without content", got)
 	}
 }

@@ -53,21 +53,21 @@ func (hs hubStory) Story(_ context.Context, id string) (*Story, error) {
 	}
 	threads, tasks := map[string]bool{}, map[string]bool{}
 	for _, e := range hs.h.filter(hs.h.size, func(e *Event) bool {
-		return e.Env.ID == id || e.Env.Meta.Thread == id || e.Env.Meta.TaskID == id || e.Delivery() == id
+		return e.h.ID == id || e.h.Thread == id || e.h.TaskID == id || e.h.Delivery == id
 	}) {
-		threads[e.Env.Meta.Thread] = e.Env.Meta.Thread != ""
-		tasks[e.Env.Meta.TaskID] = e.Env.Meta.TaskID != ""
+		threads[e.h.Thread] = e.h.Thread != ""
+		tasks[e.h.TaskID] = e.h.TaskID != ""
 	}
 	evs := hs.h.filter(hs.h.size, func(e *Event) bool {
-		return threads[e.Env.Meta.Thread] || tasks[e.Env.Meta.TaskID] || e.Env.ID == id
+		return threads[e.h.Thread] || tasks[e.h.TaskID] || e.h.ID == id
 	})
 	slices.Reverse(evs)
 	deliveries := map[string]bool{}
 	for i, e := range evs {
 		hop := Hop{Time: e.Seen, Kind: kindOf(e.Subject), Subject: e.Subject, Actor: e.Actor(),
-			Summary: clip.To(clip.Line(e.Env.Content, 200), 200), Envelope: e.Raw}
-		if e.Env.Meta.Source != nil && hop.Kind == "inbound" {
-			hop.Link = e.Env.Meta.Source.URL
+			Summary: clip.To(clip.Line(e.Env().Content, 200), 200), Envelope: e.Raw}
+		if src := e.Env().Meta.Source; src != nil && hop.Kind == "inbound" {
+			hop.Link = src.URL
 		}
 		if i > 0 {
 			hop.Since = e.Seen.Sub(evs[i-1].Seen)
@@ -78,7 +78,7 @@ func (hs hubStory) Story(_ context.Context, id string) (*Story, error) {
 			st.Deliveries = append(st.Deliveries, d)
 		}
 		if st.Thread == "" {
-			st.Thread = e.Env.Meta.Thread
+			st.Thread = e.h.Thread
 		}
 	}
 	for t, ok := range tasks {
