@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/jsack"
 )
 
 // PublishResult is JetStream's acknowledgement of a publish.
@@ -217,7 +218,7 @@ func (b *Bus) publishMsg(ctx context.Context, stream string, msg *nats.Msg) (Pub
 	ctx, cancel := b.withTimeout(ctx)
 	defer cancel()
 	start := time.Now()
-	ack, err := b.js.PublishMsg(ctx, msg)
+	ack, err := jsack.Publish(ctx, b.nc, msg)
 	if err != nil {
 		b.countPublish(stream, resultError)
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
