@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/jsack"
 )
 
 // KVConfig configures the JetStream key-value store.
@@ -64,9 +65,9 @@ const DefaultIDWindow = 15 * time.Minute
 // writer of a session it created, it remembers which turns left it (owned),
 // so its appends read no id key either.
 type KV struct {
-	sessions *bucket
-	episodes *bucket
-	ids      *bucket
+	sessions jetstream.KeyValue
+	episodes jetstream.KeyValue
+	ids      jetstream.KeyValue
 	opt      Options
 	idWindow time.Duration
 
@@ -155,7 +156,9 @@ func NewKV(ctx context.Context, js jetstream.JetStream, cfg KVConfig) (*KV, erro
 	if err != nil {
 		return nil, fmt.Errorf("session id bucket %s: %w", cfg.IDBucket, err)
 	}
-	return &KV{sessions: newBucket(js, s), episodes: newBucket(js, e), ids: newBucket(js, ids), opt: cfg.Options, idWindow: cfg.IDWindow, cache: map[string]cachedSession{}}, nil
+	// The writes go straight to the buckets' streams (jsack.Bucket): decoding
+	// each write's ack with encoding/json was most of its cost here.
+	return &KV{sessions: jsack.Bucket(js, s), episodes: jsack.Bucket(js, e), ids: jsack.Bucket(js, ids), opt: cfg.Options, idWindow: cfg.IDWindow, cache: map[string]cachedSession{}}, nil
 }
 
 // Close is a no-op: the buckets live on the caller's connection.
@@ -206,20 +209,15 @@ func read(ctx context.Context, kv jetstream.KeyValue, key string, v any) (uint64
 
 // write stores b at key if its revision is still rev (0: if it does not
 // exist). It reports false when another writer got in first.
-func write(ctx context.Context, kv *bucket, key string, b []byte, rev uint64) (uint64, bool, error) {
-	next, err := kv.put(ctx, key, b, true, rev)
-	switch {
-	case err == nil:
-		return next, true, nil
-	case !wrongLastSequence(err):
-		return 0, false, err
-	case rev != 0:
-		return 0, false, nil
+func write(ctx context.Context, kv jetstream.KeyValue, key string, b []byte, rev uint64) (uint64, bool, error) {
+	var err error
+	var next uint64
+	if rev == 0 {
+		next, err = kv.Create(ctx, key, b)
+	} else {
+		next, err = kv.Update(ctx, key, b, rev)
 	}
-	// The key exists, or its last entry is a delete or purge marker, which
-	// jetstream's Create writes over: it reads the marker's revision.
-	next, err = kv.Create(ctx, key, b)
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return 0, false, nil
 	}
 	return next, err == nil, err
@@ -227,7 +225,7 @@ func write(ctx context.Context, kv *bucket, key string, b []byte, rev uint64) (u
 
 // update reads the key, applies fn and writes it back with the read revision,
 // retrying on conflicts. fn returns false to write nothing.
-func update[T any](ctx context.Context, kv *bucket, key string, fn func(v *T) (bool, error)) error {
+func update[T any](ctx context.Context, kv jetstream.KeyValue, key string, fn func(v *T) (bool, error)) error {
 	for attempt := range maxCASRetries {
 		if attempt > 0 {
 			if err := casBackoff(ctx, attempt); err != nil {
@@ -623,7 +621,7 @@ func (k *KV) Forget(ctx context.Context, thread string) error {
 		return ErrNoThread
 	}
 	k.forgetCached(kvKey(thread))
-	for _, kv := range []*bucket{k.sessions, k.episodes} {
+	for _, kv := range []jetstream.KeyValue{k.sessions, k.episodes} {
 		if err := kv.Purge(ctx, kvKey(thread)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return fmt.Errorf("forget session %s: %w", thread, err)
 		}
