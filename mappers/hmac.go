@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"hash"
 	"strings"
+	"sync"
 
 	"github.com/relaystation/relay/secret"
 )
@@ -14,6 +15,38 @@ func HMAC(h func() hash.Hash, secret string, body []byte) []byte {
 	m := hmac.New(h, []byte(secret))
 	m.Write(body)
 	return m.Sum(nil)
+}
+
+// HMACPool checks HMACs under one key with keyed hashes it reuses:
+// hmac.New allocates and hashes the key's two padded blocks every time, a
+// pooled hash only resets to the state after them. It is safe for
+// concurrent use.
+type HMACPool struct {
+	pool sync.Pool // of *pooledHMAC
+}
+
+type pooledHMAC struct {
+	h   hash.Hash
+	sum []byte // room for one digest
+}
+
+// NewHMACPool returns a pool of HMACs with the hash h under key. key must not
+// change afterwards.
+func NewHMACPool(h func() hash.Hash, key []byte) *HMACPool {
+	return &HMACPool{pool: sync.Pool{New: func() any {
+		m := hmac.New(h, key)
+		return &pooledHMAC{h: m, sum: make([]byte, 0, m.Size())}
+	}}}
+}
+
+// Equal reports whether mac is the HMAC of body, in constant time.
+func (p *HMACPool) Equal(body, mac []byte) bool {
+	m := p.pool.Get().(*pooledHMAC)
+	m.h.Write(body)
+	ok := hmac.Equal(mac, m.h.Sum(m.sum[:0]))
+	m.h.Reset()
+	p.pool.Put(m)
+	return ok
 }
 
 // CheckHexHMAC compares hexSig, a hex digest, with the HMAC of body under

@@ -2,6 +2,7 @@ package github
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	gh "github.com/google/go-github/v60/github"
@@ -88,7 +89,8 @@ func (f *facts) issues(e *gh.IssuesEvent, n int) {
 	is := e.GetIssue()
 	f.number, f.url = is.GetNumber(), is.GetHTMLURL()
 	f.issueFacts(is)
-	head := fmt.Sprintf("%s %s issue #%d in %s: %s", f.who(), f.action, is.GetNumber(), f.where(), is.GetTitle())
+	// Concatenated, not formatted: the busiest kinds are built on every webhook.
+	head := f.who() + " " + f.action + " issue #" + strconv.Itoa(is.GetNumber()) + " in " + f.where() + ": " + is.GetTitle()
 	head += issueDetail(f.action, e.GetLabel(), e.GetAssignee(), e.GetMilestone())
 	f.text = withBody(head, is.GetBody(), f.action == "opened" || f.action == "edited", n)
 }
@@ -101,8 +103,8 @@ func (f *facts) issueComment(e *gh.IssueCommentEvent, n int) {
 	if is != nil && is.IsPullRequest() {
 		kind = "pull request"
 	}
-	f.text = withBody(fmt.Sprintf("%s %s %s #%d in %s: %s", f.who(), commentVerb(f.action), kind, is.GetNumber(), f.where(), is.GetTitle()),
-		c.GetBody(), f.action != "deleted", n)
+	head := f.who() + " " + commentVerb(f.action) + " " + kind + " #" + strconv.Itoa(is.GetNumber()) + " in " + f.where() + ": " + is.GetTitle()
+	f.text = withBody(head, c.GetBody(), f.action != "deleted", n)
 }
 
 func (f *facts) pullRequest(e *gh.PullRequestEvent, n int) {
@@ -112,10 +114,11 @@ func (f *facts) pullRequest(e *gh.PullRequestEvent, n int) {
 		f.number = e.GetNumber()
 	}
 	f.prFacts(pr)
-	head := fmt.Sprintf("%s %s pull request #%d in %s: %s", f.who(), prVerb(f.action, pr.GetMerged(), e.GetRequestedReviewer(), e.GetRequestedTeam()), f.number, f.where(), pr.GetTitle())
+	verb := prVerb(f.action, pr.GetMerged(), e.GetRequestedReviewer(), e.GetRequestedTeam())
+	head := f.who() + " " + verb + " pull request #" + strconv.Itoa(f.number) + " in " + f.where() + ": " + pr.GetTitle()
 	head += issueDetail(f.action, e.GetLabel(), e.GetAssignee(), nil)
 	if f.action == "opened" || f.action == "ready_for_review" {
-		head += fmt.Sprintf(" (%s → %s)", pr.GetHead().GetRef(), pr.GetBase().GetRef())
+		head += " (" + pr.GetHead().GetRef() + " → " + pr.GetBase().GetRef() + ")"
 	}
 	f.text = withBody(head, pr.GetBody(), f.action == "opened" || f.action == "edited", n)
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -26,6 +27,14 @@ const (
 	maxDeliveryLen = 200
 )
 
+// The GitHub header names as http.Header keys: Header.Get converts a name
+// not in this form (X-GitHub-Event) on every call, allocating.
+var (
+	keyEvent    = http.CanonicalHeaderKey(HeaderEvent)
+	keyDelivery = http.CanonicalHeaderKey(HeaderDelivery)
+	keyHookID   = http.CanonicalHeaderKey(HeaderHookID)
+)
+
 // ErrNoEvent reports a request without an X-GitHub-Event header.
 var ErrNoEvent = errors.New("missing X-GitHub-Event header")
 
@@ -34,7 +43,7 @@ var ErrNoEvent = errors.New("missing X-GitHub-Event header")
 // application/x-www-form-urlencoded. A body that is not a JSON object, or a
 // request without X-GitHub-Event, is a *mappers.ParseError.
 func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
-	event := strings.TrimSpace(r.Header.Get(HeaderEvent))
+	event := strings.TrimSpace(r.Header.Get(keyEvent))
 	if event == "" {
 		return mappers.Result{}, &mappers.ParseError{Provider: Name, Err: ErrNoEvent}
 	}
@@ -69,7 +78,9 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 // ValidatePayload does: the body itself, or its payload= form field.
 func payloadOf(r *mappers.Request) ([]byte, error) {
 	body := r.Body
-	if ct := r.Header.Get("Content-Type"); ct != "" {
+	// Most hooks send application/json: no media type to parse (and no
+	// parameter map to allocate) for it.
+	if ct := r.Header.Get("Content-Type"); ct != "" && ct != "application/json" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err == nil && mt == "application/x-www-form-urlencoded" {
 			form, err := url.ParseQuery(string(body))
@@ -91,7 +102,7 @@ func payloadOf(r *mappers.Request) ([]byte, error) {
 // one) the delivery id is the SHA-256 of the body, so a byte-identical retry is
 // still recognised.
 func deliveryIdentity(r *mappers.Request) (delivery, msgID string) {
-	delivery = strings.TrimSpace(r.Header.Get(HeaderDelivery))
+	delivery = strings.TrimSpace(r.Header.Get(keyDelivery))
 	if len(delivery) > maxDeliveryLen {
 		delivery = delivery[:maxDeliveryLen]
 	}
@@ -99,7 +110,7 @@ func deliveryIdentity(r *mappers.Request) (delivery, msgID string) {
 		sum := sha256.Sum256(r.Body)
 		delivery = "sha256:" + hex.EncodeToString(sum[:])
 	}
-	hook := strings.TrimSpace(r.Header.Get(HeaderHookID))
+	hook := strings.TrimSpace(r.Header.Get(keyHookID))
 	if len(hook) > maxDeliveryLen {
 		hook = hook[:maxDeliveryLen]
 	}

@@ -51,6 +51,7 @@ type Config struct {
 // Provider verifies and maps GitHub webhooks. It implements mappers.Provider.
 type Provider struct {
 	key        []byte
+	macs       *mappers.HMACPool // HMAC-SHA256 under key
 	maxContent int
 }
 
@@ -61,6 +62,7 @@ func New(cfg Config) *Provider {
 	p := &Provider{maxContent: cfg.MaxContent}
 	if cfg.Secret.IsSet() {
 		p.key = []byte(cfg.Secret.Reveal())
+		p.macs = mappers.NewHMACPool(sha256.New, p.key)
 	}
 	if p.maxContent <= 0 {
 		p.maxContent = mappers.MaxContent
@@ -79,7 +81,14 @@ func (p *Provider) Verify(r *mappers.Request) error {
 	if len(p.key) == 0 {
 		return mappers.ErrNoSecret
 	}
-	return VerifySignature(p.key, r.Header.Get(HeaderSignature256), r.Header.Get(HeaderSignatureSHA1), r.Body)
+	got, err := parseSignature(r.Header.Get(HeaderSignature256), r.Header.Get(HeaderSignatureSHA1))
+	if err != nil {
+		return err
+	}
+	if !p.macs.Equal(r.Body, got[:]) {
+		return mismatch()
+	}
+	return nil
 }
 
 // VerifySignature checks sig256, the X-Hub-Signature-256 value, against body
@@ -87,29 +96,47 @@ func (p *Provider) Verify(r *mappers.Request) error {
 // request without sig256 is refused. It is exported for tools that sign and
 // check payloads outside the gateway.
 func VerifySignature(key []byte, sig256, sha1 string, body []byte) error {
-	if sig256 == "" {
-		if sha1 != "" {
-			return &mappers.SignatureError{Provider: Name, Reason: "only an SHA-1 X-Hub-Signature was sent; X-Hub-Signature-256 is required"}
-		}
-		return &mappers.SignatureError{Provider: Name, Reason: "missing X-Hub-Signature-256"}
-	}
-	algo, hexMAC, ok := strings.Cut(sig256, "=")
-	if !ok || algo != "sha256" {
-		return &mappers.SignatureError{Provider: Name, Reason: "X-Hub-Signature-256 is not sha256=<hex>"}
-	}
-	if len(hexMAC) != 2*sha256.Size {
-		return &mappers.SignatureError{Provider: Name, Reason: "X-Hub-Signature-256 has the wrong length"}
-	}
-	var got [sha256.Size]byte
-	if _, err := hex.Decode(got[:], []byte(hexMAC)); err != nil {
-		return &mappers.SignatureError{Provider: Name, Reason: "X-Hub-Signature-256 is not hex"}
+	got, err := parseSignature(sig256, sha1)
+	if err != nil {
+		return err
 	}
 	mac := hmac.New(sha256.New, key)
 	mac.Write(body)
 	if !hmac.Equal(got[:], mac.Sum(nil)) {
-		return &mappers.SignatureError{Provider: Name, Reason: "X-Hub-Signature-256 does not match the body"}
+		return mismatch()
 	}
 	return nil
+}
+
+// mismatch is the error of a signature of the right form that does not match
+// the body.
+func mismatch() error {
+	return &mappers.SignatureError{Provider: Name, Reason: "X-Hub-Signature-256 does not match the body"}
+}
+
+// parseSignature returns the MAC of sig256, the X-Hub-Signature-256 value,
+// or the *mappers.SignatureError saying why there is none (see
+// VerifySignature).
+func parseSignature(sig256, sha1 string) (got [sha256.Size]byte, err error) {
+	if sig256 == "" {
+		if sha1 != "" {
+			return got, &mappers.SignatureError{Provider: Name, Reason: "only an SHA-1 X-Hub-Signature was sent; X-Hub-Signature-256 is required"}
+		}
+		return got, &mappers.SignatureError{Provider: Name, Reason: "missing X-Hub-Signature-256"}
+	}
+	algo, hexMAC, ok := strings.Cut(sig256, "=")
+	if !ok || algo != "sha256" {
+		return got, &mappers.SignatureError{Provider: Name, Reason: "X-Hub-Signature-256 is not sha256=<hex>"}
+	}
+	if len(hexMAC) != 2*sha256.Size {
+		return got, &mappers.SignatureError{Provider: Name, Reason: "X-Hub-Signature-256 has the wrong length"}
+	}
+	var digits [2 * sha256.Size]byte // copied, not converted: no allocation
+	copy(digits[:], hexMAC)
+	if _, err := hex.Decode(got[:], digits[:]); err != nil {
+		return got, &mappers.SignatureError{Provider: Name, Reason: "X-Hub-Signature-256 is not hex"}
+	}
+	return got, nil
 }
 
 // Sign returns the X-Hub-Signature-256 value of body under key, as GitHub

@@ -64,10 +64,11 @@ func (s *Service) handler(rt *route) http.Handler {
 			w.WriteHeader(o.status)
 			_, _ = w.Write(o.reply.Body)
 		} else {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.Header().Set("X-Content-Type-Options", "nosniff")
+			h := w.Header()
+			h["Content-Type"], h["X-Content-Type-Options"] = plainText, noSniff
 			w.WriteHeader(o.status)
-			_, _ = io.WriteString(w, o.msg+"\n")
+			_, _ = io.WriteString(w, o.msg)
+			_, _ = io.WriteString(w, "\n")
 		}
 		s.metrics.observe(rt, o, time.Since(start))
 		if o.err != nil || s.log.Enabled(r.Context(), slog.LevelDebug) {
@@ -77,6 +78,14 @@ func (s *Service) handler(rt *route) http.Handler {
 		putBuffer(o.body)
 	})
 }
+
+// The header values of the plain-text answers, shared by every answer: set
+// as they are, not allocated per answer. Their capacity is their length, so
+// that an append (Header.Add) copies them.
+var (
+	plainText = []string{"text/plain; charset=utf-8"}[:1:1]
+	noSniff   = []string{"nosniff"}[:1:1]
+)
 
 // serve runs one request through read, verify, map and publish.
 func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start time.Time) (o outcome) {
