@@ -185,7 +185,9 @@ func (h *hub) load(ctx context.Context, stream string) error {
 // twentieth of its CPU, most of it for envelopes no page ever showed. A
 // message without those headers (an older one, or another producer's) is
 // decoded and checked now: envelope.Check also tells records that are not
-// envelopes apart, and those are dropped.
+// envelopes apart, and those are dropped. The hub keeps data (the NATS
+// client hands every subscriber and fetch its own copy): the caller must not
+// change it.
 func (h *hub) add(subject string, data []byte, header map[string][]string, at time.Time) {
 	ev := &Event{Subject: subject, Seen: at, h: envelope.DecodeHeader(header)}
 	if ev.h.ID == "" {
@@ -195,7 +197,7 @@ func (h *hub) add(subject string, data []byte, header map[string][]string, at ti
 		}
 		ev.env, ev.h = e, headerOf(e)
 	}
-	ev.Raw = json.RawMessage(slices.Clone(data))
+	ev.Raw = data
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ids[ev.h.ID] {
