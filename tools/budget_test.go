@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,6 +45,43 @@ func TestDailyQuotaFollowsTheDay(t *testing.T) {
 		now.Store(s.at.UnixNano())
 		if err := admit(s.tool); !errors.Is(err, s.want) || (s.want == nil) != (err == nil) {
 			t.Fatalf("step %d (%s at %s): got %v, want %v", i, s.tool, s.at, err, s.want)
+		}
+	}
+}
+
+// TestSessionAndQuotaCounted: a call on a thread counts against its
+// session and the day's quota at once, a threadless call against the quota
+// alone (the plan's shared counters), and a call refused by either counts
+// against neither.
+func TestSessionAndQuotaCounted(t *testing.T) {
+	t.Parallel()
+	pol := policy(t, "budgets:\n  s: {daily_quota: 3}\nlimits: {perSession: 1}\n")
+	var now atomic.Int64
+	day1 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	b := newBudgets(pol, NewMemoryLimits(), func() time.Time { return time.Unix(0, now.Load()) })
+	steps := []struct {
+		at     time.Time
+		thread string
+		want   error
+	}{
+		{day1, "t1", nil},
+		{day1, "t1", ErrLimitExceeded}, // t1's session is full; the quota keeps 2
+		{day1, "", nil},
+		{day1, "t2", nil},
+		{day1, "", ErrQuotaExhausted},
+		{day1, "t3", ErrQuotaExhausted}, // t3's session not counted
+		{day1.Add(24 * time.Hour), "t3", nil},
+		{day1.Add(24 * time.Hour), "t1", ErrLimitExceeded},
+		{day1.Add(24 * time.Hour), "", nil},
+	}
+	for i, s := range steps {
+		now.Store(s.at.UnixNano())
+		h, err := b.admit(t.Context(), Execution{ID: strconv.Itoa(i), Server: "s", Tool: "t", Thread: s.thread})
+		if err == nil {
+			h.release()
+		}
+		if !errors.Is(err, s.want) || (s.want == nil) != (err == nil) {
+			t.Fatalf("step %d (thread %q at %s): got %v, want %v", i, s.thread, s.at, err, s.want)
 		}
 	}
 }
