@@ -60,7 +60,7 @@ func (b *bucket) PutString(ctx context.Context, key string, value string) (uint6
 // jetstream's does, jetstream.ErrKeyExists).
 func (b *bucket) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
 	rev, err := b.write(ctx, key, value, true, revision)
-	if err != nil && WrongLastSequence(err) {
+	if err != nil && wrongLastSequence(err) {
 		return 0, fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
 	}
 	return rev, err
@@ -75,16 +75,16 @@ func (b *bucket) Create(ctx context.Context, key string, value []byte, opts ...j
 		return b.KeyValue.Create(ctx, key, value, opts...)
 	}
 	rev, err := b.write(ctx, key, value, true, 0)
-	if err != nil && WrongLastSequence(err) {
+	if err != nil && wrongLastSequence(err) {
 		return b.KeyValue.Create(ctx, key, value)
 	}
 	return rev, err
 }
 
-// WrongLastSequence reports whether err is the server refusing a write
+// wrongLastSequence reports whether err is the server refusing a write
 // whose expected last sequence was not the subject's (10164 on replicated
 // streams).
-func WrongLastSequence(err error) bool {
+func wrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) &&
 		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)

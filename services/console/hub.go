@@ -54,9 +54,6 @@ func (e *Event) Env() *envelope.Envelope {
 	return e.env
 }
 
-// ID is the envelope's id.
-func (e *Event) ID() string { return e.h.ID }
-
 // Actor is meta.source.actor, or "".
 func (e *Event) Actor() string {
 	if s := e.Env().Meta.Source; s != nil {

@@ -89,25 +89,26 @@ func BenchmarkHotThread(b *testing.B) {
 	}
 	n := float64(turns * len(worker))
 	end := kv.Stats()
-	// A write lost to another writer, or a create that found the session
-	// (a miss), is a conflict.
-	d := kvCountsSnapshot{
-		reads: end.Reads - start.Reads, decodes: end.Decodes - start.Decodes, encodes: end.Encodes - start.Encodes,
-		writes: end.Writes - start.Writes, conflicts: end.Conflicts + end.Misses - start.Conflicts - start.Misses,
-		idReads: end.MarkerReads - start.MarkerReads, idWrites: end.MarkerWrites - start.MarkerWrites,
+	d := session.KVStats{
+		Reads: end.Reads - start.Reads, Decodes: end.Decodes - start.Decodes, Encodes: end.Encodes - start.Encodes,
+		Writes: end.Writes - start.Writes, MarkerReads: end.MarkerReads - start.MarkerReads,
+		MarkerWrites: end.MarkerWrites - start.MarkerWrites,
+		// A write lost to another writer, or a create that found the
+		// session (a miss), is a conflict.
+		Conflicts: end.Conflicts + end.Misses - start.Conflicts - start.Misses,
 	}
 	b.ReportMetric(median(worker), "turns/s")
 	b.ReportMetric(median(ceiling), "raw-puts/s")
 	b.ReportMetric(median(worker)/median(ceiling), "worker/raw")
-	b.ReportMetric(float64(d.decodes)/n, "decodes/turn")
-	b.ReportMetric(float64(d.encodes)/n, "encodes/turn")
-	b.ReportMetric(float64(d.conflicts)/n, "conflicts/turn")
+	b.ReportMetric(float64(d.Decodes)/n, "decodes/turn")
+	b.ReportMetric(float64(d.Encodes)/n, "encodes/turn")
+	b.ReportMetric(float64(d.Conflicts)/n, "conflicts/turn")
 	b.ReportMetric(0, "ns/op")
 	b.Logf("worker on one thread: %s turns/s (median, range %s); raw KV put of the %d-byte session value: %s puts/s (range %s); "+
 		"per turn: %.2f session reads, %.2f decodes, %.2f writes, %.2f encodes, %.3f conflicts, %.2f id-key reads, %.2f id-key writes",
 		fmtf(median(worker)), spread(worker), len(value), fmtf(median(ceiling)), spread(ceiling),
-		float64(d.reads)/n, float64(d.decodes)/n, float64(d.writes)/n, float64(d.encodes)/n, float64(d.conflicts)/n,
-		float64(d.idReads)/n, float64(d.idWrites)/n)
+		float64(d.Reads)/n, float64(d.Decodes)/n, float64(d.Writes)/n, float64(d.Encodes)/n, float64(d.Conflicts)/n,
+		float64(d.MarkerReads)/n, float64(d.MarkerWrites)/n)
 }
 
 type hotBench struct {
@@ -245,10 +246,6 @@ func spread(xs []float64) string {
 }
 
 func fmtf(x float64) string { return strconv.FormatFloat(x, 'f', 0, 64) }
-
-// kvCountsSnapshot is what the session store asked of its buckets during
-// the measured iterations, from session.KVStats.
-type kvCountsSnapshot struct{ reads, decodes, encodes, writes, conflicts, idReads, idWrites uint64 }
 
 func benchConcurrency() int {
 	n, _ := strconv.Atoi(os.Getenv("HOTTHREAD_CONCURRENCY"))
