@@ -75,3 +75,47 @@ func TestReloadAddsRemovesRestarts(t *testing.T) {
 		t.Errorf("status lists %v, want only b", st)
 	}
 }
+
+// A call in flight when a Reload restarts its server is counted on the
+// connection that ran it, not on the one that replaced it.
+func TestReloadCountsCallOnItsConnection(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := helperServer(t, "b", dir)
+	r := startRunner(t, fastConfig(t, b))
+	slow := make(chan *Result, 1)
+	go func() {
+		slow <- r.Call(t.Context(), Request{Tool: "b.slow", Args: map[string]any{"ms": 500}, Operator: true})
+	}()
+	testenv.WaitFor(t, 10*time.Second, "slow call started", func() bool { return fileExists(dir, "slow-started") })
+
+	b2 := b
+	b2.Env = map[string]string{helperEnv: "1", "RELAY_TEST_DIR": dir, "EXTRA": "1"}
+	if res := r.Reload([]mcpconfig.Server{b2}); fmt.Sprint(res.Restarted) != "[b]" {
+		t.Fatalf("Reload = %+v, want b restarted", res)
+	}
+	if got := <-slow; got.Err != nil {
+		t.Fatalf("call in flight on the restarted server: %v, want it finished", got.Err)
+	}
+	invocations := func() int64 {
+		st := r.Servers()
+		if len(st) != 1 {
+			t.Fatalf("status lists %d servers, want b only", len(st))
+		}
+		return st[0].Invocations
+	}
+	if n := invocations(); n != 0 {
+		t.Errorf("restarted b counts %d invocations before its first call, want 0 (the slow call ran on the old connection)", n)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if pending := r.WaitReady(ctx); len(pending) > 0 {
+		t.Fatalf("not ready after restart: %v", pending)
+	}
+	if got := r.Call(t.Context(), Request{Tool: "b.echo", Args: map[string]any{"message": "x"}, Operator: true}); got.Err != nil {
+		t.Fatalf("b.echo: %v", got.Err)
+	}
+	if n := invocations(); n != 1 {
+		t.Errorf("restarted b counts %d invocations after one call, want 1", n)
+	}
+}

@@ -643,7 +643,18 @@ func (r *Runner) Call(ctx context.Context, req Request) *Result {
 	server, tool, _ := mcpconfig.SplitTool(req.Tool)
 	e := r.newExecution(&req, server, tool, start)
 	run := r.track(e.ID)
-	res := r.call(ctx, &req, e, run)
+	// The connection is held from here to the audit record, so a Reload
+	// that removes or replaces the server mid-call still counts the call
+	// in that connection's statistics and redacts its error with that
+	// server's secrets.
+	var c *conn
+	if server != "" {
+		c = r.acquire(server)
+	}
+	if c != nil {
+		defer r.release(c)
+	}
+	res := r.call(ctx, &req, e, run, c)
 	run.untrack()
 	res.ExecutionID, res.CancelledBy = e.ID, run.cancelledBy()
 	res.Duration = time.Since(start)
@@ -651,13 +662,13 @@ func (r *Runner) Call(ctx context.Context, req Request) *Result {
 	if res.Err != nil {
 		res.Err = &CallError{Server: server, Tool: tool, Status: res.Status, Err: res.Err}
 	}
-	if c := r.conn(server); c != nil {
+	if c != nil {
 		if res.Attempts > 0 {
 			c.recordCall(start, res.Duration, res.Err == nil)
 		}
 		r.metrics.observe(server, tool, res.Status, res.Duration, res.Attempts > 0)
 	}
-	r.record(ctx, &req, e, res)
+	r.record(ctx, &req, e, res, c)
 	return res
 }
 
@@ -669,7 +680,9 @@ var auditPrefix = func() string {
 	return hex.EncodeToString(b[:])
 }()
 
-func (r *Runner) record(ctx context.Context, req *Request, e Execution, res *Result) {
+// record writes the call's audit record; c is the server's connection, nil
+// when the call named no configured server.
+func (r *Runner) record(ctx context.Context, req *Request, e Execution, res *Result, c *conn) {
 	server := e.Server
 	rec := Record{
 		ID:          newID(),
@@ -696,7 +709,7 @@ func (r *Runner) record(ctx context.Context, req *Request, e Execution, res *Res
 	}
 	if res.Err != nil {
 		red := r.redactor
-		if c := r.conn(server); c != nil {
+		if c != nil {
 			red = c.redactor
 		}
 		rec.Error, _ = red.String(res.Err.Error())
@@ -712,19 +725,19 @@ func (r *Runner) record(ctx context.Context, req *Request, e Execution, res *Res
 	}
 }
 
-func (r *Runner) call(ctx context.Context, req *Request, e Execution, run *running) (res *Result) {
+// call runs the call on c, the connection Call acquired (nil when the
+// server is unknown).
+func (r *Runner) call(ctx context.Context, req *Request, e Execution, run *running, c *conn) (res *Result) {
 	res = &Result{}
 	server, tool := e.Server, e.Tool
 	if server == "" {
 		res.Err = fmt.Errorf("%w: %q is not <server>.<tool>", ErrUnknownTool, req.Tool)
 		return res
 	}
-	c := r.acquire(server)
 	if c == nil {
 		res.Err = fmt.Errorf("%w: %s", ErrUnknownServer, server)
 		return res
 	}
-	defer r.release(c)
 	if !req.Operator && !r.cfg.Policy.Allowed(req.Caller.Role, server, tool) {
 		role := req.Caller.Role
 		if role == "" {
