@@ -730,32 +730,7 @@ func (r *Runner) record(ctx context.Context, req *Request, e Execution, res *Res
 func (r *Runner) call(ctx context.Context, req *Request, e Execution, run *running, c *conn) (res *Result) {
 	res = &Result{}
 	server, tool := e.Server, e.Tool
-	if server == "" {
-		res.Err = fmt.Errorf("%w: %q is not <server>.<tool>", ErrUnknownTool, req.Tool)
-		return res
-	}
-	if c == nil {
-		res.Err = fmt.Errorf("%w: %s", ErrUnknownServer, server)
-		return res
-	}
-	if !req.Operator && !r.cfg.Policy.Allowed(req.Caller.Role, server, tool) {
-		role := req.Caller.Role
-		if role == "" {
-			role = "(none)"
-		}
-		res.Err = fmt.Errorf("%w: role %s lacks capability %s.%s", ErrPermissionDenied, role, server, tool)
-		return res
-	}
-	if r.closing.Load() {
-		res.Err = ErrClosed
-		return res
-	}
-	if r.Stopped() {
-		res.Err = ErrStopped
-		return res
-	}
-	if c.isDisabled() {
-		res.Err = fmt.Errorf("%w: %s", ErrDisabled, server)
+	if res.Err = r.refuse(req, e, c); res.Err != nil {
 		return res
 	}
 	timeout := r.cfg.Policy.TimeoutOr(server, tool, c.cfg.Timeout)
@@ -807,6 +782,32 @@ func (r *Runner) call(ctx context.Context, req *Request, e Execution, run *runni
 	}
 	c.fill(res, cr, out)
 	return res
+}
+
+// refuse returns why the call cannot start, before its tool list is read:
+// no such server, the caller's role lacks the capability, the runner is
+// closing or stopped, or the server is disabled. nil lets it go on.
+func (r *Runner) refuse(req *Request, e Execution, c *conn) error {
+	server, tool := e.Server, e.Tool
+	switch {
+	case server == "":
+		return fmt.Errorf("%w: %q is not <server>.<tool>", ErrUnknownTool, req.Tool)
+	case c == nil:
+		return fmt.Errorf("%w: %s", ErrUnknownServer, server)
+	case !req.Operator && !r.cfg.Policy.Allowed(req.Caller.Role, server, tool):
+		role := req.Caller.Role
+		if role == "" {
+			role = "(none)"
+		}
+		return fmt.Errorf("%w: role %s lacks capability %s.%s", ErrPermissionDenied, role, server, tool)
+	case r.closing.Load():
+		return ErrClosed
+	case r.Stopped():
+		return ErrStopped
+	case c.isDisabled():
+		return fmt.Errorf("%w: %s", ErrDisabled, server)
+	}
+	return nil
 }
 
 // callTimeout is the cause of a call's context ending at its time limit.
