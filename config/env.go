@@ -57,9 +57,16 @@ func (e *Env) lookup(name string) string {
 	return strings.TrimSpace(e.get(name))
 }
 
-// Failf records a problem with a variable.
+// Failf records a problem with a variable. A problem already recorded (two
+// services of one process read the same setting) is recorded once.
 func (e *Env) Failf(name, format string, args ...any) {
-	e.errs = append(e.errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
+	err := fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))
+	for _, prev := range e.errs {
+		if prev.Error() == err.Error() {
+			return
+		}
+	}
+	e.errs = append(e.errs, err)
 }
 
 // String returns the variable or def when unset.

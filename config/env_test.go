@@ -43,3 +43,20 @@ func TestIntAndDuration(t *testing.T) {
 		})
 	}
 }
+
+// A setting two services read is reported once when it is invalid; a
+// different problem with it is still reported.
+func TestProblemReportedOnce(t *testing.T) {
+	t.Parallel()
+	e := config.FromMap(map[string]string{"RELAY_REF_BASE_URL": "ftp://x", "N": "x"})
+	e.URL("RELAY_REF_BASE_URL", "http", "https")
+	e.URL("RELAY_REF_BASE_URL", "http", "https")
+	e.Int("N", 1, 1, 10)
+	e.Int("N", 1, 1, 5)
+	want := `RELAY_REF_BASE_URL: scheme "ftp" is not one of http, https
+N: "x" is not a whole number from 1 to 10
+N: "x" is not a whole number from 1 to 5`
+	if err := e.Err(); err == nil || err.Error() != want {
+		t.Errorf("Err() = %v, want\n%s", err, want)
+	}
+}
