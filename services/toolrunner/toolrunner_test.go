@@ -339,14 +339,7 @@ func TestAutoDisableNoticeAndRemoteEnable(t *testing.T) {
 // waitDrained waits until the consumer has nothing pending or unacknowledged.
 func waitDrained(t *testing.T, b *bus.Bus, consumer string) {
 	t.Helper()
-	testenv.WaitFor(t, 20*time.Second, consumer+" drained", func() bool {
-		c, err := b.JetStream().Consumer(t.Context(), b.StreamName(envelope.SubjectToolCall), consumer)
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(t.Context())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	})
+	bustest.WaitDrained(t, b, envelope.SubjectToolCall, consumer, 20*time.Second)
 }
 
 func countSubject(t *testing.T, b *bus.Bus, rel string) uint64 {
