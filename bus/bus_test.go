@@ -484,14 +484,7 @@ func testShutdownDrains(t *testing.T, b *bus.Bus) {
 	if !finished.Load() {
 		t.Fatal("Consume returned before the in-flight handler finished")
 	}
-	cons, err := b.JetStream().Consumer(t.Context(), b.StreamName("tool.call"), "w")
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, 5*time.Second, "ack recorded", func() bool {
-		info, err := cons.Info(t.Context())
-		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-	})
+	bustest.WaitDrained(t, b, "tool.call", "w", 5*time.Second) // the ack recorded
 }
 
 var _ = nats.ErrTimeout

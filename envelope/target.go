@@ -94,12 +94,7 @@ func (t *Target) Validate() error {
 const MetaTarget = "target"
 
 // SetTarget stores t in meta.target.
-func (m *Meta) SetTarget(t *Target) {
-	var v map[string]any
-	b, _ := json.Marshal(t)
-	_ = json.Unmarshal(b, &v)
-	m.Set(MetaTarget, v)
-}
+func (m *Meta) SetTarget(t *Target) { m.Encode(MetaTarget, t) }
 
 // Target reads meta.target; it is nil without error when unset.
 func (m *Meta) Target() (*Target, error) {
@@ -108,6 +103,15 @@ func (m *Meta) Target() (*Target, error) {
 		return nil, err
 	}
 	return &t, t.Validate()
+}
+
+// Encode stores v (a JSON-encodable record) in meta key as its JSON object
+// form, the value Decode reads back and a decoded envelope holds.
+func (m *Meta) Encode(key string, v any) {
+	var obj map[string]any
+	b, _ := json.Marshal(v)
+	_ = json.Unmarshal(b, &obj)
+	m.Set(key, obj)
 }
 
 // Decode reads meta key into v (a pointer), reporting whether the key was set.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
@@ -142,4 +143,35 @@ func Request[T any](t testing.TB, nc *nats.Conn, subj string) T {
 		t.Fatalf("decode %s: %v", subj, err)
 	}
 	return v
+}
+
+// ConsumerInfo reads the state of the durable consumer name on the stream that
+// holds the relative subject.
+func ConsumerInfo(ctx context.Context, b *bus.Bus, subject, name string) (*jetstream.ConsumerInfo, error) {
+	c, err := b.JetStream().Consumer(ctx, b.StreamName(subject), name)
+	if err != nil {
+		return nil, err
+	}
+	return c.Info(ctx)
+}
+
+// WaitConsumer waits up to within until the durable consumer name exists on
+// the stream that holds the relative subject: a worker's consumer that starts
+// at new messages misses what is published before.
+func WaitConsumer(t testing.TB, b *bus.Bus, subject, name string, within time.Duration) {
+	t.Helper()
+	testenv.WaitFor(t, within, "consumer "+name, func() bool {
+		_, err := b.JetStream().Consumer(t.Context(), b.StreamName(subject), name)
+		return err == nil
+	})
+}
+
+// WaitDrained waits up to within until the durable consumer name on the stream
+// that holds the relative subject has nothing pending or unacknowledged.
+func WaitDrained(t testing.TB, b *bus.Bus, subject, name string, within time.Duration) {
+	t.Helper()
+	testenv.WaitFor(t, within, "consumer "+name+" drained", func() bool {
+		info, err := ConsumerInfo(t.Context(), b, subject, name)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
 }

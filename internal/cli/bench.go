@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -52,12 +53,7 @@ func benchIngest(ctx context.Context, a *app, args []string) error {
 	defer stop()
 	cfg.Logger = a.log
 	fmt.Fprintln(a.stderr, "relay bench ingest: JetStream and gateway on 127.0.0.1, 5 phases...")
-	rep, err := ingestbench.Run(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	rep.Write(a.stdout)
-	return nil
+	return a.writeReport(ingestbench.Run(ctx, cfg))
 }
 
 // benchServe runs this binary as the gateway alone and as the whole relay,
@@ -86,12 +82,7 @@ func benchServe(ctx context.Context, a *app, args []string) error {
 	}
 	cfg.Binary, cfg.Progress, cfg.Logger = bin, a.stderr, a.log
 	fmt.Fprintf(a.stderr, "relay bench serve: %s as child processes, gateway alone / whole relay, %d runs...\n", bin, cfg.Runs)
-	rep, err := servebench.Run(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	rep.Write(a.stdout)
-	return nil
+	return a.writeReport(servebench.Run(ctx, cfg))
 }
 
 // benchGateway runs this binary's gateway (`relay ingest`) and, with
@@ -117,7 +108,12 @@ func benchGateway(ctx context.Context, a *app, args []string) error {
 	}
 	cfg.Relay, cfg.Progress, cfg.Logger = bin, a.stderr, a.log
 	fmt.Fprintf(a.stderr, "relay bench gateway: %s ingest as a child process against %s, %d runs...\n", bin, secret.RedactURLs(cfg.NATSURL), cfg.Runs)
-	rep, err := gatewaybench.Run(ctx, cfg)
+	return a.writeReport(gatewaybench.Run(ctx, cfg))
+}
+
+// writeReport writes the report of a finished benchmark to stdout, or
+// returns the error that ended it.
+func (a *app) writeReport(rep interface{ Write(io.Writer) }, err error) error {
 	if err != nil {
 		return err
 	}

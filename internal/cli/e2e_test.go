@@ -176,7 +176,7 @@ func (s *stack) issueOpened(number int, scenario string) string {
 func (s *stack) issueOpenedAs(number int, scenario, delivery string) string {
 	s.t.Helper()
 	body, target := openedIssue(issuesOpenedPayload(s.t), number, scenario)
-	s.send(githubWebhook(s.t.Context(), s.base, "issues", delivery, body))
+	s.send(githubWebhook(s.t.Context(), s.base, e2eGHSecret, "issues", delivery, body))
 	return target
 }
 
@@ -221,14 +221,14 @@ func openedIssue(payload []byte, number int, scenario string) (body []byte, targ
 }
 
 // githubWebhook is a GitHub webhook of event with body to the relay at base,
-// signed with the stack's secret, as delivery.
-func githubWebhook(ctx context.Context, base, event, delivery string, body []byte) *http.Request {
+// signed with secret (the stack's is e2eGHSecret), as delivery.
+func githubWebhook(ctx context.Context, base, secret, event, delivery string, body []byte) *http.Request {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhooks/github", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(github.HeaderEvent, event)
 	req.Header.Set(github.HeaderDelivery, delivery)
 	req.Header.Set(github.HeaderHookID, "42")
-	req.Header.Set(github.HeaderSignature256, github.Sign([]byte(e2eGHSecret), body))
+	req.Header.Set(github.HeaderSignature256, github.Sign([]byte(secret), body))
 	return req
 }
 

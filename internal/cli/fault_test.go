@@ -372,7 +372,7 @@ func (d *deployment) sendIssue(ctx context.Context, num int) time.Time {
 	body, _ := openedIssue(d.payload, num, "fault")
 	delivery := uuid.NewString()
 	for ctx.Err() == nil {
-		req := githubWebhook(ctx, "http://"+d.ingest.addr, "issues", delivery, body)
+		req := githubWebhook(ctx, "http://"+d.ingest.addr, e2eGHSecret, "issues", delivery, body)
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()

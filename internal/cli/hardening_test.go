@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/config"
-	"github.com/relaystation/relay/mappers/github"
 )
 
 // getStatus answers a GET's status code (0 when the request failed).
@@ -191,13 +190,7 @@ func (w *waitingIngest) webhooksAroundRestart(t *testing.T, ns *server.Server, s
 // status code.
 func (w *waitingIngest) signedPing(t *testing.T, id string) int {
 	t.Helper()
-	body := []byte(`{"zen":"z","hook_id":42}`)
-	req, _ := http.NewRequest(http.MethodPost, w.base+"/webhooks/github", strings.NewReader(string(body)))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(github.HeaderEvent, "ping")
-	req.Header.Set(github.HeaderDelivery, id)
-	req.Header.Set(github.HeaderHookID, "42")
-	req.Header.Set(github.HeaderSignature256, github.Sign([]byte("s"), body))
+	req := githubWebhook(t.Context(), w.base, "s", "ping", id, []byte(`{"zen":"z","hook_id":42}`))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("webhook %s: %v", id, err)

@@ -91,7 +91,7 @@ func benchLoop(b *testing.B) {
 	reqs := make([]*http.Request, b.N)
 	for i := range b.N {
 		body, _ := openedIssue(payload, 100000+i, "bench")
-		reqs[i] = githubWebhook(b.Context(), s.base, "issues", uuid.NewString(), body)
+		reqs[i] = githubWebhook(b.Context(), s.base, e2eGHSecret, "issues", uuid.NewString(), body)
 	}
 	const rate = 100
 	interval := time.Second / rate

@@ -320,18 +320,10 @@ func (h *harness) start(t testing.TB) (stop func()) {
 	}
 	stop = testenv.Go(t, "agent Run", svc.Run)
 	h.stops = append(h.stops, stop)
-	testenv.WaitFor(t, 10*time.Second, "agent consumers", func() bool {
-		for _, name := range []string{ConsumerInbound, ConsumerResults, ConsumerFailed} {
-			subj := envelope.SubjectInbound + ".x"
-			if name != ConsumerInbound {
-				subj = envelope.SubjectToolResult
-			}
-			if _, err := h.b.JetStream().Consumer(t.Context(), h.b.StreamName(subj), name); err != nil {
-				return false
-			}
-		}
-		return true
-	})
+	bustest.WaitConsumer(t, h.b, envelope.SubjectInbound+".x", ConsumerInbound, 10*time.Second)
+	for _, name := range []string{ConsumerResults, ConsumerFailed} {
+		bustest.WaitConsumer(t, h.b, envelope.SubjectToolResult, name, 10*time.Second)
+	}
 	return stop
 }
 
@@ -357,14 +349,7 @@ func (h *harness) none(t testing.TB) {
 // drained waits until a consumer has handled everything delivered to it.
 func (h *harness) drained(t testing.TB, name, subject string) {
 	t.Helper()
-	testenv.WaitFor(t, 10*time.Second, "consumer "+name+" drained", func() bool {
-		c, err := h.b.JetStream().Consumer(t.Context(), h.b.StreamName(subject), name)
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(t.Context())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	})
+	bustest.WaitDrained(t, h.b, subject, name, 10*time.Second)
 }
 
 // ---- inbound envelopes as the mappers produce them ----

@@ -25,7 +25,7 @@ import (
 const ConsolePrefix = "console:"
 
 func (s *Service) consoleEndpoints(prefix string) []rpc.Endpoint {
-	listErr := func(e *rpc.Error) any { return approvalrpc.ListResponse{Items: []approvalrpc.Item{}, Error: e.Message} }
+	listErr := func(e *rpc.Error) any { return listFailed(e) }
 	decideErr := func(e *rpc.Error) any { return approvalrpc.DecideResponse{Error: e.Message} }
 	return []rpc.Endpoint{
 		{Name: "approvals-list", Subject: prefix + "." + approvalrpc.SubjectList, ErrorBody: listErr, Handle: s.consoleList},
@@ -38,7 +38,7 @@ func (s *Service) consoleList(ctx context.Context, data []byte) (any, error) {
 	var req approvalrpc.ListRequest
 	if err := json.Unmarshal(data, &req); err != nil {
 		e := rpc.Errorf(rpc.CodeBadRequest, "bad list request: %v", err)
-		return approvalrpc.ListResponse{Items: []approvalrpc.Item{}, Error: e.Message}, e
+		return listFailed(e), e
 	}
 	if req.Limit <= 0 {
 		req.Limit = 100
@@ -46,7 +46,7 @@ func (s *Service) consoleList(ctx context.Context, data []byte) (any, error) {
 	keys, err := s.store.keys(ctx)
 	if err != nil {
 		e := rpc.Errorf(rpc.CodeUnavailable, "list approvals: %v", err)
-		return approvalrpc.ListResponse{Items: []approvalrpc.Item{}, Error: e.Message}, e
+		return listFailed(e), e
 	}
 	items := []approvalrpc.Item{}
 	for _, k := range keys {
@@ -58,6 +58,12 @@ func (s *Service) consoleList(ctx context.Context, data []byte) (any, error) {
 	}
 	slices.SortFunc(items, func(a, b approvalrpc.Item) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	return approvalrpc.ListResponse{Items: items[:min(len(items), req.Limit)]}, nil
+}
+
+// listFailed answers a list request that failed with e: no items (an empty
+// list, not null) and e's message.
+func listFailed(e *rpc.Error) approvalrpc.ListResponse {
+	return approvalrpc.ListResponse{Items: []approvalrpc.Item{}, Error: e.Message}
 }
 
 // itemOf is the console's view of a record.

@@ -483,10 +483,7 @@ func (s *Service) publishAudit(ctx context.Context, msgID string, r auditRecord,
 		fmt.Sprintf("approvals audit: %s on task %s by %s (allowed: %t)", r.Action, r.TaskID, r.User, r.Allowed))
 	e.Meta.TaskID = r.TaskID
 	e.Meta.Thread = thread
-	var m map[string]any
-	b, _ := json.Marshal(r)
-	_ = json.Unmarshal(b, &m)
-	e.Meta.Set(MetaAudit, m)
+	e.Meta.Encode(MetaAudit, r)
 	if _, err := s.bus.Publish(ctx, SubjectAudit, e, bus.WithMsgID(msgID)); err != nil {
 		s.log.Warn("audit record not published; kept in this log", "task_id", r.TaskID, "audit_action", r.Action,
 			"user", r.User, "allowed", r.Allowed, "err", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
+	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/testenv"
 	slackmapper "github.com/relaystation/relay/mappers/slack"
 	"github.com/relaystation/relay/services/approvals"
@@ -83,10 +84,7 @@ func TestStopSwitchFromSlack(t *testing.T) {
 	}
 	// The commands consumer starts at new messages (old commands are never
 	// replayed): wait until it exists.
-	testenv.WaitFor(t, 10*time.Second, "the commands consumer", func() bool {
-		_, err := h.bus.JetStream().Consumer(t.Context(), h.bus.StreamName(approvals.SubjectCommands), "approvals-commands")
-		return err == nil
-	})
+	bustest.WaitConsumer(t, h.bus, approvals.SubjectCommands, "approvals-commands", 10*time.Second)
 	h.command("U0INTRUDER", "stop")
 	testenv.WaitFor(t, 10*time.Second, "a refusal", func() bool { return len(h.slack.Calls("chat.postEphemeral")) == 1 })
 	if stopped() {

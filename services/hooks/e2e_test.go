@@ -1,7 +1,6 @@
 package hooks_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -88,10 +87,7 @@ func start(t testing.TB, file string, extra ...mcpconfig.Server) *rig {
 		calls:    bustest.Observe(t, b, "observe-calls", envelope.SubjectToolCall)}
 	testenv.Go(t, "hooks Run", svc.Run)
 	// The consumer starts at new envelopes: publish once it exists.
-	testenv.WaitFor(t, 10*time.Second, "the hooks consumer", func() bool {
-		_, err := b.JetStream().Consumer(t.Context(), b.StreamName("in.github.issues"), "hooks")
-		return err == nil
-	})
+	bustest.WaitConsumer(t, b, "in.github.issues", "hooks", 10*time.Second)
 	return r
 }
 
@@ -291,27 +287,7 @@ hooks:
 	}
 	testenv.Quiet(t, r.calls, 300*time.Millisecond, "tool call to an offline server")
 	// Acked: the consumer has nothing pending.
-	testenv.Poll(t, 10*time.Second, func() (bool, string) {
-		ci, err := consumerInfo(t, r.b, "hooks")
-		if err != nil {
-			return false, err.Error()
-		}
-		return ci == 0, "messages still pending or unacked"
-	})
-}
-
-func consumerInfo(t testing.TB, b *bus.Bus, name string) (int, error) {
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	c, err := b.JetStream().Consumer(ctx, b.StreamName("in.github.issues"), name)
-	if err != nil {
-		return 0, err
-	}
-	ci, err := c.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return int(ci.NumAckPending) + int(ci.NumPending), nil
+	bustest.WaitDrained(t, r.b, "in.github.issues", "hooks", 10*time.Second)
 }
 
 // TestTimeoutAndInvalid: an action whose tool answers after its timeout is

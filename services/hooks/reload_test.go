@@ -106,14 +106,7 @@ func TestConsumerFiltersTriggerSubjects(t *testing.T) {
 // consumerInfo is the durable consumer name of the inbound stream; nil
 // while it does not exist.
 func consumerInfo(t *testing.T, b *bus.Bus, name string) *jetstream.ConsumerInfo {
-	c, err := b.JetStream().Consumer(t.Context(), b.StreamName("in.>"), name)
-	if err != nil {
-		return nil
-	}
-	ci, err := c.Info(t.Context())
-	if err != nil {
-		return nil
-	}
+	ci, _ := bustest.ConsumerInfo(t.Context(), b, "in.>", name)
 	return ci
 }
 

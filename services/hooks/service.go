@@ -355,10 +355,7 @@ func ExecutionEnvelope(x *Execution) *envelope.Envelope {
 	}
 	e := envelope.New(envelope.ChannelInternal, envelope.RoleSystem, text)
 	e.Meta.Thread = x.Thread
-	var m map[string]any
-	b, _ := json.Marshal(x)
-	_ = json.Unmarshal(b, &m)
-	e.Meta.Set("hook_execution", m)
+	e.Meta.Encode("hook_execution", x)
 	return e
 }
 

@@ -169,11 +169,7 @@ func (h *hotBench) drain(ctx context.Context, n int) float64 {
 func (h *hotBench) pulls(ctx context.Context) int {
 	n := 0
 	for _, c := range hotConsumers {
-		cons, err := h.bus.JetStream().Consumer(ctx, h.bus.StreamName(c.subject), c.name)
-		if err != nil {
-			h.b.Fatal(err)
-		}
-		info, err := cons.Info(ctx)
+		info, err := bustest.ConsumerInfo(ctx, h.bus, c.subject, c.name)
 		if err != nil {
 			h.b.Fatal(err)
 		}
@@ -187,14 +183,10 @@ var hotConsumers = []struct{ subject, name string }{{"in.x", "memory-in"}, {"too
 // drained reports whether the worker's consumers have nothing pending or unacked.
 func (h *hotBench) drained(ctx context.Context) bool {
 	for _, c := range hotConsumers {
-		cons, err := h.bus.JetStream().Consumer(ctx, h.bus.StreamName(c.subject), c.name)
+		info, err := bustest.ConsumerInfo(ctx, h.bus, c.subject, c.name)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return false
 		}
-		if err != nil {
-			h.b.Fatal(err)
-		}
-		info, err := cons.Info(ctx)
 		if err != nil {
 			h.b.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
@@ -268,8 +269,6 @@ func waitTurns(t *testing.T, s session.Store, th string, n int) {
 	})
 }
 
-type consumerState struct{ NumRedelivered int }
-
 // waitRedelivered waits until the consumer name has redelivered a message.
 func waitRedelivered(t *testing.T, b *bus.Bus, name string) {
 	t.Helper()
@@ -282,17 +281,12 @@ func waitRedelivered(t *testing.T, b *bus.Bus, name string) {
 	})
 }
 
-func consumerInfo(t *testing.T, b *bus.Bus, name string) (consumerState, error) {
-	c, err := b.JetStream().Consumer(t.Context(), b.StreamName("in.x"), name)
+// consumerInfo reads the worker's consumer name, on the inbound stream or
+// the agent's.
+func consumerInfo(t *testing.T, b *bus.Bus, name string) (*jetstream.ConsumerInfo, error) {
+	info, err := bustest.ConsumerInfo(t.Context(), b, "in.x", name)
 	if err != nil && name != "memory-in" {
-		c, err = b.JetStream().Consumer(t.Context(), b.StreamName("agent.x"), name)
+		info, err = bustest.ConsumerInfo(t.Context(), b, "agent.x", name)
 	}
-	if err != nil {
-		return consumerState{}, err
-	}
-	info, err := c.Info(t.Context())
-	if err != nil {
-		return consumerState{}, err
-	}
-	return consumerState{NumRedelivered: info.NumRedelivered}, nil
+	return info, err
 }

@@ -418,10 +418,7 @@ func AuditEnvelope(r tools.Record) *envelope.Envelope {
 		fmt.Sprintf("tool audit: %s.%s %s", r.Server, r.Tool, r.Status))
 	e.Meta.TaskID = r.TaskID
 	e.Meta.Thread = r.Thread
-	var m map[string]any
-	b, _ := json.Marshal(r)
-	_ = json.Unmarshal(b, &m)
-	e.Meta.Set("audit", m)
+	e.Meta.Encode("audit", r)
 	return e
 }
 

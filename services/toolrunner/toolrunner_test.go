@@ -211,7 +211,7 @@ func TestRedeliveryDoesNotRepeatSideEffects(t *testing.T) {
 	if got.ToolCall.Result["text"] != "wrote once" {
 		t.Fatalf("got %v", got.ToolCall.Result)
 	}
-	waitDrained(t, f.b, "toolrunner")
+	bustest.WaitDrained(t, f.b, envelope.SubjectToolCall, "toolrunner", 20*time.Second)
 	if n := f.writes.Load(); n != 1 {
 		t.Errorf("write ran %d times, want 1", n)
 	}
@@ -334,19 +334,6 @@ func TestAutoDisableNoticeAndRemoteEnable(t *testing.T) {
 	if res.Status != tools.StatusDisabled {
 		t.Errorf("call with stop switch on: got %s", res.Status)
 	}
-}
-
-// waitDrained waits until the consumer has nothing pending or unacknowledged.
-func waitDrained(t *testing.T, b *bus.Bus, consumer string) {
-	t.Helper()
-	testenv.WaitFor(t, 20*time.Second, consumer+" drained", func() bool {
-		c, err := b.JetStream().Consumer(t.Context(), b.StreamName(envelope.SubjectToolCall), consumer)
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(t.Context())
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	})
 }
 
 func countSubject(t *testing.T, b *bus.Bus, rel string) uint64 {
