@@ -147,6 +147,30 @@ type inflight struct {
 	tokens atomic.Int64 // sampling tokens spent
 }
 
+// reserve takes from the call's budget of b tokens what one sampling
+// request may spend: its prompt (about prompt tokens) and its answer, whose
+// maxTokens it lowers to what is left. Requests of one call that run at once
+// so share the budget instead of each seeing all of it; the caller settles
+// the reservation with the tokens the request used. It fails when the
+// prompt alone is more than is left.
+func (f *inflight) reserve(b, prompt int, sr *SampleRequest) (int64, error) {
+	for {
+		spent := f.tokens.Load()
+		left := int64(b) - spent - int64(prompt)
+		if left <= 0 {
+			return 0, fmt.Errorf("%w (budget %d tokens, %d spent or reserved, prompt about %d)", ErrSamplingBudget, b, spent, prompt)
+		}
+		answer := int64(sr.MaxTokens)
+		if answer <= 0 || answer > left {
+			answer = left
+		}
+		if f.tokens.CompareAndSwap(spent, spent+int64(prompt)+answer) {
+			sr.MaxTokens = int(answer)
+			return int64(prompt) + answer, nil
+		}
+	}
+}
+
 type callKey struct{}
 
 // callCtx is the context of req's call (Runner.call): its parent with the
@@ -346,22 +370,22 @@ func (c *conn) sample(ctx context.Context, req *mcp.CreateMessageRequest) (*mcp.
 	prompt := chars/4 + 1 // the usual estimate: four characters a token
 	f, _ := c.inflight.owner(ctx)
 	log := c.log
+	var reserved int64
 	if f != nil {
 		log = log.With("tool", f.tool, "call_id", f.req.CallID, "task_id", f.req.TaskID)
 		if b := f.req.TokenBudget; b > 0 {
-			left := b - int(f.tokens.Load()) - prompt
-			if left <= 0 {
+			var err error
+			if reserved, err = f.reserve(b, prompt, sr); err != nil {
 				log.Info("sampling refused: token budget used up", "budget", b, "spent", f.tokens.Load())
-				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
-					Message: fmt.Sprintf("%v (budget %d tokens, %d spent, prompt about %d)", ErrSamplingBudget, b, f.tokens.Load(), prompt)}
-			}
-			if sr.MaxTokens <= 0 || sr.MaxTokens > left {
-				sr.MaxTokens = left
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: err.Error()}
 			}
 		}
 	}
 	res, err := s.Sample(ctx, sr)
 	if err != nil {
+		if f != nil {
+			f.tokens.Add(-reserved)
+		}
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "sampling failed: " + err.Error()}
 	}
 	used := res.PromptTokens + res.CompletionTokens
@@ -369,7 +393,7 @@ func (c *conn) sample(ctx context.Context, req *mcp.CreateMessageRequest) (*mcp.
 		used = prompt + len(res.Text)/4 + 1
 	}
 	if f != nil {
-		f.tokens.Add(int64(used))
+		f.tokens.Add(int64(used) - reserved)
 	}
 	log.Info("sampling answered", "model", res.Model, "tokens", used, "max_tokens", sr.MaxTokens)
 	out := &mcp.CreateMessageResult{Content: &mcp.TextContent{Text: res.Text}, Model: res.Model, Role: "assistant", StopReason: "endTurn"}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,6 +65,27 @@ func askServer(t *testing.T) mcpconfig.Server {
 		}
 		tc, _ := res.Content.(*mcp.TextContent)
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Model + ": " + tc.Text}}}, nil, nil
+	})
+	// summarize-twice sends two sampling requests at once and reports each
+	// answer, or why it was refused.
+	mcp.AddTool(s, &mcp.Tool{Name: "summarize-twice"}, func(ctx context.Context, req *mcp.CallToolRequest, in sumIn) (*mcp.CallToolResult, any, error) {
+		var answers [2]string
+		var wg sync.WaitGroup
+		for i := range answers {
+			wg.Go(func() {
+				res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{
+					MaxTokens: 500, Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: in.Text}}},
+				})
+				if err != nil {
+					answers[i] = "refused: " + err.Error()
+					return
+				}
+				tc, _ := res.Content.(*mcp.TextContent)
+				answers[i] = tc.Text
+			})
+		}
+		wg.Wait()
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: answers[0] + " | " + answers[1]}}}, nil, nil
 	})
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
 	t.Cleanup(srv.Close)
@@ -194,6 +216,49 @@ func TestSamplingUnderTheTaskBudget(t *testing.T) {
 	}
 	if got := len(requests.all()); got != n+1 {
 		t.Errorf("sampler asked %d times after the refusal, want 1", got-n)
+	}
+}
+
+// Two sampling requests of one call in flight at once share its budget:
+// each is given what the other has not reserved, so together they never
+// spend more than the call's share of the task.
+func TestSamplingRequestsShareTheBudget(t *testing.T) {
+	t.Parallel()
+	var requests recorder[*SampleRequest]
+	both := make(chan struct{})
+	var once sync.Once
+	cfg := fastConfig(t, askServer(t))
+	cfg.Sampler = SamplerFunc(func(ctx context.Context, req *SampleRequest) (*SampleResult, error) {
+		if requests.add(req); len(requests.all()) == 2 {
+			once.Do(func() { close(both) })
+		}
+		// Hold the answer until the other request arrives (or clearly will
+		// not): both are then in flight at once.
+		select {
+		case <-both:
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		// Spend everything allowed, as a verbose model would.
+		return &SampleResult{Text: "spent", Model: "fake-model", CompletionTokens: req.MaxTokens}, nil
+	})
+	r := startRunner(t, cfg)
+
+	const budget = 300
+	res := r.Call(t.Context(), Request{Tool: "ask.summarize-twice", Operator: true, Args: map[string]any{"text": "a text"}, TokenBudget: budget})
+	if res.Err != nil {
+		t.Fatalf("call: %v", res.Err)
+	}
+	asked := 0
+	for _, req := range requests.all() {
+		asked += req.MaxTokens
+	}
+	if res.SamplingTokens > budget || asked > budget {
+		t.Errorf("the two requests were allowed %d answer tokens and spent %d, over the call's budget of %d (answers %q)", asked, res.SamplingTokens, budget, res.Text)
+	}
+	if res.SamplingTokens == 0 || !strings.Contains(res.Text, "spent") {
+		t.Errorf("got %q, %d tokens; want at least one request answered", res.Text, res.SamplingTokens)
 	}
 }
 

@@ -298,6 +298,38 @@ func TestTokenBudgetEndsWithNotice(t *testing.T) {
 	}
 }
 
+// The calls of one step run at once, so each is given an even share of the
+// tokens the task has left for its server's sampling requests (meta.budget:
+// limit - tokens), never the whole remainder each.
+func TestParallelCallsShareTheTokenBudget(t *testing.T) {
+	t.Parallel()
+	two := func(w http.ResponseWriter, _ *fakes.ChatRequest) {
+		call := func(id, msg string) map[string]any {
+			return map[string]any{"id": id, "type": "function",
+				"function": map[string]any{"name": "everything__echo", "arguments": `{"message":"` + msg + `"}`}}
+		}
+		writeJSON(w, completion(map[string]any{"role": "assistant", "content": nil,
+			"tool_calls": []any{call("call_a", "a"), call("call_b", "b")}}))
+	}
+	const budget = 1000
+	h := setup(t, []reply{two, say("Both echoed.")}, withConfig(func(c *Config) { c.TokenBudget = budget }))
+	trigger := githubIssueOpened()
+	h.publish(t, "in.github.issues", trigger)
+	if s := h.next(t); s.Role != envelope.RoleAssistant || s.Content != "Both echoed." {
+		t.Fatalf("got %s %q, want the suggestion", s.Role, s.Content)
+	}
+	calls := h.runner.received()
+	if len(calls) != 2 {
+		t.Fatalf("got %d tool calls, want 2", len(calls))
+	}
+	for _, c := range calls {
+		b := c.Meta.Budget
+		if b == nil || b.Tokens <= 0 || b.Tokens >= budget || b.Limit-b.Tokens != (budget-b.Tokens)/2 {
+			t.Errorf("call %s: meta.budget %+v, want the task's tokens so far and half of the %d left", c.ToolCall.ID, b, budget)
+		}
+	}
+}
+
 func TestSamplingTokensCountAgainstTheBudget(t *testing.T) {
 	t.Parallel()
 	// 120 tokens per model call; the tool's server sampled 100 more: the

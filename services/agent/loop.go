@@ -621,8 +621,18 @@ func derivedID(name string) string {
 	return uuid.NewHash(sha256.New(), uuid.NameSpaceOID, []byte(name), 4).String()
 }
 
-// publishCalls puts the step's pending MCP calls on tool.call.
+// publishCalls puts the step's pending MCP calls on tool.call. Each call's
+// meta.budget gives it an even share of the tokens the task has left, which
+// the tool runner lets the server's sampling requests spend: calls of one
+// step run at once, and each seeing the whole remainder could overspend it.
 func (s *Service) publishCalls(ctx context.Context, t *Task) error {
+	pending := 0
+	for _, c := range t.Calls {
+		if !c.Local && !c.Done {
+			pending++
+		}
+	}
+	budget := callBudget(t.Tokens, s.cfg.TokenBudget, pending)
 	for _, c := range t.Calls {
 		if c.Local || c.Done {
 			continue
@@ -634,6 +644,8 @@ func (s *Service) publishCalls(ctx context.Context, t *Task) error {
 		e.Meta.Thread = t.Origin.Meta.Thread
 		e.Meta.Set("agent", map[string]any{"id": t.AgentID, "role": t.Role})
 		e.ToolCall = &envelope.ToolCall{ID: c.ID, Name: c.Tool, Args: c.Args}
+		b := budget
+		e.Meta.Budget = &b
 		if _, err := s.bus.Publish(ctx, envelope.SubjectToolCall, e, bus.WithMsgID(t.ID+":"+c.ID)); err != nil {
 			if errors.Is(err, bus.ErrInvalidEnvelope) {
 				return bus.Permanent(fmt.Errorf("task %s call %s: %w", t.ID, c.ID, err))
@@ -643,6 +655,16 @@ func (s *Service) publishCalls(ctx context.Context, t *Task) error {
 		s.log.Debug("tool call published", "task_id", t.ID, "call_id", c.ID, "tool", c.Tool)
 	}
 	return nil
+}
+
+// callBudget is the meta.budget of each of n calls of a step when the task
+// has spent spent of limit tokens: tokens as the task's tally (as on the
+// agent's other envelopes), and a limit that leaves the call its share,
+// limit - tokens, of what is left (at least one token: a task that has
+// nothing left ends before it calls a tool).
+func callBudget(spent, limit, n int) envelope.Budget {
+	share := max(limit-spent, 0) / max(n, 1)
+	return envelope.Budget{Tokens: spent, Limit: spent + max(share, 1)}
 }
 
 // publishFinal puts the suggestion (done) or the notice (failed) on the bus.
