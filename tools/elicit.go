@@ -144,7 +144,7 @@ type inflight struct {
 	req    *Request
 	tool   string
 	run    *running     // the execution (Cancel)
-	tokens atomic.Int64 // sampling tokens spent
+	tokens atomic.Int64 // sampling tokens spent, and reserved by requests in flight
 }
 
 // reserve takes from the call's budget of b tokens what one sampling
