@@ -172,6 +172,18 @@ func RefreshRemote(ctx context.Context, nc Requester, prefix, server string) ([]
 	return resp.Servers, nil
 }
 
+// AnnounceRefresh tells every tool runner and hooks worker on the bus,
+// without waiting for an answer, that the tool lists changed (a runner
+// reloaded its mcp.json): each drops its cached lists, as after
+// RefreshRemote of every server.
+func AnnounceRefresh(nc *nats.Conn, prefix string) error {
+	data, err := json.Marshal(RefreshRequest{})
+	if err != nil {
+		return err
+	}
+	return nc.Publish(prefix+"."+SubjectRefresh, data)
+}
+
 // ActiveRemote asks a running tool runner for the executions running in
 // every runner on the bus, oldest first.
 func ActiveRemote(ctx context.Context, nc Requester, prefix string) ([]Execution, error) {

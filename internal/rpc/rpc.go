@@ -307,8 +307,12 @@ func (s *Server) handler(ep Endpoint) micro.Handler {
 }
 
 // respond sends body, and err in micro's headers. A nil body with an error
-// is the endpoint's ErrorBody.
+// is the endpoint's ErrorBody. A request without a reply subject is a
+// notification (a broadcast nobody waits on): it gets no answer.
 func (s *Server) respond(req micro.Request, log *slog.Logger, ep Endpoint, body any, err error) {
+	if req.Reply() == "" {
+		return
+	}
 	var e *Error
 	if err != nil && !errors.As(err, &e) {
 		e = &Error{Code: CodeInternal, Message: err.Error()}

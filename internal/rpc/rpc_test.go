@@ -269,6 +269,7 @@ type fakeRequest struct {
 	body    []byte
 	code    string
 	message string
+	noReply bool // a notification: no reply subject
 }
 
 func (r *fakeRequest) Respond(b []byte, _ ...micro.RespondOpt) error { r.body = b; return nil }
@@ -283,12 +284,19 @@ func (r *fakeRequest) Error(code, description string, data []byte, _ ...micro.Re
 func (r *fakeRequest) Data() []byte           { return r.data }
 func (r *fakeRequest) Headers() micro.Headers { return nil }
 func (r *fakeRequest) Subject() string        { return "x" }
-func (r *fakeRequest) Reply() string          { return "_INBOX.x" }
+func (r *fakeRequest) Reply() string {
+	if r.noReply {
+		return ""
+	}
+	return "_INBOX.x"
+}
 
 func TestHandlerReplies(t *testing.T) {
 	t.Parallel()
 	s := &Server{cfg: Config{Name: "relay-x", Timeout: time.Second}, ctx: context.Background(), log: nopLog()}
+	var handled atomic.Int32
 	ep := Endpoint{Name: "x", ErrorBody: errBody, Handle: func(_ context.Context, data []byte) (any, error) {
+		handled.Add(1)
 		if string(data) == "chan" {
 			return make(chan int), nil // does not marshal
 		}
@@ -297,15 +305,21 @@ func TestHandlerReplies(t *testing.T) {
 	h := s.handler(ep)
 	for _, tt := range []struct {
 		name, in, wantCode, wantBody string
-		stopped                      bool
+		stopped, noReply             bool
 	}{
 		{name: "ok", in: "hi", wantBody: `{"echo":"hi"}`},
 		{name: "reply does not marshal", in: "chan", wantCode: CodeInternal, wantBody: `{"error":"reply does not marshal: json: unsupported type: chan int"}`},
 		{name: "stopping", in: "hi", stopped: true, wantCode: CodeUnavailable, wantBody: `{"error":"relay-x is stopping"}`},
+		// A notification is handled and not answered.
+		{name: "notification", in: "hi", noReply: true},
 	} {
 		s.stopped = tt.stopped
-		r := &fakeRequest{data: []byte(tt.in)}
+		r := &fakeRequest{data: []byte(tt.in), noReply: tt.noReply}
+		before := handled.Load()
 		h.Handle(r)
+		if !tt.stopped && handled.Load() != before+1 {
+			t.Errorf("%s: the endpoint did not run", tt.name)
+		}
 		if r.code != tt.wantCode || string(r.body) != tt.wantBody {
 			t.Errorf("%s: got code %q body %s, want %q %s", tt.name, r.code, r.body, tt.wantCode, tt.wantBody)
 		}

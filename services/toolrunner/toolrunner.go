@@ -181,7 +181,16 @@ func (s *Service) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &ConfigWatcher{Path: s.cfg.Tools.ConfigPath, Options: s.cfg.ConfigOptions, Logger: s.log}
+			w := &ConfigWatcher{Path: s.cfg.Tools.ConfigPath, Options: s.cfg.ConfigOptions, Logger: s.log,
+				OnReload: func(res tools.ReloadResult, err error) {
+					if err != nil || !res.Changed() {
+						return
+					}
+					// Other runners and the hooks workers cache tool lists too.
+					if err := tools.AnnounceRefresh(s.bus.Conn(), s.bus.Prefix()); err != nil {
+						s.log.Warn("mcp.json reloaded; the other tool runners and hooks workers were not told", "err", err)
+					}
+				}}
 			if err := w.Run(ctx, s.runner); err != nil {
 				s.log.Error("mcp.json is not watched: changes need a restart", "err", err)
 			}

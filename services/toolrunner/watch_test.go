@@ -153,12 +153,23 @@ func TestInstallIntoRunningService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A reload that changed the servers tells the hooks workers and the
+	// other runners to drop their tool lists.
+	refreshes, err := b.Conn().SubscribeSync(b.Subject(tools.SubjectRefresh))
+	if err != nil {
+		t.Fatal(err)
+	}
 	testenv.Go(t, "Run", svc.Run)
 	results := bustest.Observe(t, b, "obs-bundle-result", envelope.SubjectToolResult)
 
 	in := &bundle.Installer{Config: cfg, DataDir: filepath.Join(dir, "data")}
 	if _, err := in.Install(t.Context(), everythingRelayBundle(t), bundle.Options{}); err != nil {
 		t.Fatal(err)
+	}
+	if m, err := refreshes.NextMsg(10 * time.Second); err != nil {
+		t.Errorf("no refresh announced after the install's reload: %v", err)
+	} else if m.Reply != "" || string(m.Data) != "{}" {
+		t.Errorf("refresh announced as %q (reply %q), want a notification of every server", m.Data, m.Reply)
 	}
 	testenv.Poll(t, 30*time.Second, func() (bool, string) {
 		st, err := tools.StatusRemote(t.Context(), b.Conn(), b.Prefix())
