@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -161,8 +162,23 @@ func NPMBin(t testing.TB, name string) string {
 // FreeAddr returns a loopback address ("127.0.0.1:port") that nothing
 // listened on a moment ago: for a server the test starts, or for a client
 // to find nothing there.
+//
+// The port is drawn from below the kernel's ephemeral range (on Linux
+// 32768-60999 unless configured otherwise; higher elsewhere), which is where
+// the local ports of outgoing connections come from: a port the kernel
+// handed out for a listener and took back would be free for the next
+// outgoing connection to take before the test binds it, and a busy test run
+// makes many. When no port down there is free, the kernel picks one.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	for range 64 {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(freeLow+rand.IntN(freeHigh-freeLow)))
+		if err != nil {
+			continue // in use
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -170,6 +186,10 @@ func FreeAddr(t testing.TB) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// freeLow and freeHigh bound the ports FreeAddr draws from: below the
+// ephemeral ranges of Linux (32768), macOS and Windows (49152).
+const freeLow, freeHigh = 20000, 32000
 
 // FreePort is FreeAddr's port.
 func FreePort(t testing.TB) int {
