@@ -626,17 +626,14 @@ func derivedID(name string) string {
 // the tool runner lets the server's sampling requests spend: calls of one
 // step run at once, and each seeing the whole remainder could overspend it.
 func (s *Service) publishCalls(ctx context.Context, t *Task) error {
-	pending := 0
+	var pending []Call
 	for _, c := range t.Calls {
 		if !c.Local && !c.Done {
-			pending++
+			pending = append(pending, c)
 		}
 	}
-	budget := callBudget(t.Tokens, s.cfg.TokenBudget, pending)
-	for _, c := range t.Calls {
-		if c.Local || c.Done {
-			continue
-		}
+	budget := callBudget(t.Tokens, s.cfg.TokenBudget, len(pending))
+	for _, c := range pending {
 		e := t.Origin.Reply(t.Origin.Channel, envelope.RoleAssistant, "call "+c.Tool)
 		e.ID = derivedID("relay-call:" + t.ID + ":" + c.ID)
 		e.Context = nil
