@@ -54,16 +54,13 @@ func NewCommenter(cfg CommenterConfig) (*Commenter, error) {
 	if !cfg.Token.IsSet() {
 		return nil, ErrNoToken
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
-	}
 	if cfg.MaxScanPages <= 0 {
 		cfg.MaxScanPages = 10
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := gh.NewClient(cfg.HTTPClient).WithAuthToken(cfg.Token.Reveal())
+	c := gh.NewClient(mappers.ClientOr(cfg.HTTPClient)).WithAuthToken(cfg.Token.Reveal())
 	if cfg.APIURL != "" {
 		u, err := url.Parse(cfg.APIURL)
 		if err != nil || u.Host == "" || u.Scheme != "http" && u.Scheme != "https" {

@@ -16,6 +16,7 @@ import (
 	slackapi "github.com/slack-go/slack"
 
 	"github.com/relaystation/relay/internal/clip"
+	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/secret"
 )
 
@@ -203,13 +204,10 @@ func NewPoster(cfg PosterConfig) (*Poster, error) {
 	if !strings.HasSuffix(cfg.APIURL, "/") {
 		cfg.APIURL += "/"
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	api := slackapi.New(cfg.Token.Reveal(), slackapi.OptionAPIURL(cfg.APIURL), slackapi.OptionHTTPClient(cfg.HTTPClient))
+	api := slackapi.New(cfg.Token.Reveal(), slackapi.OptionAPIURL(cfg.APIURL), slackapi.OptionHTTPClient(mappers.ClientOr(cfg.HTTPClient)))
 	return &Poster{api: api, ref: cfg.RefLink, log: cfg.Logger}, nil
 }
 
