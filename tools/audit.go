@@ -25,8 +25,8 @@ type Record struct {
 	Time time.Time `json:"timestamp"`
 	// ExecutionID is the execution's id (CallID, else a fresh UUID).
 	ExecutionID string `json:"execution_id"`
-	// RunID correlates the records of one run: the task, the Slack message
-	// of a code block, the CLI invocation.
+	// RunID correlates the records of one run: the task, the thread of a
+	// code block, the CLI invocation.
 	RunID string `json:"run_id"`
 	// CallID is the id of the tool-call envelope (empty for CLI calls).
 	CallID string `json:"call_id,omitempty"`

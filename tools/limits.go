@@ -20,7 +20,7 @@ type Execution struct {
 	Thread string `json:"thread,omitempty"`
 	// Actor is who the call runs for: a person, the agent, "cli:<user>".
 	Actor string `json:"actor,omitempty"`
-	// RunID is the audit run id (the task, the Slack message, the CLI invocation).
+	// RunID is the audit run id (the task, a code block's thread, the CLI invocation).
 	RunID   string    `json:"run_id,omitempty"`
 	Started time.Time `json:"started"`
 	// Owner is the id of the runner that runs it (where a cancel goes).

@@ -558,8 +558,8 @@ type Request struct {
 	// TaskID and Thread are recorded in the audit log; Thread is the
 	// session the policy's limits.perSession counts.
 	TaskID, Thread string
-	// RunID is the audit log's run id: the Slack message of a code block,
-	// the CLI invocation. Default: TaskID, else the execution id.
+	// RunID is the audit log's run id: the thread key of a code block, the
+	// CLI invocation. Default: TaskID, else the execution id.
 	RunID string
 	// Actor is who the call runs for, as the audit log and `relay mcp
 	// active` show it. Default: ActsFor, else Caller.AgentID.

@@ -47,3 +47,18 @@ func withToolCall(e *envelope.Envelope) *envelope.Envelope {
 	e.ToolCall = &envelope.ToolCall{Name: "svc.echo"}
 	return e
 }
+
+// TestRequestRunID: a call's meta.run_id (a code-block run sets its thread
+// key) is the audit run id; without it the runner's default applies.
+func TestRequestRunID(t *testing.T) {
+	t.Parallel()
+	e := withToolCall(envelope.New(envelope.ChannelSlack, envelope.RoleAssistant, "run"))
+	e.Meta.TaskID = "task-1"
+	if got := request(e).RunID; got != "" {
+		t.Errorf("without meta.run_id: RunID %q, want empty (the runner defaults it to the task id)", got)
+	}
+	e.Meta.Set("run_id", "slack:T1:C1:1700000000.000100")
+	if got := request(e).RunID; got != "slack:T1:C1:1700000000.000100" {
+		t.Errorf("RunID %q, want meta.run_id", got)
+	}
+}

@@ -314,7 +314,8 @@ func (s *Service) complete(ctx context.Context, key string, reply *envelope.Enve
 }
 
 // request builds the runner's request from a call envelope. The caller is
-// meta "agent": {"id": ..., "role": ...}.
+// meta "agent": {"id": ..., "role": ...}; meta "run_id", when set (a
+// code-block run sets its thread key), is the audit run id.
 func request(call *envelope.Envelope) tools.Request {
 	return tools.Request{
 		CallID: call.ID,
@@ -324,6 +325,7 @@ func request(call *envelope.Envelope) tools.Request {
 		TaskID: call.Meta.TaskID,
 		Thread: call.Meta.Thread,
 		Actor:  actorOf(call),
+		RunID:  call.Meta.GetString("run_id"),
 		// Elicitation and sampling (elicit.go).
 		ActsFor:     ActsFor(call),
 		TokenBudget: tokensLeft(call),
