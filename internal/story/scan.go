@@ -17,17 +17,19 @@ import (
 // scanWait bounds one stream scan when the caller's context has no deadline.
 const scanWait = time.Minute
 
-// matcher decides which messages belong to the story. It grows the set of
-// tasks as it goes: a matching inbound webhook adds the task it starts, a
-// matching work message the task it carries.
+// matcher decides which messages belong to the story. It grows the sets of
+// tasks and deliveries as it goes: a matching inbound webhook adds the task
+// it starts and its delivery id (what a hook execution it triggered
+// carries), a matching work message the task it carries.
 type matcher struct {
-	query  string
-	tasks  map[string]bool
-	taskID bool // the query may be a task id (UUID-shaped)
+	query      string
+	tasks      map[string]bool
+	deliveries map[string]bool
+	taskID     bool // the query may be a task id (UUID-shaped)
 }
 
 func newMatcher(q string) *matcher {
-	return &matcher{query: q, tasks: map[string]bool{}, taskID: len(q) == 36}
+	return &matcher{query: q, tasks: map[string]bool{}, deliveries: map[string]bool{}, taskID: len(q) == 36}
 }
 
 // match reports whether a message with these header fields belongs to the
@@ -41,12 +43,16 @@ func (m *matcher) match(h envelope.HeaderFields, inbound bool) bool {
 		}
 	}
 	ok := h.Delivery == q || h.Thread == q || h.TaskID == q || h.ID == q ||
-		(h.TaskID != "" && m.tasks[h.TaskID]) || (started != "" && (started == q || m.tasks[started]))
+		(h.TaskID != "" && m.tasks[h.TaskID]) || (h.Delivery != "" && m.deliveries[h.Delivery]) ||
+		(started != "" && (started == q || m.tasks[started]))
 	if !ok {
 		return false
 	}
 	if started != "" {
 		m.tasks[started] = true
+		if h.Delivery != "" {
+			m.deliveries[h.Delivery] = true
+		}
 	}
 	if h.TaskID != "" {
 		m.tasks[h.TaskID] = true

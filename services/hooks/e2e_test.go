@@ -15,6 +15,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/story"
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/github"
@@ -206,6 +207,26 @@ func TestHookFiresOnIssueOpened(t *testing.T) {
 	x2 := record(t, r.executed)
 	if x2.Action != 2 || x2.Status != hooks.StatusSuccess || !strings.Contains(x2.Result, "41") {
 		t.Fatalf("second record: got %+v, want get-sum success with 41", x2)
+	}
+	if x1.DeliveryID == "" || x1.DeliveryID != it.Envelope.Meta.Source.DeliveryID {
+		t.Errorf("record: got delivery id %q, want the webhook's %q", x1.DeliveryID, it.Envelope.Meta.Source.DeliveryID)
+	}
+	// relay trace and the console's Story page find both executions by the
+	// webhook's delivery id and by its task id, as by its thread.
+	for _, q := range []string{x1.DeliveryID, envelope.TaskOf(it.Envelope.ID), x1.Thread} {
+		st, err := story.Build(t.Context(), r.b, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, h := range st.Hops {
+			if h.Kind == story.KindHook {
+				n++
+			}
+		}
+		if n != 2 {
+			t.Errorf("story of %s: %d hook hops, want 2", q, n)
+		}
 	}
 	if a, _ := x2.Params["a"].(float64); a != 40 {
 		t.Errorf("literal \"40\" for a number parameter: got %#v, want 40", x2.Params["a"])

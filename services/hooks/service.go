@@ -70,6 +70,11 @@ type Execution struct {
 	Action     int    `json:"action"` // 1-based
 	EnvelopeID string `json:"envelope_id"`
 	Thread     string `json:"thread,omitempty"`
+	// DeliveryID and TaskID are the triggering envelope's webhook delivery
+	// and task, when it has them: `relay trace` and the console's Story page
+	// find the execution by either.
+	DeliveryID string `json:"delivery_id,omitempty"`
+	TaskID     string `json:"task_id,omitempty"`
 	Server     string `json:"server"`
 	Tool       string `json:"tool"`
 	Role       string `json:"role"`
@@ -354,7 +359,10 @@ func ExecutionEnvelope(x *Execution) *envelope.Envelope {
 		text += ": " + clip.Line(x.Error, 200)
 	}
 	e := envelope.New(envelope.ChannelInternal, envelope.RoleSystem, text)
-	e.Meta.Thread = x.Thread
+	e.Meta.Thread, e.Meta.TaskID = x.Thread, x.TaskID
+	if x.DeliveryID != "" {
+		e.Meta.Source = &envelope.Source{DeliveryID: x.DeliveryID}
+	}
 	e.Meta.Encode("hook_execution", x)
 	return e
 }
@@ -386,8 +394,11 @@ func (s *Service) Execute(ctx context.Context, h *Hook, i int, e *envelope.Envel
 	start := time.Now()
 	act := h.Actions[i]
 	p := act.Parameters
-	x := Execution{Hook: h.Name, Action: i + 1, EnvelopeID: e.ID, Thread: e.Meta.Thread, Server: p.ServerID,
-		Tool: p.ToolName, Role: h.Role, At: start.UTC()}
+	x := Execution{Hook: h.Name, Action: i + 1, EnvelopeID: e.ID, Thread: e.Meta.Thread, TaskID: e.Meta.TaskID,
+		Server: p.ServerID, Tool: p.ToolName, Role: h.Role, At: start.UTC()}
+	if e.Meta.Source != nil {
+		x.DeliveryID = e.Meta.Source.DeliveryID
+	}
 	finish := func(status, msg string) Execution {
 		x.Status, x.Error = status, msg
 		x.DurationMS = float64(time.Since(start).Microseconds()) / 1000
