@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/slack-go/slack"
@@ -158,25 +159,60 @@ func (s *Service) handleRun(ctx context.Context, m *bus.Message) (bool, error) {
 	if err != nil {
 		return true, bus.Permanent(fmt.Errorf("code run in %s: %w", o.e.ID, err))
 	}
-	st := runState{Origin: runKey(o.e), Actor: o.provider + ":" + o.actor, Target: target}
+	key := runKey(o.e)
+	st := runState{Origin: key, Actor: o.provider + ":" + o.actor, Target: target}
 	log := s.log.With("envelope_id", o.e.ID, "thread", o.e.Meta.Thread, "actor", st.Actor)
 	if list.role == "" {
 		// The runner refuses it and audits permission_denied; the answer
-		// becomes the refusal.
+		// becomes the refusal (one, however many blocks the message has).
 		run, _ := ParseCodeBlock(blocks[0], "")
 		st.Run, st.Refused = run, true
 		log.Info("code run by a person without a role; refused", "tool", run.Name())
 		return true, s.publishRun(ctx, o, st, "")
 	}
-	run, err := s.checkRun(blocks[0], list)
+	if len(blocks) > MaxRunsPerMessage {
+		note := fmt.Sprintf(":warning: %d code blocks; only the first %d run.", len(blocks), MaxRunsPerMessage)
+		if err := s.postRun(ctx, st, "run-limit:"+key, note); err != nil {
+			return true, err
+		}
+		blocks = blocks[:MaxRunsPerMessage]
+	}
+	// Each block is a run of its own: its own execution id, running
+	// message and answer. A redelivery publishes each again under the
+	// same message ids, so none runs twice.
+	for i, b := range blocks {
+		st.Origin = blockOrigin(key, i)
+		if err := s.startRun(ctx, o, st, b, list, log); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
+// MaxRunsPerMessage is how many code blocks of one message run; a message
+// with more gets a note saying so and runs the first ones.
+const MaxRunsPerMessage = 10
+
+// blockOrigin is the origin of the message's i-th block (0-based): the
+// first keeps the message's own key, as when a message ran one block.
+func blockOrigin(key string, i int) string {
+	if i == 0 {
+		return key
+	}
+	return key + "#" + strconv.Itoa(i+1)
+}
+
+// startRun checks block b and runs it as st, or answers why it cannot run.
+func (s *Service) startRun(ctx context.Context, o runOrigin, st runState, b CodeBlock, list runTools, log *slog.Logger) error {
+	run, err := s.checkRun(b, list)
 	st.Run = run
 	if err != nil {
-		log.Info("bad code block", "err", err)
-		return true, s.postRun(ctx, st, "run-error:"+st.Origin, fmt.Sprintf(":warning: %v", err))
+		log.Info("bad code block", "origin", st.Origin, "err", err)
+		return s.postRun(ctx, st, "run-error:"+st.Origin, fmt.Sprintf(":warning: %v", err))
 	}
-	log.Info("code run", "tool", run.Name(), "role", list.role)
+	log.Info("code run", "tool", run.Name(), "role", list.role, "origin", st.Origin)
 	st.MessageTS = s.postRunning(ctx, st, log)
-	return true, s.publishRun(ctx, o, st, list.role)
+	return s.publishRun(ctx, o, st, list.role)
 }
 
 // runTools is what a run may use: the person's role and the tools offered

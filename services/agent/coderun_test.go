@@ -321,6 +321,64 @@ func TestCodeBlockRefused(t *testing.T) {
 	wantGitHub("stranger holds no role", "`everything.echo` was not run")(t, h.nextPost(t))
 }
 
+// TestSeveralCodeBlocksRun: each run block of a message runs on its own
+// (its own execution and answer; a bad one is answered without stopping the
+// others), and past MaxRunsPerMessage a note says the rest did not run.
+func TestSeveralCodeBlocksRun(t *testing.T) {
+	t.Parallel()
+	h := setupRuns(t)
+	echo := func(msg string) string { return "```everything\ntool: echo\nmessage: " + msg + "\n```" }
+	text := "<@UBOT> " + echo("first") + "\nand\n```everything\ntool: get-sum\na: two\nb: 1\n```\n" + echo("second")
+	h.publish(t, "in.slack.app_mention", slackMessage("app_mention", "C0DEV", "U0ONCALL", text))
+	got := map[string]bool{}
+	for range 3 {
+		out := h.nextPost(t)
+		switch c := out.Content; {
+		case strings.Contains(c, "Echo: first"):
+			got["first"] = true
+		case strings.Contains(c, "Echo: second"):
+			got["second"] = true
+		case strings.Contains(c, "everything.get-sum") && strings.Contains(c, "invalid arguments"):
+			got["bad"] = true
+		default:
+			t.Errorf("unexpected answer %q", c)
+		}
+	}
+	if len(got) != 3 {
+		t.Fatalf("answers %v, want both echoes and the bad block's warning", got)
+	}
+	execs := map[string]bool{}
+	for range 2 {
+		e := testenv.Receive(t, h.audit, 30*time.Second, "an audit record")
+		rec, _ := e.Meta.Extra["audit"].(map[string]any)
+		id, _ := rec["execution_id"].(string)
+		execs[id] = true
+	}
+	if len(execs) != 2 {
+		t.Errorf("audit records of executions %v, want two different ones", execs)
+	}
+
+	many := "<@UBOT>"
+	for i := range MaxRunsPerMessage + 1 {
+		many += "\n" + echo(fmt.Sprintf("b%d.", i+1))
+	}
+	h.publish(t, "in.slack.app_mention", slackMessage("app_mention", "C0DEV", "U0ONCALL", many))
+	var note int
+	echoed := map[string]bool{}
+	for range MaxRunsPerMessage + 1 {
+		c := h.nextPost(t).Content
+		if strings.Contains(c, fmt.Sprintf("only the first %d run", MaxRunsPerMessage)) {
+			note++
+			continue
+		}
+		_, b, _ := strings.Cut(c, "Echo: ")
+		echoed[strings.TrimSpace(b)] = true
+	}
+	if note != 1 || len(echoed) != MaxRunsPerMessage || echoed[fmt.Sprintf("b%d.", MaxRunsPerMessage+1)] {
+		t.Errorf("got %d notes and echoes %v, want one note and b1.-b%d.", note, echoed, MaxRunsPerMessage)
+	}
+}
+
 // TestBindingsLimitAgentTools checks that the agent offers the model only
 // the servers bound to the place: the channel's own binding, the workspace's
 // inherited one.
