@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
@@ -211,12 +212,15 @@ type Service struct {
 	log      *slog.Logger
 	bus      *bus.Bus
 	tasks    *Tasks
-	match    Matcher
-	metrics  *metrics
+	// runs claims code-block runs (RunBucket); nil without a policy.
+	runs    jetstream.KeyValue
+	match   Matcher
+	metrics *metrics
 }
 
-// New opens the task bucket and returns the agent (not started). With no
-// Model it returns an agent whose Run only waits.
+// New opens the task bucket (with a Model) and the run bucket (with a
+// Policy) and returns the agent (not started). With neither it returns an
+// agent whose Run only waits.
 func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -228,6 +232,13 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 	s := &Service{cfg: cfg, log: cfg.Logger, bus: b, metrics: newMetrics(cfg.Registerer),
 		instance: cfg.AgentID + "-" + uuid.NewString()[:8],
 		match:    Matcher{Triggers: cfg.Triggers, Mention: cfg.Mention, BotUsers: cfg.BotUsers}}
+	if cfg.Policy != nil {
+		runs, err := b.OpenBucket(ctx, RunBucket(b.Prefix()), "relay code-block runs: the envelope that runs each message's block", runClaimTTL)
+		if err != nil {
+			return nil, err
+		}
+		s.runs = runs
+	}
 	if cfg.Model == nil {
 		return s, nil
 	}

@@ -9,7 +9,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/slack-go/slack"
 
 	"github.com/relaystation/relay/bus"
@@ -210,6 +212,12 @@ func (s *Service) startRun(ctx context.Context, o runOrigin, st runState, b Code
 		log.Info("bad code block", "origin", st.Origin, "err", err)
 		return s.postRun(ctx, st, "run-error:"+st.Origin, fmt.Sprintf(":warning: %v", err))
 	}
+	if mine, err := s.claimRun(ctx, st, o.e.ID); err != nil || !mine {
+		if err == nil {
+			log.Info("code run taken by another envelope of the same message", "tool", run.Name(), "origin", st.Origin)
+		}
+		return err
+	}
 	log.Info("code run", "tool", run.Name(), "role", list.role, "origin", st.Origin)
 	st.MessageTS = s.postRunning(ctx, st, log)
 	return s.publishRun(ctx, o, st, list.role)
@@ -331,6 +339,40 @@ func (s *Service) publishRun(ctx context.Context, o runOrigin, st runState, role
 		return fmt.Errorf("publish code run of %s: %w", o.e.ID, err)
 	}
 	return nil
+}
+
+// RunBucket is the key-value bucket where the agent claims code-block runs:
+// key the execution id, value the id of the envelope that runs it.
+func RunBucket(prefix string) string { return prefix + "_runs" }
+
+// runClaimTTL is how long a claim is kept: far longer than Slack takes to
+// send a message's second event, or JetStream to redeliver the first.
+const runClaimTTL = 24 * time.Hour
+
+// claimRun records that the envelope envelopeID runs st's message and
+// reports whether it does. Slack sends a mention in a bound channel as two
+// envelopes (app_mention and message); only the one that claims the run
+// posts the running message and publishes the call, so the message shows
+// one running message, not a second that keeps "Running…" and its Cancel
+// button for good. A redelivery of the claiming envelope finds its own
+// claim and goes on.
+func (s *Service) claimRun(ctx context.Context, st runState, envelopeID string) (bool, error) {
+	if s.runs == nil {
+		return true, nil
+	}
+	key := runCallID(st)
+	_, err := s.runs.Create(ctx, key, []byte(envelopeID))
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return false, fmt.Errorf("claim code run %s: %w", st.Origin, err)
+	}
+	claim, err := s.runs.Get(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("read the claim of code run %s: %w", st.Origin, err)
+	}
+	return string(claim.Value()) == envelopeID, nil
 }
 
 // runCallID is the id of a run's tool-call envelope: its execution id.

@@ -217,6 +217,12 @@ func TestCodeBlockRuns(t *testing.T) {
 		h.publish(t, "in.slack.message", &dup)
 		wantSlackThread("1700000123.000200", "Echo: once")(t, h.nextPost(t))
 		// A second run would be the next envelope the table's first case reads.
+		// Once both envelopes are handled, one running message was posted:
+		// a second would keep its Cancel button and "Running…" for good.
+		h.drained(t, ConsumerInbound, "in.slack.x")
+		if n := len(h.slack.Calls("chat.postMessage")); n != 1 {
+			t.Errorf("got %d running messages, want 1", n)
+		}
 	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
