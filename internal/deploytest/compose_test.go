@@ -97,16 +97,22 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("%s command %v, want [%s]", name, s.Command, want)
 		}
 	}
-	tr, _ := p.GetService("toolrunner")
-	for _, k := range []string{"RELAY_MCP_CONFIG", "RELAY_POLICY"} {
-		v := tr.Environment[k]
-		if v == nil {
-			t.Errorf("toolrunner lacks %s", k)
-			continue
-		}
-		local := filepath.Join(root(t), "deploy", filepath.Base(*v))
-		if _, err := os.Stat(local); err != nil {
-			t.Errorf("%s=%s: %s is not in deploy/: %v", k, *v, filepath.Base(*v), err)
+	// The agent reads the same policy: without it code-block runs are off.
+	for name, keys := range map[string][]string{"toolrunner": {"RELAY_MCP_CONFIG", "RELAY_POLICY"}, "agent": {"RELAY_POLICY"}} {
+		s, _ := p.GetService(name)
+		for _, k := range keys {
+			v := s.Environment[k]
+			if v == nil {
+				t.Errorf("%s lacks %s", name, k)
+				continue
+			}
+			local := filepath.Join(root(t), "deploy", filepath.Base(*v))
+			if _, err := os.Stat(local); err != nil {
+				t.Errorf("%s: %s=%s: %s is not in deploy/: %v", name, k, *v, filepath.Base(*v), err)
+			}
+			if !slices.ContainsFunc(s.Volumes, func(v types.ServiceVolumeConfig) bool { return v.Target == "/etc/relay" }) {
+				t.Errorf("%s: %s=%s but deploy/ is not mounted at /etc/relay", name, k, *v)
+			}
 		}
 	}
 }
