@@ -242,6 +242,12 @@ func checkUpdate(e *envelope.Envelope) error {
 			return bad("/data", "is empty")
 		}
 	case envelope.MemoryLongTerm:
+		// Long-term memories do not expire (recency lowers their score);
+		// keeping one past the ttl its sender asked for would be worse
+		// than refusing it.
+		if u.TTL > 0 {
+			return bad("/ttl", "long-term memories do not expire; ttl is for episodic memories")
+		}
 		text, ok := u.Data["text"].(string)
 		if !ok {
 			return bad("/data/text", "is required and must be a string")

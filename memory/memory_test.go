@@ -180,6 +180,7 @@ func TestObserveBadUpdates(t *testing.T) {
 		{"long_term text not string", th, envelope.MemoryUpdate{Kind: envelope.MemoryLongTerm, Data: map[string]any{"text": 5.0}}, "/memory_update/data/text"},
 		{"long_term blank text", th, envelope.MemoryUpdate{Kind: envelope.MemoryLongTerm, Data: map[string]any{"text": "  "}}, "/memory_update/data/text"},
 		{"long_term uri not string", th, envelope.MemoryUpdate{Kind: envelope.MemoryLongTerm, Data: map[string]any{"text": "t", "uri": 1.0}}, "/memory_update/data/uri"},
+		{"long_term with ttl", th, envelope.MemoryUpdate{Kind: envelope.MemoryLongTerm, Data: map[string]any{"text": "t"}, TTL: 60}, "/memory_update/ttl"},
 		{"long_term bad kind", th, envelope.MemoryUpdate{Kind: envelope.MemoryLongTerm, Data: map[string]any{"text": "t", "kind": "poem"}}, "/memory_update/data/kind"},
 		{"episodic without thread", "", envelope.MemoryUpdate{Kind: envelope.MemoryEpisodic, Data: map[string]any{"a": "b"}}, "/memory_update"},
 		{"episodic empty data", th, envelope.MemoryUpdate{Kind: envelope.MemoryEpisodic, Data: map[string]any{}}, "/memory_update/data"},

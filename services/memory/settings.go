@@ -132,8 +132,14 @@ func (s Settings) Open(ctx context.Context, b *bus.Bus, dataDir string, log *slo
 	return o, nil
 }
 
+// defaultMaxEpisodeTTL is the stores' default cap of an episode's lifetime
+// (session.Options.MaxEpisodeTTL).
+const defaultMaxEpisodeTTL = 30 * 24 * time.Hour
+
 func (s Settings) openSessions(ctx context.Context, b *bus.Bus) (session.Store, error) {
-	opts := session.Options{MaxTurns: s.SessionTurns, TTL: s.SessionTTL}
+	// The stores cap an episode's lifetime (30 days by default); a longer
+	// RELAY_MEMORY_EPISODE_TTL raises the cap, or it would be cut silently.
+	opts := session.Options{MaxTurns: s.SessionTurns, TTL: s.SessionTTL, MaxEpisodeTTL: max(s.EpisodeTTL, defaultMaxEpisodeTTL)}
 	if s.RedisURL != "" {
 		return session.NewRedis(ctx, session.RedisConfig{URL: s.RedisURL, Options: opts})
 	}

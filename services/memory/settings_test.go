@@ -4,10 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/config/configtest"
+	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/testenv"
 )
 
@@ -59,5 +61,48 @@ func TestOpen(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOpenEpisodeTTL: an episodic memory without a ttl lives
+// RELAY_MEMORY_EPISODE_TTL, also past the stores' default 30-day cap, and one
+// whose ttl is longer than that lives its ttl up to the setting's cap.
+func TestOpenEpisodeTTL(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	env := config.FromMap(map[string]string{"RELAY_MEMORY_EPISODE_TTL": "1440h"})
+	s := ReadSettings(env)
+	if err := env.Err(); err != nil {
+		t.Fatal(err)
+	}
+	o, err := s.Open(t.Context(), b, t.TempDir(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	for _, tc := range []struct {
+		name string
+		ttl  int64
+		want time.Duration
+	}{
+		{"default", 0, 60 * 24 * time.Hour},
+		{"ttl", int64((45 * 24 * time.Hour).Seconds()), 45 * 24 * time.Hour},
+	} {
+		e := envelope.New(envelope.ChannelInternal, envelope.RoleSystem, "")
+		e.Meta.Thread = "episode-ttl-" + tc.name
+		e.MemoryUpdate = &envelope.MemoryUpdate{Kind: envelope.MemoryEpisodic, Data: map[string]any{"k": "v"}, TTL: tc.ttl}
+		if err := o.Memory.Observe(t.Context(), e); err != nil {
+			t.Fatal(err)
+		}
+		c, err := o.Memory.Context(t.Context(), e.Meta.Thread, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Episodes) != 1 {
+			t.Fatalf("%s: got %d episodes, want 1", tc.name, len(c.Episodes))
+		}
+		if got := time.Until(c.Episodes[0].Expires); got < tc.want-time.Hour || got > tc.want {
+			t.Errorf("%s: episode expires in %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
