@@ -239,12 +239,9 @@ func Errors(probs []Problem) []Problem {
 	return out
 }
 
-// compileInput compiles a tool's inputSchema for checking resolved arguments.
-func compileInput(name string, schema any) (*jsonschema.Schema, error) {
-	raw, err := json.Marshal(schema)
-	if err != nil {
-		return nil, err
-	}
+// compileInput compiles a tool's inputSchema (its JSON) for checking
+// resolved arguments.
+func compileInput(name string, raw []byte) (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, err
