@@ -240,13 +240,15 @@ func Errors(probs []Problem) []Problem {
 }
 
 // compileInput compiles a tool's inputSchema (its JSON) for checking
-// resolved arguments.
+// resolved arguments: the draft it names, draft-07 when it names none (as
+// the tool runner reads it, so the hooks refuse no schema the runner takes).
 func compileInput(name string, raw []byte) (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, err
 	}
 	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft7)
 	url := "tool:///" + name
 	if err := c.AddResource(url, doc); err != nil {
 		return nil, err
