@@ -206,3 +206,31 @@ func TestDigestIgnoresEmptyFile(t *testing.T) {
 		t.Error("digest of `hooks: []`: got nil, want a digest")
 	}
 }
+
+// TestReloadChecksServersWithoutRunner: with no tool runner answering, a
+// reload still refuses an edit naming a server mcp.json lacks.
+func TestReloadChecksServersWithoutRunner(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	path := filepath.Join(t.TempDir(), "hooks.yaml")
+	must := mustOf(t)
+	must(os.WriteFile(path, []byte(hookFile("first")), 0o600))
+	f, err := Load(path)
+	must(err)
+	var logs testenv.Buffer
+	s, err := New(t.Context(), Config{Hooks: f, Path: path, ReloadInterval: 10 * time.Millisecond,
+		Servers: func() []string { return []string{"s"} }, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, b)
+	must(err)
+	testenv.Go(t, "watch", func(ctx context.Context) error { s.watch(ctx, path, 10*time.Millisecond); return nil })
+
+	must(os.WriteFile(path, []byte(strings.Replace(hookFile("typo"), "serverId: s", "serverId: nope", 1)), 0o600))
+	testenv.WaitFor(t, 10*time.Second, "the edit refused", func() bool { return strings.Contains(logs.String(), "edit refused") })
+	if s.Hooks().Hook("first") == nil || s.Hooks().Hook("typo") != nil {
+		t.Errorf("after an edit naming server nope: got hooks %v, want first still in force", s.Hooks().Hooks)
+	}
+	if !strings.Contains(logs.String(), `server \"nope\" is not in mcp.json`) {
+		t.Errorf("log: got %q, want the missing server named", logs.String())
+	}
+	must(os.WriteFile(path, []byte(hookFile("second")), 0o600))
+	testenv.WaitFor(t, 10*time.Second, "the valid edit in force", func() bool { return s.Hooks().Hook("second") != nil })
+}

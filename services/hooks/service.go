@@ -102,6 +102,10 @@ type Config struct {
 	// keeps the hooks in force and is logged.
 	Path           string
 	ReloadInterval time.Duration
+	// Servers, when set, returns the server names of mcp.json: a reload
+	// checks every action's serverId against them when no tool runner
+	// answers (one that answers is asked instead). nil skips that check.
+	Servers func() []string
 	// Consumer is the durable consumer name. Default "hooks".
 	Consumer string
 	// FromStart makes a new consumer read the inbound stream from its start;
