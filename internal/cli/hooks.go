@@ -38,6 +38,7 @@ func configureHooks(env *config.Env) buildFunc {
 		cfg := hooks.Config{Hooks: s.Hooks, Concurrency: s.Concurrency, Redactor: red, Logger: d.Log}
 		if _, err := os.Stat(s.Path); err == nil || s.Explicit {
 			cfg.Path = s.Path
+			cfg.Servers = func() []string { return hooks.ServerNames(s.MCPConfig, s.DataDir) }
 		}
 		return runnerOf(hooks.New(ctx, cfg, d.Bus))
 	}

@@ -39,11 +39,17 @@ func (s *Service) watch(ctx context.Context, path string, interval time.Duration
 	})
 }
 
-// reload loads path and, when it is valid, puts it in force.
+// reload loads path and, when it is valid (its servers and tools checked
+// against the running tool runner, else its servers against Config.Servers),
+// puts it in force.
 func (s *Service) reload(ctx context.Context, path string) {
 	f, err := Load(path)
 	if err == nil {
-		probs := f.Check(s.CatalogFrom(ctx, f))
+		cat := s.CatalogFrom(ctx, f)
+		if cat.Servers == nil && s.cfg.Servers != nil {
+			cat.Servers = s.cfg.Servers() // no runner answered: mcp.json says which servers exist
+		}
+		probs := f.Check(cat)
 		if errs := Errors(probs); len(errs) > 0 {
 			err = &ValidationError{Path: path, Problems: errs}
 		}

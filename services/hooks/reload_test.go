@@ -26,17 +26,8 @@ func hookFile(name string) string {
 // hooks in force and says why.
 func TestReloadOnEdit(t *testing.T) {
 	t.Parallel()
-	b := bustest.Embedded(t)
-	path := filepath.Join(t.TempDir(), "hooks.yaml")
+	s, path, logs := watching(t, Config{})
 	must := mustOf(t)
-	must(os.WriteFile(path, []byte(hookFile("first")), 0o600))
-	f, err := Load(path)
-	must(err)
-	var logs testenv.Buffer
-	s, err := New(t.Context(), Config{Hooks: f, Path: path, ReloadInterval: 10 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))}, b)
-	must(err)
-	testenv.Go(t, "watch", func(ctx context.Context) error { s.watch(ctx, path, 10*time.Millisecond); return nil })
 
 	must(os.WriteFile(path, []byte(hookFile("second")), 0o600))
 	testenv.WaitFor(t, 10*time.Second, "the edit in force", func() bool { return s.Hooks().Hook("second") != nil })
@@ -49,6 +40,26 @@ func TestReloadOnEdit(t *testing.T) {
 	if !strings.Contains(logs.String(), "edit refused; the previous hooks stay in force") {
 		t.Errorf("log: got %q, want the refusal said", logs.String())
 	}
+}
+
+// watching writes hookFile("first") to a new hooks file and starts a
+// service of cfg on it (on an embedded bus, with no tool runner) and its
+// watch loop; it returns the service, the file and the service's log.
+func watching(t *testing.T, cfg Config) (*Service, string, *testenv.Buffer) {
+	t.Helper()
+	b := bustest.Embedded(t)
+	path := filepath.Join(t.TempDir(), "hooks.yaml")
+	must := mustOf(t)
+	must(os.WriteFile(path, []byte(hookFile("first")), 0o600))
+	f, err := Load(path)
+	must(err)
+	var logs testenv.Buffer
+	cfg.Hooks, cfg.Path, cfg.ReloadInterval = f, path, 10*time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	s, err := New(t.Context(), cfg, b)
+	must(err)
+	testenv.Go(t, "watch", func(ctx context.Context) error { s.watch(ctx, path, 10*time.Millisecond); return nil })
+	return s, path, &logs
 }
 
 func triggerFile(on ...string) string {
@@ -205,4 +216,23 @@ func TestDigestIgnoresEmptyFile(t *testing.T) {
 	if d := digest(path); d == nil {
 		t.Error("digest of `hooks: []`: got nil, want a digest")
 	}
+}
+
+// TestReloadChecksServersWithoutRunner: with no tool runner answering, a
+// reload still refuses an edit naming a server mcp.json lacks.
+func TestReloadChecksServersWithoutRunner(t *testing.T) {
+	t.Parallel()
+	s, path, logs := watching(t, Config{Servers: func() []string { return []string{"s"} }})
+	must := mustOf(t)
+
+	must(os.WriteFile(path, []byte(strings.Replace(hookFile("typo"), "serverId: s", "serverId: nope", 1)), 0o600))
+	testenv.WaitFor(t, 10*time.Second, "the edit refused", func() bool { return strings.Contains(logs.String(), "edit refused") })
+	if s.Hooks().Hook("first") == nil || s.Hooks().Hook("typo") != nil {
+		t.Errorf("after an edit naming server nope: got hooks %v, want first still in force", s.Hooks().Hooks)
+	}
+	if !strings.Contains(logs.String(), `server \"nope\" is not in mcp.json`) {
+		t.Errorf("log: got %q, want the missing server named", logs.String())
+	}
+	must(os.WriteFile(path, []byte(hookFile("second")), 0o600))
+	testenv.WaitFor(t, 10*time.Second, "the valid edit in force", func() bool { return s.Hooks().Hook("second") != nil })
 }

@@ -239,17 +239,16 @@ func Errors(probs []Problem) []Problem {
 	return out
 }
 
-// compileInput compiles a tool's inputSchema for checking resolved arguments.
-func compileInput(name string, schema any) (*jsonschema.Schema, error) {
-	raw, err := json.Marshal(schema)
-	if err != nil {
-		return nil, err
-	}
+// compileInput compiles a tool's inputSchema (its JSON) for checking
+// resolved arguments: the draft it names, draft-07 when it names none (as
+// the tool runner reads it, so the hooks refuse no schema the runner takes).
+func compileInput(name string, raw []byte) (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return nil, err
 	}
 	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft7)
 	url := "tool:///" + name
 	if err := c.AddResource(url, doc); err != nil {
 		return nil, err

@@ -102,6 +102,10 @@ type Config struct {
 	// keeps the hooks in force and is logged.
 	Path           string
 	ReloadInterval time.Duration
+	// Servers, when set, returns the server names of mcp.json: a reload
+	// checks every action's serverId against them when no tool runner
+	// answers (one that answers is asked instead). nil skips that check.
+	Servers func() []string
 	// Consumer is the durable consumer name. Default "hooks".
 	Consumer string
 	// FromStart makes a new consumer read the inbound stream from its start;
@@ -160,8 +164,15 @@ type Service struct {
 	digest []byte // of the hooks file when New ran
 
 	mu      sync.Mutex
-	catalog map[string]cachedTools // by role
-	schemas map[string]*jsonschema.Schema
+	catalog map[string]cachedTools    // by role
+	schemas map[string]compiledSchema // by tool name
+}
+
+// compiledSchema is a tool's inputSchema compiled, with the JSON it was
+// compiled from: a server that changes the schema gets it compiled anew.
+type compiledSchema struct {
+	raw    string
+	schema *jsonschema.Schema
 }
 
 type cachedTools struct {
@@ -181,7 +192,7 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger, bus: b, caller: newBusCaller(b), sem: make(chan struct{}, cfg.Concurrency),
-		catalog: map[string]cachedTools{}, schemas: map[string]*jsonschema.Schema{}}
+		catalog: map[string]cachedTools{}, schemas: map[string]compiledSchema{}}
 	s.hooks.Store(cfg.Hooks)
 	if cfg.Path != "" {
 		s.digest = digest(cfg.Path)
@@ -544,19 +555,23 @@ func (s *Service) toolInfo(ctx context.Context, role, name string) (tools.ToolIn
 }
 
 func (s *Service) inputSchema(info tools.ToolInfo) (*jsonschema.Schema, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sch, ok := s.schemas[info.Name]; ok {
-		return sch, nil
-	}
 	if info.InputSchema == nil {
 		info.InputSchema = map[string]any{"type": "object"}
 	}
-	sch, err := compileInput(info.Name, info.InputSchema)
+	raw, err := json.Marshal(info.InputSchema)
 	if err != nil {
 		return nil, err
 	}
-	s.schemas[info.Name] = sch
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.schemas[info.Name]; ok && c.raw == string(raw) {
+		return c.schema, nil
+	}
+	sch, err := compileInput(info.Name, raw)
+	if err != nil {
+		return nil, err
+	}
+	s.schemas[info.Name] = compiledSchema{raw: string(raw), schema: sch}
 	return sch, nil
 }
 

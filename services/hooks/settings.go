@@ -23,6 +23,10 @@ type Settings struct {
 	// Servers are the server names of mcp.json (RELAY_MCP_CONFIG), nil when
 	// it could not be read.
 	Servers []string
+	// MCPConfig and DataDir are RELAY_MCP_CONFIG (default ./mcp.json) and
+	// RELAY_DATA_DIR (default ./data), for reading the server names again
+	// (ServerNames) when the hooks file is reloaded.
+	MCPConfig, DataDir string
 	// Concurrency is RELAY_HOOKS_CONCURRENCY (default 5, 1 to 100).
 	Concurrency int
 }
@@ -38,6 +42,7 @@ func ReadSettings(env *config.Env) *Settings {
 		s.Path = DefaultPath
 	}
 	s.Concurrency = env.Int("RELAY_HOOKS_CONCURRENCY", 5, 1, 100)
+	s.MCPConfig, s.DataDir = env.String("RELAY_MCP_CONFIG", "./mcp.json"), env.String("RELAY_DATA_DIR", "./data")
 	s.Hooks = &File{}
 	f, err := Load(s.Path)
 	switch {
@@ -48,7 +53,7 @@ func ReadSettings(env *config.Env) *Settings {
 		env.Failf("RELAY_HOOKS", "%v", err)
 		return s
 	}
-	s.Servers = ServerNames(env.String("RELAY_MCP_CONFIG", "./mcp.json"), env.String("RELAY_DATA_DIR", "./data"))
+	s.Servers = ServerNames(s.MCPConfig, s.DataDir)
 	if len(s.Hooks.Hooks) > 0 && s.Servers != nil {
 		if probs := Errors(s.Hooks.Check(Catalog{Servers: s.Servers})); len(probs) > 0 {
 			env.Failf("RELAY_HOOKS", "%v", &ValidationError{Path: s.Path, Problems: probs})
