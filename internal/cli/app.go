@@ -242,10 +242,20 @@ func Run(ctx context.Context, args []string, env *config.Env, stdout, stderr io.
 	case name == "help" || name == "-h" || name == "--help":
 		usage(stdout)
 		return 0
+	case name == "serve" && len(args) > 0 && isHelp(args[0]):
+		usage(stdout)
+		return 0
+	case name == "serve" && len(args) > 0:
+		err = &exitError{code: 2, msg: fmt.Sprintf("serve takes no arguments (got %q); its settings are RELAY_* variables", args)}
 	case name == "serve":
 		err = a.serve(ctx, sortedServices())
 	case services[name] != nil && len(args) > 0 && services[name].subcommands != nil:
 		err = services[name].subcommands(ctx, a, args)
+	case services[name] != nil && len(args) > 0 && isHelp(args[0]):
+		fmt.Fprintf(stdout, "usage: relay %s\n  %s; its settings are RELAY_* variables (README, Configuration)\n", name, services[name].summary)
+		return 0
+	case services[name] != nil && len(args) > 0:
+		err = &exitError{code: 2, msg: fmt.Sprintf("%s takes no arguments (got %q); its settings are RELAY_* variables", name, args)}
 	case services[name] != nil:
 		err = a.serve(ctx, []*service{services[name]})
 	case commands[name] != nil:
@@ -285,15 +295,29 @@ type subcommands map[string]func(ctx context.Context, a *app, args []string) err
 
 // run runs the subcommand args[0] of the command name with the rest of
 // args; without one, or with one it does not know, it ends with exit code 2
-// and usage.
+// and usage. Asked for help (-h, -help, --help, help), it prints usage on
+// stdout and ends with exit code 0.
 func (subs subcommands) run(ctx context.Context, a *app, name, usage string, args []string) error {
 	if len(args) == 0 {
 		return &exitError{code: 2, msg: usage}
+	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(a.stdout, usage)
+		return nil
 	}
 	if f := subs[args[0]]; f != nil {
 		return f(ctx, a, args[1:])
 	}
 	return &exitError{code: 2, msg: fmt.Sprintf("%s: unknown subcommand %q\n%s", name, args[0], usage)}
+}
+
+// isHelp reports whether arg asks for a command's usage.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
 }
 
 func sortedServices() []*service {

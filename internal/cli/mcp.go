@@ -49,6 +49,10 @@ func runMCP(ctx context.Context, a *app, args []string) error {
 	if len(args) > 0 && bundleCommands[args[0]] != nil {
 		return bundleCommands[args[0]](ctx, a, args[1:])
 	}
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprintln(a.stdout, mcpUsage)
+		return nil
+	}
 	ts := readToolSettings(a.env)
 	if err := a.checkEnv(); err != nil {
 		return err

@@ -61,6 +61,10 @@ const memoryUsage = `usage:
 // runMemoryCLI runs the operator commands against the running memory worker
 // over the bus (request/reply), so they work with the embedded stores too.
 func runMemoryCLI(ctx context.Context, a *app, args []string) error {
+	if isHelp(args[0]) {
+		fmt.Fprintln(a.stdout, memoryUsage)
+		return nil
+	}
 	memsvc.ReadSettings(a.env) // the worker's settings may be set; they are not unknown
 	if err := a.checkEnv(); err != nil {
 		return err

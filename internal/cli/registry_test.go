@@ -75,3 +75,36 @@ func TestMainStaysThin(t *testing.T) {
 		t.Errorf("package main has %d lines, want under 400: wire new commands in internal/cli", lines)
 	}
 }
+
+// TestHelpAndStrayArguments: asking any command for help prints its usage on
+// stdout and exits 0 without starting or connecting anything; a service or
+// serve given arguments it does not take exits 2 instead of starting and
+// ignoring them.
+func TestHelpAndStrayArguments(t *testing.T) {
+	t.Parallel()
+	// An unreachable NATS server: whatever tried to connect would fail.
+	env := map[string]string{"NATS_URL": "nats://127.0.0.1:1", "RELAY_NATS_LISTEN": "127.0.0.1:1"}
+	cmds := [][]string{{"serve"}, {"mcp"}, {"memory"}, {"dlq"}, {"bench"}}
+	for name := range services {
+		cmds = append(cmds, []string{name})
+	}
+	for _, cmd := range cmds {
+		for _, h := range []string{"-h", "--help", "help"} {
+			t.Run(strings.Join(cmd, "_")+h, func(t *testing.T) {
+				t.Parallel()
+				var out, errb syncBuffer
+				code := Run(t.Context(), append(slices.Clone(cmd), h), config.FromMap(env), &out, &errb)
+				if code != 0 || !strings.Contains(out.String(), "usage") || errb.String() != "" {
+					t.Errorf("relay %s %s: exit %d, stdout %q, stderr %q; want 0, usage on stdout, nothing on stderr", cmd[0], h, code, out.String(), errb.String())
+				}
+			})
+		}
+	}
+	for _, name := range []string{"serve", "ingest", "toolrunner", "agent"} {
+		var out, errb syncBuffer
+		code := Run(t.Context(), []string{name, "extra"}, config.FromMap(env), &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), "takes no arguments") {
+			t.Errorf("relay %s extra: exit %d, stderr %q; want 2 and why", name, code, errb.String())
+		}
+	}
+}
