@@ -95,9 +95,10 @@ func (s *Service) approvalsData(ctx context.Context, q url.Values) (map[string]a
 	rctx, cancel := s.rpcContext(ctx)
 	defer cancel()
 	pending, err := approvalrpc.List(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{})
-	all, _ := approvalrpc.List(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{All: true, Limit: 20})
+	// All as well as Decided: a worker before Decided answers as for All.
+	recent, _ := approvalrpc.List(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{All: true, Decided: true, Limit: 20})
 	var decided []approvalrpc.Item
-	for _, it := range all {
+	for _, it := range recent {
 		if it.Status != "pending" {
 			decided = append(decided, it)
 		}

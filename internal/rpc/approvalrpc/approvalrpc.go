@@ -52,10 +52,14 @@ type Item struct {
 }
 
 // ListRequest asks for approvals: only pending ones unless All is set, at
-// most Limit (default 100), newest first.
+// most Limit (default 100), newest first. Decided asks for the decided ones
+// only (approved, rejected, expired), the most recently decided first, so
+// a backlog of pending ones does not hide them; workers before it ignore
+// it, so a caller sets All too and keeps the items that are not pending.
 type ListRequest struct {
-	All   bool `json:"all,omitempty"`
-	Limit int  `json:"limit,omitempty"`
+	All     bool `json:"all,omitempty"`
+	Decided bool `json:"decided,omitempty"`
+	Limit   int  `json:"limit,omitempty"`
 }
 
 // ListResponse answers ListRequest.
