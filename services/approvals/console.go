@@ -61,7 +61,7 @@ func (s *Service) consoleList(ctx context.Context, data []byte) (any, error) {
 	} else {
 		slices.SortFunc(items, func(a, b approvalrpc.Item) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	}
-	return approvalrpc.ListResponse{Items: items[:min(len(items), req.Limit)]}, nil
+	return approvalrpc.ListResponse{Items: items[:min(len(items), req.Limit)], Total: len(items)}, nil
 }
 
 // decidedAt is when an item was decided: an expired one, which nobody

@@ -147,3 +147,20 @@ func TestConsoleListDecidedBehindPending(t *testing.T) {
 		t.Errorf("decided: got %v, want %v (the last decided first)", got, want)
 	}
 }
+
+// TestConsoleListTotal: a list cut by its limit says how many matched.
+func TestConsoleListTotal(t *testing.T) {
+	t.Parallel()
+	h := newConsoleHarness(t)
+	for i := range 3 {
+		task, _ := h.suggestion(github7, fmt.Sprintf("Pending %d", i))
+		h.pendingItem(task)
+	}
+	items, total, err := approvalrpc.ListTotal(t.Context(), h.bus.Conn(), h.bus.Prefix(), approvalrpc.ListRequest{Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 2 || total != 3 {
+		t.Errorf("got %d items of %d, want 2 of 3", len(items), total)
+	}
+}

@@ -62,9 +62,11 @@ type ListRequest struct {
 	Limit   int  `json:"limit,omitempty"`
 }
 
-// ListResponse answers ListRequest.
+// ListResponse answers ListRequest. Total is how many approvals matched
+// before Limit cut the list (workers before it send 0).
 type ListResponse struct {
 	Items []Item `json:"items"`
+	Total int    `json:"total,omitempty"`
 	Error string `json:"error,omitempty"`
 }
 
@@ -106,6 +108,16 @@ func List(ctx context.Context, nc Requester, prefix string, req ListRequest) ([]
 		return nil, err
 	}
 	return resp.Items, nil
+}
+
+// ListTotal is List that also returns how many approvals matched before the
+// limit (the number of items from a worker that does not say).
+func ListTotal(ctx context.Context, nc Requester, prefix string, req ListRequest) ([]Item, int, error) {
+	var resp ListResponse
+	if err := call(ctx, nc, prefix+"."+SubjectList, req, &resp, &resp.Error); err != nil {
+		return nil, 0, err
+	}
+	return resp.Items, max(resp.Total, len(resp.Items)), nil
 }
 
 // Decide asks the approvals worker to decide.
