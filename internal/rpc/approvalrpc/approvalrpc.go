@@ -103,11 +103,8 @@ const timeout = 10 * time.Second
 
 // List asks the approvals worker for approvals.
 func List(ctx context.Context, nc Requester, prefix string, req ListRequest) ([]Item, error) {
-	var resp ListResponse
-	if err := call(ctx, nc, prefix+"."+SubjectList, req, &resp, &resp.Error); err != nil {
-		return nil, err
-	}
-	return resp.Items, nil
+	items, _, err := ListTotal(ctx, nc, prefix, req)
+	return items, err
 }
 
 // ListTotal is List that also returns how many approvals matched before the
