@@ -193,10 +193,36 @@ func Marker(key string) string {
 		sum := sha256.Sum256([]byte(key))
 		key = "sha256:" + hex.EncodeToString(sum[:])
 	}
-	return "<!-- relay:" + key + " -->"
+	return MarkerPrefix + key + " -->"
 }
+
+// MarkerPrefix starts every Marker.
+const MarkerPrefix = "<!-- relay:"
 
 // WithMarker is text with the key's marker appended on its own paragraph.
 func WithMarker(text, key string) string {
 	return strings.TrimRight(text, "\n") + "\n\n" + Marker(key)
+}
+
+// maxMarker bounds a marker Clip keeps (a hashed key makes one of 84 bytes).
+const maxMarker = 200
+
+// Clip bounds inbound text to n bytes as clip.To does, but keeps a marker
+// of the relay's (Marker) that the cut would drop: a long comment the relay
+// posted comes back in its webhook still known as the relay's own (the
+// agent and the hooks skip content with the marker).
+func Clip(text string, n int) string {
+	out := clip.To(text, n)
+	if len(out) == len(text) || strings.Contains(out, MarkerPrefix) {
+		return out
+	}
+	i := strings.LastIndex(text, MarkerPrefix)
+	if i < 0 {
+		return out
+	}
+	end := strings.Index(text[i:], "-->")
+	if end < 0 || end+3 > maxMarker {
+		return out
+	}
+	return out + "\n\n" + text[i:i+end+3]
 }

@@ -197,3 +197,26 @@ func TestID(t *testing.T) {
 		t.Error("an object decoded as an ID")
 	}
 }
+
+func TestClipKeepsMarker(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("word ", 30)
+	marker := mappers.Marker("out:task-1")
+	hashed := mappers.Marker("key with spaces")
+	for _, tc := range []struct{ name, in, want string }{
+		{"fits", "short", "short"},
+		{"cut, no marker", long, long[:20] + "…"},
+		{"cut drops the marker", mappers.WithMarker(long, "out:task-1"), long[:20] + "…\n\n" + marker},
+		{"cut drops a hashed marker", mappers.WithMarker(long, "key with spaces"), long[:20] + "…\n\n" + hashed},
+		{"cut inside the marker", long[:15] + marker, long[:15] + "<!-- …\n\n" + marker},
+		{"cut keeps the marker", marker + long, marker[:20] + "…"},
+		{"unterminated marker", long + "<!-- relay:x", long[:20] + "…"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := mappers.Clip(tc.in, 20); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -57,8 +57,9 @@ func hooksRedactor(env *config.Env) *tools.Redactor {
 const hooksUsage = `usage:
   relay hooks                                    run the hooks worker
   relay hooks list [-json]                       each hook, its triggers, actions and last outcome
-  relay hooks validate                           check the hooks file (and its tools, when a tool runner answers); exit 1 on an error
-  relay hooks test NAME --envelope FILE [--run]  show the match, the resolved parameters and their validation; --run calls the tools
+  relay hooks validate [--offline]               check the hooks file (and its tools, when a tool runner answers); exit 1 on an error
+  relay hooks test NAME --envelope FILE [--run] [-json]
+                                                 show the match, the resolved parameters and their validation; --run calls the tools
   relay hooks log [-n N] [--hook NAME] [-json]   execution records from hook.executed`
 
 func runHooksCLI(ctx context.Context, a *app, args []string) error {
@@ -191,7 +192,7 @@ func hooksList(ctx context.Context, a *app, args []string) error {
 
 func hooksTest(ctx context.Context, a *app, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return &exitError{code: 2, msg: "usage: relay hooks test NAME --envelope FILE [--run]"}
+		return &exitError{code: 2, msg: "usage: relay hooks test NAME --envelope FILE [--run] [-json]"}
 	}
 	name := args[0]
 	fs := a.flags("hooks test")

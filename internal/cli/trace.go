@@ -15,7 +15,7 @@ import (
 func init() {
 	registerCommand(&command{
 		name:    "trace",
-		usage:   "<delivery-id|thread|task-id> [-json] [-since D]",
+		usage:   "<delivery-id|thread|task-id> [-json] [-since D] [-n N]",
 		summary: "print the story of a webhook delivery, thread or task: every hop from the webhook to the posted answer",
 		run:     runTrace,
 	})

@@ -1,6 +1,7 @@
 package github_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -233,5 +234,32 @@ func TestTypedFallback(t *testing.T) {
 	}
 	if got, want := res.Items[0].Envelope.Meta.Thread, "github:o/r#9"; got != want {
 		t.Errorf("got thread %q, want %q", got, want)
+	}
+}
+
+// TestLongOwnCommentKeepsMarker: a comment the relay posted (it ends with
+// the hidden marker) that is longer than MaxContent comes back with the
+// marker still in the content, so the agent and the hooks know it as the
+// relay's own.
+func TestLongOwnCommentKeepsMarker(t *testing.T) {
+	t.Parallel()
+	p := github.New(github.Config{Secret: secret.New(testSecret), MaxContent: 50})
+	posted := mappers.WithMarker(strings.Repeat("long answer ", 40), "out:task-1")
+	payload, err := json.Marshal(map[string]any{
+		"action":     "created",
+		"issue":      map[string]any{"number": 3, "title": "Crash"},
+		"comment":    map[string]any{"body": posted, "html_url": "https://github.com/o/r/issues/3#issuecomment-1"},
+		"repository": map[string]any{"full_name": "o/r"},
+		"sender":     map[string]any{"login": "relay-user", "type": "User"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Map(request("issue_comment", "guid-2", payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Items[0].Envelope.Content; !strings.Contains(got, mappers.Marker("out:task-1")) {
+		t.Errorf("got content %q, want the relay's marker kept", got)
 	}
 }

@@ -332,7 +332,7 @@ func withBody(head, body string, include bool, n int) string {
 	if !include || body == "" {
 		return head
 	}
-	return head + "\n\n" + clip.To(body, n)
+	return head + "\n\n" + mappers.Clip(body, n)
 }
 
 func issueDetail(action string, label *gh.Label, assignee *gh.User, milestone *gh.Milestone) string {

@@ -198,7 +198,7 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	m := p.describe(event, verb, key, &res)
 	msgID := p.msgID(action, key, &res, r.Body)
 
-	e := envelope.New(envelope.ChannelOpenProject, envelope.RoleUser, clip.To(m.content, mappers.MaxContent))
+	e := envelope.New(envelope.ChannelOpenProject, envelope.RoleUser, mappers.Clip(m.content, mappers.MaxContent))
 	at := r.Received
 	if at.IsZero() {
 		at = p.cfg.Now()

@@ -216,7 +216,7 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	sum := sha256.Sum256(r.Body)
 	msgID := "sentry:" + idResource + ":" + h.Action + ":" + m.objectID + ":" + hex.EncodeToString(sum[:])
 
-	e := envelope.New(envelope.ChannelSentry, m.role, clip.To(m.content, mappers.MaxContent))
+	e := envelope.New(envelope.ChannelSentry, m.role, mappers.Clip(m.content, mappers.MaxContent))
 	at := r.Received
 	if at.IsZero() {
 		at = p.cfg.Now()

@@ -106,7 +106,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("approvals: a Slack bot token is required with an approval channel"))
 	}
 	if !channelRE.MatchString(c.Channel) {
-		errs = append(errs, fmt.Errorf("approvals: approval channel %q is not a Slack channel id (C…, G…)", c.Channel))
+		errs = append(errs, fmt.Errorf("approvals: approval channel %q is not a Slack channel id (C…, G…, D…)", c.Channel))
 	}
 	for k, v := range c.Channels {
 		if !channelRE.MatchString(v) {

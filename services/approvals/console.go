@@ -51,13 +51,26 @@ func (s *Service) consoleList(ctx context.Context, data []byte) (any, error) {
 	items := []approvalrpc.Item{}
 	for _, k := range keys {
 		rec, err := s.store.getKey(ctx, k)
-		if err != nil || (!req.All && rec.Status != StatusPending) {
+		if err != nil || (!req.All && !req.Decided && rec.Status != StatusPending) || (req.Decided && rec.Status == StatusPending) {
 			continue
 		}
 		items = append(items, itemOf(rec))
 	}
-	slices.SortFunc(items, func(a, b approvalrpc.Item) int { return b.CreatedAt.Compare(a.CreatedAt) })
-	return approvalrpc.ListResponse{Items: items[:min(len(items), req.Limit)]}, nil
+	if req.Decided {
+		slices.SortFunc(items, func(a, b approvalrpc.Item) int { return decidedAt(b).Compare(decidedAt(a)) })
+	} else {
+		slices.SortFunc(items, func(a, b approvalrpc.Item) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	}
+	return approvalrpc.ListResponse{Items: items[:min(len(items), req.Limit)], Total: len(items)}, nil
+}
+
+// decidedAt is when an item was decided: an expired one, which nobody
+// decided, when it expired.
+func decidedAt(it approvalrpc.Item) time.Time {
+	if it.DecidedAt.IsZero() {
+		return it.ExpiresAt
+	}
+	return it.DecidedAt
 }
 
 // listFailed answers a list request that failed with e: no items (an empty

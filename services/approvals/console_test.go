@@ -1,6 +1,8 @@
 package approvals_test
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -115,5 +117,50 @@ func TestConsoleReject(t *testing.T) {
 		if _, err := approvalrpc.Decide(t.Context(), h.bus.Conn(), h.bus.Prefix(), bad); err == nil {
 			t.Errorf("decide %+v: got no error, want one", bad)
 		}
+	}
+}
+
+// TestConsoleListDecidedBehindPending: the decided ones are listed, most
+// recently decided first, however many pending ones are newer.
+func TestConsoleListDecidedBehindPending(t *testing.T) {
+	t.Parallel()
+	h := newConsoleHarness(t)
+	first, _ := h.suggestion(github7, "Decided first")
+	h.pendingItem(first)
+	second, _ := h.suggestion(github7, "Decided second")
+	h.pendingItem(second)
+	h.decide(approvalrpc.DecideRequest{TaskID: second, Action: approvalrpc.ActionReject, By: "bob", Reason: "no"})
+	h.decide(approvalrpc.DecideRequest{TaskID: first, Action: approvalrpc.ActionReject, By: "bob", Reason: "no"})
+	for i := range 3 {
+		task, _ := h.suggestion(github7, fmt.Sprintf("Still pending %d", i))
+		h.pendingItem(task)
+	}
+	items, err := approvalrpc.List(t.Context(), h.bus.Conn(), h.bus.Prefix(), approvalrpc.ListRequest{All: true, Decided: true, Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, it := range items {
+		got = append(got, it.TaskID+" "+it.Status)
+	}
+	if want := []string{first + " rejected", second + " rejected"}; !slices.Equal(got, want) {
+		t.Errorf("decided: got %v, want %v (the last decided first)", got, want)
+	}
+}
+
+// TestConsoleListTotal: a list cut by its limit says how many matched.
+func TestConsoleListTotal(t *testing.T) {
+	t.Parallel()
+	h := newConsoleHarness(t)
+	for i := range 3 {
+		task, _ := h.suggestion(github7, fmt.Sprintf("Pending %d", i))
+		h.pendingItem(task)
+	}
+	items, total, err := approvalrpc.ListTotal(t.Context(), h.bus.Conn(), h.bus.Prefix(), approvalrpc.ListRequest{Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 2 || total != 3 {
+		t.Errorf("got %d items of %d, want 2 of 3", len(items), total)
 	}
 }

@@ -38,13 +38,13 @@ func ReadSettings(env *config.Env) Settings {
 		Concurrency:   env.Int("RELAY_APPROVAL_CONCURRENCY", 8, 1, 256),
 	}
 	if cfg.Channel != "" && !ValidChannelID(cfg.Channel) {
-		env.Failf("SLACK_APPROVAL_CHANNEL", "%q is not a Slack channel id (C…, G…)", cfg.Channel)
+		env.Failf("SLACK_APPROVAL_CHANNEL", "%q is not a Slack channel id (C…, G…, D…)", cfg.Channel)
 	}
 	for _, t := range TargetChannels {
 		name := "RELAY_APPROVAL_CHANNEL_" + strings.ToUpper(t)
 		if ch := env.String(name, ""); ch != "" {
 			if !ValidChannelID(ch) {
-				env.Failf(name, "%q is not a Slack channel id (C…, G…)", ch)
+				env.Failf(name, "%q is not a Slack channel id (C…, G…, D…)", ch)
 			}
 			cfg.Channels[t] = ch
 		}

@@ -50,8 +50,8 @@ func (s *Service) overviewData(ctx context.Context, _ url.Values) (map[string]an
 	d["RecentErrors"] = errs
 	rctx, cancel := s.rpcContext(ctx)
 	defer cancel()
-	items, err := approvalrpc.List(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{})
-	d["Pending"], d["PendingError"] = len(items), errText(err)
+	_, pending, err := approvalrpc.ListTotal(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{})
+	d["Pending"], d["PendingError"] = pending, errText(err)
 	st, err := tools.StatusRemote(rctx, s.bus.Conn(), s.bus.Prefix())
 	d["Tools"], d["ToolsError"] = st, errText(err)
 	d["Seen"] = len(s.hub.filter(s.hub.size, func(*Event) bool { return true }))
@@ -94,15 +94,16 @@ func (s *Service) storyData(ctx context.Context, q url.Values) (map[string]any, 
 func (s *Service) approvalsData(ctx context.Context, q url.Values) (map[string]any, error) {
 	rctx, cancel := s.rpcContext(ctx)
 	defer cancel()
-	pending, err := approvalrpc.List(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{})
-	all, _ := approvalrpc.List(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{All: true, Limit: 20})
+	pending, total, err := approvalrpc.ListTotal(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{})
+	// All as well as Decided: a worker before Decided answers as for All.
+	recent, _ := approvalrpc.List(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{All: true, Decided: true, Limit: 20})
 	var decided []approvalrpc.Item
-	for _, it := range all {
+	for _, it := range recent {
 		if it.Status != "pending" {
 			decided = append(decided, it)
 		}
 	}
-	return map[string]any{"Pending": pending, "Decided": decided, "Error": errText(err), "Edit": q.Get("edit")}, nil
+	return map[string]any{"Pending": pending, "PendingTotal": total, "Decided": decided, "Error": errText(err), "Edit": q.Get("edit")}, nil
 }
 
 func (s *Service) dlqData(ctx context.Context, _ url.Values) (map[string]any, error) {

@@ -15,7 +15,7 @@ import (
 type Context map[string]any
 
 // envelopeVars are always present (possibly empty).
-var envelopeVars = []string{"id", "channel", "event", "action", "thread", "task_id", "actor", "url", "delivery_id", "content", "timestamp"}
+var envelopeVars = []string{"id", "channel", "event", "action", "thread", "task_id", "actor", "url", "delivery_id", "content", "timestamp", "bot"}
 
 // factVars are set when the envelope carries them: from meta.facts when a
 // mapper fills it, otherwise derived from meta.thread and the provider's meta
@@ -48,6 +48,10 @@ func NewContext(e *envelope.Envelope) Context {
 	c["content"] = e.Content
 	c["timestamp"] = e.Timestamp.UTC().Format(time.RFC3339)
 	c["event"], c["action"], c["actor"], c["url"], c["delivery_id"] = "", "", "", "", ""
+	// bot: a bot wrote it (GitHub meta.bot, Slack meta.slack.bot). The
+	// relay's Slack posts carry no marker in their text, so `!bot` is how a
+	// hook on Slack messages leaves them (and its own replies) alone.
+	c["bot"], _ = e.Meta.Extra["bot"].(bool)
 	if s := e.Meta.Source; s != nil {
 		c["event"], c["action"], c["actor"], c["url"], c["delivery_id"] = s.Event, s.Action, s.Actor, s.URL, s.DeliveryID
 	}
@@ -87,6 +91,9 @@ func NewContext(e *envelope.Envelope) Context {
 			c["team"], c["slack_channel"] = parts[0], parts[1]
 		}
 		if s, ok := e.Meta.Extra["slack"].(map[string]any); ok {
+			if b, _ := s["bot"].(bool); b {
+				c["bot"] = true
+			}
 			if v, ok := s["user"].(string); ok {
 				c["user"] = v
 			}

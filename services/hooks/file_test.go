@@ -311,3 +311,30 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestContextBot: bot is true for messages bots wrote (a GitHub Bot sender,
+// a Slack bot message, the relay's own Slack posts among them), so a
+// condition can leave them alone.
+func TestContextBot(t *testing.T) {
+	t.Parallel()
+	notBot, err := Compile("!bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slackBot := envelope.New(envelope.ChannelSlack, envelope.RoleUser, "echo: hi")
+	slackBot.Meta.Set("slack", map[string]any{"bot": true, "team": "T1"})
+	ghBot := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "x")
+	ghBot.Meta.Set("bot", true)
+	person := envelope.New(envelope.ChannelSlack, envelope.RoleUser, "hi")
+	person.Meta.Set("slack", map[string]any{"bot": false, "user": "U1"})
+	for _, tc := range []struct {
+		name string
+		e    *envelope.Envelope
+		bot  bool
+	}{{"slack bot", slackBot, true}, {"github bot", ghBot, true}, {"person", person, false}} {
+		c := NewContext(tc.e)
+		if c["bot"] != tc.bot || notBot.Eval(c) == tc.bot {
+			t.Errorf("%s: got bot %v, !bot %v; want bot %v", tc.name, c["bot"], notBot.Eval(c), tc.bot)
+		}
+	}
+}

@@ -4,8 +4,9 @@
 // A hooks file (Load, schemas/hooks.schema.json) lists hooks: triggers in
 // the agent's syntax, an optional condition (Compile), and actions that call
 // a tool with parameters mapped from the envelope's context (NewContext).
-// The service consumes every inbound envelope (subject in.>, durable consumer
-// "hooks"; instances compete), runs the matching hooks' actions in order, at
+// The service consumes the inbound envelopes its hooks' triggers name
+// (durable consumer "hooks" filtered on their in.{channel}.{event} subjects;
+// instances compete), runs the matching hooks' actions in order, at
 // most Config.Concurrency at once per process, and calls each tool through
 // the tool runner over the bus (tool.call, answered on tool.result or
 // tool.failed), so the runner's role capabilities, budgets, stop switch and

@@ -124,7 +124,8 @@ type Config struct {
 	// NoticeConsumer is the durable consumer of agent.notice. Default
 	// "outbound-notice"; "-" disables notices.
 	NoticeConsumer string
-	// Concurrency is how many posts this process makes at once. Default 4.
+	// Concurrency is how many answers (out.>) this process posts at once,
+	// and how many task notices besides. Default 4.
 	Concurrency int
 	// MaxDeliver is how many attempts a message gets. Default 8.
 	MaxDeliver int

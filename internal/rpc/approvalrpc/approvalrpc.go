@@ -52,15 +52,21 @@ type Item struct {
 }
 
 // ListRequest asks for approvals: only pending ones unless All is set, at
-// most Limit (default 100), newest first.
+// most Limit (default 100), newest first. Decided asks for the decided ones
+// only (approved, rejected, expired), the most recently decided first, so
+// a backlog of pending ones does not hide them; workers before it ignore
+// it, so a caller sets All too and keeps the items that are not pending.
 type ListRequest struct {
-	All   bool `json:"all,omitempty"`
-	Limit int  `json:"limit,omitempty"`
+	All     bool `json:"all,omitempty"`
+	Decided bool `json:"decided,omitempty"`
+	Limit   int  `json:"limit,omitempty"`
 }
 
-// ListResponse answers ListRequest.
+// ListResponse answers ListRequest. Total is how many approvals matched
+// before Limit cut the list (workers before it send 0).
 type ListResponse struct {
 	Items []Item `json:"items"`
+	Total int    `json:"total,omitempty"`
 	Error string `json:"error,omitempty"`
 }
 
@@ -97,11 +103,18 @@ const timeout = 10 * time.Second
 
 // List asks the approvals worker for approvals.
 func List(ctx context.Context, nc Requester, prefix string, req ListRequest) ([]Item, error) {
+	items, _, err := ListTotal(ctx, nc, prefix, req)
+	return items, err
+}
+
+// ListTotal is List that also returns how many approvals matched before the
+// limit (the number of items from a worker that does not say).
+func ListTotal(ctx context.Context, nc Requester, prefix string, req ListRequest) ([]Item, int, error) {
 	var resp ListResponse
 	if err := call(ctx, nc, prefix+"."+SubjectList, req, &resp, &resp.Error); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return resp.Items, nil
+	return resp.Items, max(resp.Total, len(resp.Items)), nil
 }
 
 // Decide asks the approvals worker to decide.
