@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"sort"
@@ -239,6 +240,12 @@ type Runner struct {
 	order []string
 	// connsMu guards conns, order and the fields Reload (reload.go) uses.
 	connsMu sync.RWMutex
+
+	// stateMu serialises taking persisted server states (applyState, and
+	// Reload for the servers it starts); it is taken before connsMu.
+	// servers is the last state known per server, never modified in place.
+	stateMu sync.Mutex
+	servers map[string]ServerState
 	live    liveConns
 
 	stopPolicy bool
@@ -320,21 +327,52 @@ func (r *Runner) Start(ctx context.Context) error {
 }
 
 // applyState takes a persisted state: servers with an entry follow it, the
-// stop switch follows it.
+// stop switch follows it. The servers' entries are kept for the servers a
+// later Reload starts.
 func (r *Runner) applyState(st State) {
 	r.stopState.Store(st.Stop)
+	var notices []Notice
+	r.stateMu.Lock()
+	r.servers = st.Servers
 	for name, s := range st.Servers {
-		c := r.conn(name)
-		if c == nil {
-			continue
-		}
-		if s.Disabled {
-			c.disable(s.Reason, s.By)
-		} else if c.enable() == "health" {
-			r.notify(context.Background(), Notice{Kind: NoticeReenabled, Server: name, At: s.At,
-				Reason: fmt.Sprintf("enabled again by %s", cmp.Or(s.By, "an operator"))})
+		if c := r.conn(name); c != nil {
+			if n, ok := applyServerState(c, s); ok {
+				notices = append(notices, n)
+			}
 		}
 	}
+	r.stateMu.Unlock()
+	for _, n := range notices {
+		r.notify(context.Background(), n)
+	}
+}
+
+// applyServerState makes c follow its persisted state s; it returns the
+// notice of a server the health checks had disabled and s enables again.
+func applyServerState(c *conn, s ServerState) (Notice, bool) {
+	if s.Disabled {
+		c.disable(s.Reason, s.By)
+		return Notice{}, false
+	}
+	if c.enable() != "health" {
+		return Notice{}, false
+	}
+	return Notice{Kind: NoticeReenabled, Server: c.cfg.Name, At: s.At,
+		Reason: fmt.Sprintf("enabled again by %s", cmp.Or(s.By, "an operator"))}, true
+}
+
+// rememberServer records a server state this runner set itself (Enable,
+// Disable, an auto-disable), so a Reload before the state store's watch
+// reports it already applies it.
+func (r *Runner) rememberServer(name string, s ServerState) {
+	r.stateMu.Lock()
+	defer r.stateMu.Unlock()
+	servers := maps.Clone(r.servers)
+	if servers == nil {
+		servers = map[string]ServerState{}
+	}
+	servers[name] = s
+	r.servers = servers
 }
 
 func (r *Runner) notify(ctx context.Context, n Notice) {
@@ -467,8 +505,10 @@ func (r *Runner) Enable(ctx context.Context, name string) error {
 	if c.enable() == "health" {
 		r.notify(ctx, Notice{Kind: NoticeReenabled, Server: name, At: at, Reason: "enabled again by an operator"})
 	}
+	ss := ServerState{Disabled: false, By: "operator", At: at}
+	r.rememberServer(name, ss)
 	if r.cfg.State != nil {
-		return r.cfg.State.SetServer(ctx, name, ServerState{Disabled: false, By: "operator", At: at})
+		return r.cfg.State.SetServer(ctx, name, ss)
 	}
 	return nil
 }
@@ -480,8 +520,10 @@ func (r *Runner) Disable(ctx context.Context, name, reason string) error {
 		return fmt.Errorf("disable %s: %w", name, ErrUnknownServer)
 	}
 	c.disable(reason, "operator")
+	ss := ServerState{Disabled: true, Reason: reason, By: "operator", At: time.Now().UTC()}
+	r.rememberServer(name, ss)
 	if r.cfg.State != nil {
-		return r.cfg.State.SetServer(ctx, name, ServerState{Disabled: true, Reason: reason, By: "operator", At: time.Now().UTC()})
+		return r.cfg.State.SetServer(ctx, name, ss)
 	}
 	return nil
 }
@@ -501,8 +543,10 @@ func (r *Runner) autoDisable(ctx context.Context, c *conn, failures int, err err
 		return
 	}
 	at := time.Now().UTC()
+	ss := ServerState{Disabled: true, Reason: reason, By: "health", At: at}
+	r.rememberServer(c.cfg.Name, ss)
 	if r.cfg.State != nil {
-		if serr := r.cfg.State.SetServer(ctx, c.cfg.Name, ServerState{Disabled: true, Reason: reason, By: "health", At: at}); serr != nil {
+		if serr := r.cfg.State.SetServer(ctx, c.cfg.Name, ss); serr != nil {
 			r.log.Error("persist auto-disable", "server", c.cfg.Name, "err", serr)
 		}
 	}
