@@ -443,6 +443,10 @@ type ServerStatus struct {
 	Name        string `json:"name"`
 	Type        string `json:"type"`
 	Description string `json:"description,omitempty"`
+	// Capabilities and SchemaVersion are what the mcp.json entry declares
+	// (the agent orchestrator's fields), shown and not enforced.
+	Capabilities  []string `json:"capabilities,omitempty"`
+	SchemaVersion string   `json:"schema_version,omitempty"`
 	// State is connecting, ready, degraded, offline or disabled.
 	State          string `json:"state"`
 	DisabledReason string `json:"disabled_reason,omitempty"`

@@ -200,7 +200,8 @@ func probeAll(ctx context.Context, ts *toolrunner.Settings, persisted map[string
 	out := make([]tools.ServerStatus, len(ts.Servers))
 	var wg sync.WaitGroup
 	for i, s := range ts.Servers {
-		st := tools.ServerStatus{Name: s.Name, Type: string(s.Type), Description: s.Description}
+		st := tools.ServerStatus{Name: s.Name, Type: string(s.Type), Description: s.Description,
+			Capabilities: s.Capabilities, SchemaVersion: s.SchemaVersion}
 		disabled, why := s.Disabled, s.Description
 		if p, ok := persisted[s.Name]; ok {
 			disabled, why = p.Disabled, p.Reason
