@@ -870,6 +870,15 @@ func (e *callTimeout) Error() string {
 		e.limit, e.server, e.tool, mcpconfig.DefaultTimeout)
 }
 
+// timeoutError is ct as a call's error: its limit and where that is set.
+func (r *Runner) timeoutError(ct *callTimeout) error {
+	var def time.Duration
+	if c := r.conn(ct.server); c != nil {
+		def = c.cfg.Timeout
+	}
+	return fmt.Errorf("the call's %s limit passed (%s)", ct.limit, r.cfg.Policy.TimeoutSource(ct.server, ct.tool, def))
+}
+
 // retry sends the call, repeating it while that is safe: a call that never
 // left the runner (the server is offline, restarting) is retried within
 // RetryWindow; one that reached the server only when the tool is read-only

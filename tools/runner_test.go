@@ -587,3 +587,30 @@ func TestObserveCountsEveryCall(t *testing.T) {
 		t.Errorf("kept series: got %v, want only s.t", m.calls)
 	}
 }
+
+// A call that runs out of time names its limit and where that limit is set:
+// the tool's or the server's policy budget, the server's "timeout" in
+// mcp.json, else the default.
+func TestTimeoutNamesItsSource(t *testing.T) {
+	t.Parallel()
+	h := helperServer(t, "h", t.TempDir())
+	h.Timeout = time.Second
+	cfg := fastConfig(t, h)
+	cfg.Policy = policy(t, allowAll+"budgets:\n  h.slow: {timeout: 1s}\n")
+	r := startRunner(t, cfg)
+	tests := []struct {
+		name, tool, want string
+	}{
+		{"tool budget", "h.slow", "the call's 1s limit passed (the timeout of policy budget h.slow)"},
+		{"server entry", "h.slow-read", `the call's 1s limit passed (the "timeout" of server h in mcp.json)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			res := r.Call(t.Context(), Request{Tool: tt.tool, Args: map[string]any{"ms": 3000}, Caller: Caller{Role: "agent"}})
+			if res.Status != StatusTimeout || !strings.Contains(res.Err.Error(), tt.want) {
+				t.Errorf("got %s (%v), want timeout naming %q", res.Status, res.Err, tt.want)
+			}
+		})
+	}
+}
