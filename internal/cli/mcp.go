@@ -339,6 +339,7 @@ func callRunner(ctx context.Context, a *app, ts *toolrunner.Settings, s mcpconfi
 	cfg := ts.Runner
 	if sh != nil {
 		cfg.State, cfg.Limits = stopOnly{sh.state}, sh.limits
+		cfg.Audit = busAudit{bus: sh.bus, stderr: a.stderr}
 	}
 	s.Disabled = false // an operator may call a disabled server directly
 	cfg.Servers = []mcpconfig.Server{s}
