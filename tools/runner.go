@@ -788,6 +788,9 @@ func (r *Runner) call(ctx context.Context, req *Request, e Execution, run *runni
 	defer func() { res.SamplingTokens = int(cctx.f.tokens.Load()) }()
 
 	entry, err := c.tool(ctx, tool)
+	if errors.Is(err, ErrOffline) {
+		entry, err = r.toolWhenBack(ctx, c, tool)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			err = ctxErr(ctx)
@@ -935,6 +938,11 @@ func (r *Runner) retryAfter(ctx context.Context, op backoff.Operation[*mcp.CallT
 		}
 		return op()
 	}
+	return backoff.Retry(ctx, again, backoff.WithBackOff(r.retryBackOff()), backoff.WithMaxElapsedTime(r.cfg.RetryWindow), backoff.WithMaxTries(0))
+}
+
+// retryBackOff is the delay schedule of a call's retries.
+func (r *Runner) retryBackOff() *backoff.ExponentialBackOff {
 	b := &backoff.ExponentialBackOff{
 		InitialInterval:     r.cfg.RetryBackoff,
 		RandomizationFactor: 0.1,
@@ -942,7 +950,25 @@ func (r *Runner) retryAfter(ctx context.Context, op backoff.Operation[*mcp.CallT
 		MaxInterval:         2 * time.Second,
 	}
 	b.Reset()
-	return backoff.Retry(ctx, again, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(r.cfg.RetryWindow), backoff.WithMaxTries(0))
+	return b
+}
+
+// toolWhenBack is the entry of tool on c when c is offline and has no tool
+// list to go by (it was dropped by a reload or outlived its TTL): it waits
+// for the server to come back within RetryWindow, as a call to an offline
+// server does, and lists again.
+func (r *Runner) toolWhenBack(ctx context.Context, c *conn, tool string) (*toolEntry, error) {
+	if r.cfg.CallRetries < 0 {
+		return nil, ErrOffline
+	}
+	op := func() (*toolEntry, error) {
+		e, err := c.tool(ctx, tool)
+		if err != nil && (!errors.Is(err, ErrOffline) || ctx.Err() != nil) {
+			return nil, backoff.Permanent(err)
+		}
+		return e, err
+	}
+	return backoff.Retry(ctx, op, backoff.WithBackOff(r.retryBackOff()), backoff.WithMaxElapsedTime(r.cfg.RetryWindow), backoff.WithMaxTries(0))
 }
 
 // invoke sends one tools/call. sent reports whether it left the runner.

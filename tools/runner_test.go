@@ -614,3 +614,25 @@ func TestTimeoutNamesItsSource(t *testing.T) {
 		})
 	}
 }
+
+// A call to a server that is offline waits for it to come back (within the
+// retry window) also when the server's tool list is not cached, as after an
+// mcp.json reload or once the list's TTL has passed.
+func TestCallWaitsForOfflineServerWithoutToolList(t *testing.T) {
+	t.Parallel()
+	h := helperServer(t, "h", t.TempDir())
+	cfg := fastConfig(t, h)
+	cfg.HealthBackoff = []time.Duration{500 * time.Millisecond}
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	pid := r.conns["h"].pid()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the server to be offline", func() bool { return r.Servers()[0].State == StateOffline })
+	r.Reload([]mcpconfig.Server{h}) // unchanged: the server keeps its state, its tool list is dropped
+	res := r.Call(t.Context(), Request{Tool: "h.echo", Args: map[string]any{"message": "back"}, Caller: Caller{Role: "agent"}})
+	if res.Err != nil || res.Text != "Echo: back" {
+		t.Fatalf("call while the server restarts: got %q, %v (%s); want the echo once it is back", res.Text, res.Err, res.Status)
+	}
+}
