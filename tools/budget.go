@@ -345,7 +345,13 @@ func (h *held) acquireSems(ctx context.Context, ls []*limit) error {
 // ctxErr maps a done context to ErrTimeout or ErrCancelled.
 func ctxErr(ctx context.Context) error {
 	if ctx.Err() == context.DeadlineExceeded {
-		return fmt.Errorf("%w: %w", ErrTimeout, context.Cause(ctx))
+		cause := context.Cause(ctx)
+		if ct, ok := cause.(*callTimeout); ok {
+			if f := callOf(ctx); f != nil && f.run != nil {
+				return fmt.Errorf("%w: %w", ErrTimeout, f.run.r.timeoutError(ct))
+			}
+		}
+		return fmt.Errorf("%w: %w", ErrTimeout, cause)
 	}
 	cause := context.Cause(ctx)
 	if f := callOf(ctx); f != nil && f.run != nil {

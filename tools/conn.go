@@ -283,6 +283,8 @@ func (c *conn) status() ServerStatus {
 		Name:           c.cfg.Name,
 		Type:           string(c.cfg.Type),
 		Description:    c.cfg.Description,
+		Capabilities:   c.cfg.Capabilities,
+		SchemaVersion:  c.cfg.SchemaVersion,
 		Failures:       h.failures,
 		LastError:      h.lastErr,
 		LastCheck:      h.lastCheck,

@@ -56,3 +56,18 @@ func TestHealthBackoffSchedule(t *testing.T) {
 		_ = r.Close()
 	}
 }
+
+// The orchestrator's declarations in an mcp.json entry (capabilities,
+// schemaVersion) are not enforced but shown in the server's status.
+func TestStatusShowsDeclarations(t *testing.T) {
+	t.Parallel()
+	s := mcpconfig.Server{Name: "s", Type: mcpconfig.Stdio, Command: "x", Capabilities: []string{"search", "fetch"}, SchemaVersion: "1.0.0"}
+	r, err := New(Config{Servers: []mcpconfig.Server{s}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := r.Servers()[0]
+	if !slices.Equal(st.Capabilities, s.Capabilities) || st.SchemaVersion != "1.0.0" {
+		t.Errorf("got capabilities %v, schema version %q; want %v, 1.0.0", st.Capabilities, st.SchemaVersion, s.Capabilities)
+	}
+}

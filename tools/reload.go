@@ -99,7 +99,8 @@ const drainPoll = 50 * time.Millisecond
 // Reload makes servers the runner's configuration (a new mcp.json): it
 // starts added servers, stops removed ones once their calls in flight have
 // finished (at most mcpconfig.MaxTimeout), and restarts changed ones (a new
-// session and an empty tool cache). Unchanged servers keep their session and
+// session and an empty tool cache). Added and restarted servers take their
+// persisted state (Config.State) as at Start. Unchanged servers keep their session and
 // health, but their tool lists are fetched again on next use (a reload is
 // also how an operator says a server's tools changed). Calls that begin after Reload see the new set.
 // Safe to call concurrently with calls; before Start it only replaces the
@@ -109,6 +110,10 @@ func (r *Runner) Reload(servers []mcpconfig.Server) ReloadResult {
 	if r.closing.Load() {
 		return res
 	}
+	// The servers started take their persisted state before anyone sees
+	// them, as at startup: a server an operator disabled stays disabled.
+	r.stateMu.Lock()
+	defer r.stateMu.Unlock()
 	r.connsMu.Lock()
 	if r.live.life != nil && r.live.life.Err() != nil {
 		r.connsMu.Unlock()
@@ -139,6 +144,11 @@ func (r *Runner) Reload(servers []mcpconfig.Server) ReloadResult {
 		if _, kept := next[name]; !kept {
 			stop = append(stop, r.conns[name])
 			res.Removed = append(res.Removed, name)
+		}
+	}
+	for _, c := range start {
+		if st, ok := r.servers[c.cfg.Name]; ok {
+			applyServerState(c, st) // a fresh conn: never a notice
 		}
 	}
 	r.conns, r.order = next, order

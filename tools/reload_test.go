@@ -119,3 +119,52 @@ func TestReloadCountsCallOnItsConnection(t *testing.T) {
 		t.Errorf("restarted b counts %d invocations after one call, want 1", n)
 	}
 }
+
+// A server an operator disabled stays disabled when a reload restarts it
+// (its entry changed) or adds it again: the persisted state applies to the
+// servers of a reloaded mcp.json as it does at startup.
+func TestReloadKeepsOperatorState(t *testing.T) {
+	t.Parallel()
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a, b := helperServer(t, "a", dirA), helperServer(t, "b", dirB)
+	cfg := fastConfig(t, a, b)
+	st := NewMemoryState()
+	cfg.State = st
+	r := startRunner(t, cfg)
+	if err := r.Disable(t.Context(), "a", "broken upstream"); err != nil {
+		t.Fatal(err)
+	}
+
+	a2 := a
+	a2.Env = map[string]string{helperEnv: "1", "RELAY_TEST_DIR": dirA, "EXTRA": "1"}
+	if res := r.Reload([]mcpconfig.Server{a2, b}); fmt.Sprint(res.Restarted) != "[a]" {
+		t.Fatalf("Reload = %+v, want a restarted", res)
+	}
+	for _, s := range r.Servers() {
+		if s.Name == "a" && (s.State != StateDisabled || s.DisabledReason != "broken upstream") {
+			t.Errorf("a after a reload that changed it: state %s (%q), want disabled (broken upstream)", s.State, s.DisabledReason)
+		}
+	}
+	if got := r.Call(t.Context(), Request{Tool: "a.echo", Args: map[string]any{"message": "x"}, Operator: true}); got.Status != StatusDisabled {
+		t.Errorf("call on a: got %s (%v), want disabled", got.Status, got.Err)
+	}
+
+	// Removed and added again: still disabled.
+	r.Reload([]mcpconfig.Server{b})
+	if res := r.Reload([]mcpconfig.Server{a2, b}); fmt.Sprint(res.Added) != "[a]" {
+		t.Fatalf("Reload = %+v, want a added", res)
+	}
+	if s := r.Servers()[0]; s.Name != "a" || s.State != StateDisabled {
+		t.Errorf("a added again: got %s %s, want a disabled", s.Name, s.State)
+	}
+
+	// Enabled by the operator, it runs again.
+	if err := r.Enable(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if pending := r.WaitReady(ctx); len(pending) > 0 {
+		t.Fatalf("not ready after enable: %v", pending)
+	}
+}

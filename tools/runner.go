@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"sort"
@@ -239,6 +240,12 @@ type Runner struct {
 	order []string
 	// connsMu guards conns, order and the fields Reload (reload.go) uses.
 	connsMu sync.RWMutex
+
+	// stateMu serialises taking persisted server states (applyState, and
+	// Reload for the servers it starts); it is taken before connsMu.
+	// servers is the last state known per server, never modified in place.
+	stateMu sync.Mutex
+	servers map[string]ServerState
 	live    liveConns
 
 	stopPolicy bool
@@ -320,21 +327,52 @@ func (r *Runner) Start(ctx context.Context) error {
 }
 
 // applyState takes a persisted state: servers with an entry follow it, the
-// stop switch follows it.
+// stop switch follows it. The servers' entries are kept for the servers a
+// later Reload starts.
 func (r *Runner) applyState(st State) {
 	r.stopState.Store(st.Stop)
+	var notices []Notice
+	r.stateMu.Lock()
+	r.servers = st.Servers
 	for name, s := range st.Servers {
-		c := r.conn(name)
-		if c == nil {
-			continue
-		}
-		if s.Disabled {
-			c.disable(s.Reason, s.By)
-		} else if c.enable() == "health" {
-			r.notify(context.Background(), Notice{Kind: NoticeReenabled, Server: name, At: s.At,
-				Reason: fmt.Sprintf("enabled again by %s", cmp.Or(s.By, "an operator"))})
+		if c := r.conn(name); c != nil {
+			if n, ok := applyServerState(c, s); ok {
+				notices = append(notices, n)
+			}
 		}
 	}
+	r.stateMu.Unlock()
+	for _, n := range notices {
+		r.notify(context.Background(), n)
+	}
+}
+
+// applyServerState makes c follow its persisted state s; it returns the
+// notice of a server the health checks had disabled and s enables again.
+func applyServerState(c *conn, s ServerState) (Notice, bool) {
+	if s.Disabled {
+		c.disable(s.Reason, s.By)
+		return Notice{}, false
+	}
+	if c.enable() != "health" {
+		return Notice{}, false
+	}
+	return Notice{Kind: NoticeReenabled, Server: c.cfg.Name, At: s.At,
+		Reason: fmt.Sprintf("enabled again by %s", cmp.Or(s.By, "an operator"))}, true
+}
+
+// rememberServer records a server state this runner set itself (Enable,
+// Disable, an auto-disable), so a Reload before the state store's watch
+// reports it already applies it.
+func (r *Runner) rememberServer(name string, s ServerState) {
+	r.stateMu.Lock()
+	defer r.stateMu.Unlock()
+	servers := maps.Clone(r.servers)
+	if servers == nil {
+		servers = map[string]ServerState{}
+	}
+	servers[name] = s
+	r.servers = servers
 }
 
 func (r *Runner) notify(ctx context.Context, n Notice) {
@@ -405,6 +443,10 @@ type ServerStatus struct {
 	Name        string `json:"name"`
 	Type        string `json:"type"`
 	Description string `json:"description,omitempty"`
+	// Capabilities and SchemaVersion are what the mcp.json entry declares
+	// (the agent orchestrator's fields), shown and not enforced.
+	Capabilities  []string `json:"capabilities,omitempty"`
+	SchemaVersion string   `json:"schema_version,omitempty"`
 	// State is connecting, ready, degraded, offline or disabled.
 	State          string `json:"state"`
 	DisabledReason string `json:"disabled_reason,omitempty"`
@@ -467,8 +509,10 @@ func (r *Runner) Enable(ctx context.Context, name string) error {
 	if c.enable() == "health" {
 		r.notify(ctx, Notice{Kind: NoticeReenabled, Server: name, At: at, Reason: "enabled again by an operator"})
 	}
+	ss := ServerState{Disabled: false, By: "operator", At: at}
+	r.rememberServer(name, ss)
 	if r.cfg.State != nil {
-		return r.cfg.State.SetServer(ctx, name, ServerState{Disabled: false, By: "operator", At: at})
+		return r.cfg.State.SetServer(ctx, name, ss)
 	}
 	return nil
 }
@@ -480,8 +524,10 @@ func (r *Runner) Disable(ctx context.Context, name, reason string) error {
 		return fmt.Errorf("disable %s: %w", name, ErrUnknownServer)
 	}
 	c.disable(reason, "operator")
+	ss := ServerState{Disabled: true, Reason: reason, By: "operator", At: time.Now().UTC()}
+	r.rememberServer(name, ss)
 	if r.cfg.State != nil {
-		return r.cfg.State.SetServer(ctx, name, ServerState{Disabled: true, Reason: reason, By: "operator", At: time.Now().UTC()})
+		return r.cfg.State.SetServer(ctx, name, ss)
 	}
 	return nil
 }
@@ -501,8 +547,10 @@ func (r *Runner) autoDisable(ctx context.Context, c *conn, failures int, err err
 		return
 	}
 	at := time.Now().UTC()
+	ss := ServerState{Disabled: true, Reason: reason, By: "health", At: at}
+	r.rememberServer(c.cfg.Name, ss)
 	if r.cfg.State != nil {
-		if serr := r.cfg.State.SetServer(ctx, c.cfg.Name, ServerState{Disabled: true, Reason: reason, By: "health", At: at}); serr != nil {
+		if serr := r.cfg.State.SetServer(ctx, c.cfg.Name, ss); serr != nil {
 			r.log.Error("persist auto-disable", "server", c.cfg.Name, "err", serr)
 		}
 	}
@@ -740,6 +788,9 @@ func (r *Runner) call(ctx context.Context, req *Request, e Execution, run *runni
 	defer func() { res.SamplingTokens = int(cctx.f.tokens.Load()) }()
 
 	entry, err := c.tool(ctx, tool)
+	if errors.Is(err, ErrOffline) {
+		entry, err = r.toolWhenBack(ctx, c, tool)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			err = ctxErr(ctx)
@@ -822,6 +873,15 @@ func (e *callTimeout) Error() string {
 		e.limit, e.server, e.tool, mcpconfig.DefaultTimeout)
 }
 
+// timeoutError is ct as a call's error: its limit and where that is set.
+func (r *Runner) timeoutError(ct *callTimeout) error {
+	var def time.Duration
+	if c := r.conn(ct.server); c != nil {
+		def = c.cfg.Timeout
+	}
+	return fmt.Errorf("the call's %s limit passed (%s)", ct.limit, r.cfg.Policy.TimeoutSource(ct.server, ct.tool, def))
+}
+
 // retry sends the call, repeating it while that is safe: a call that never
 // left the runner (the server is offline, restarting) is retried within
 // RetryWindow; one that reached the server only when the tool is read-only
@@ -878,6 +938,11 @@ func (r *Runner) retryAfter(ctx context.Context, op backoff.Operation[*mcp.CallT
 		}
 		return op()
 	}
+	return backoff.Retry(ctx, again, backoff.WithBackOff(r.retryBackOff()), backoff.WithMaxElapsedTime(r.cfg.RetryWindow), backoff.WithMaxTries(0))
+}
+
+// retryBackOff is the delay schedule of a call's retries.
+func (r *Runner) retryBackOff() *backoff.ExponentialBackOff {
 	b := &backoff.ExponentialBackOff{
 		InitialInterval:     r.cfg.RetryBackoff,
 		RandomizationFactor: 0.1,
@@ -885,7 +950,25 @@ func (r *Runner) retryAfter(ctx context.Context, op backoff.Operation[*mcp.CallT
 		MaxInterval:         2 * time.Second,
 	}
 	b.Reset()
-	return backoff.Retry(ctx, again, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(r.cfg.RetryWindow), backoff.WithMaxTries(0))
+	return b
+}
+
+// toolWhenBack is the entry of tool on c when c is offline and has no tool
+// list to go by (it was dropped by a reload or outlived its TTL): it waits
+// for the server to come back within RetryWindow, as a call to an offline
+// server does, and lists again.
+func (r *Runner) toolWhenBack(ctx context.Context, c *conn, tool string) (*toolEntry, error) {
+	if r.cfg.CallRetries < 0 {
+		return nil, ErrOffline
+	}
+	op := func() (*toolEntry, error) {
+		e, err := c.tool(ctx, tool)
+		if err != nil && (!errors.Is(err, ErrOffline) || ctx.Err() != nil) {
+			return nil, backoff.Permanent(err)
+		}
+		return e, err
+	}
+	return backoff.Retry(ctx, op, backoff.WithBackOff(r.retryBackOff()), backoff.WithMaxElapsedTime(r.cfg.RetryWindow), backoff.WithMaxTries(0))
 }
 
 // invoke sends one tools/call. sent reports whether it left the runner.

@@ -587,3 +587,52 @@ func TestObserveCountsEveryCall(t *testing.T) {
 		t.Errorf("kept series: got %v, want only s.t", m.calls)
 	}
 }
+
+// A call that runs out of time names its limit and where that limit is set:
+// the tool's or the server's policy budget, the server's "timeout" in
+// mcp.json, else the default.
+func TestTimeoutNamesItsSource(t *testing.T) {
+	t.Parallel()
+	h := helperServer(t, "h", t.TempDir())
+	h.Timeout = time.Second
+	cfg := fastConfig(t, h)
+	cfg.Policy = policy(t, allowAll+"budgets:\n  h.slow: {timeout: 1s}\n")
+	r := startRunner(t, cfg)
+	tests := []struct {
+		name, tool, want string
+	}{
+		{"tool budget", "h.slow", "the call's 1s limit passed (the timeout of policy budget h.slow)"},
+		{"server entry", "h.slow-read", `the call's 1s limit passed (the "timeout" of server h in mcp.json)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			res := r.Call(t.Context(), Request{Tool: tt.tool, Args: map[string]any{"ms": 3000}, Caller: Caller{Role: "agent"}})
+			if res.Status != StatusTimeout || !strings.Contains(res.Err.Error(), tt.want) {
+				t.Errorf("got %s (%v), want timeout naming %q", res.Status, res.Err, tt.want)
+			}
+		})
+	}
+}
+
+// A call to a server that is offline waits for it to come back (within the
+// retry window) also when the server's tool list is not cached, as after an
+// mcp.json reload or once the list's TTL has passed.
+func TestCallWaitsForOfflineServerWithoutToolList(t *testing.T) {
+	t.Parallel()
+	h := helperServer(t, "h", t.TempDir())
+	cfg := fastConfig(t, h)
+	cfg.HealthBackoff = []time.Duration{500 * time.Millisecond}
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	pid := r.conns["h"].pid()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the server to be offline", func() bool { return r.Servers()[0].State == StateOffline })
+	r.Reload([]mcpconfig.Server{h}) // unchanged: the server keeps its state, its tool list is dropped
+	res := r.Call(t.Context(), Request{Tool: "h.echo", Args: map[string]any{"message": "back"}, Caller: Caller{Role: "agent"}})
+	if res.Err != nil || res.Text != "Echo: back" {
+		t.Fatalf("call while the server restarts: got %q, %v (%s); want the echo once it is back", res.Text, res.Err, res.Status)
+	}
+}

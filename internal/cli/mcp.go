@@ -204,7 +204,8 @@ func probeAll(ctx context.Context, ts *toolrunner.Settings, persisted map[string
 	out := make([]tools.ServerStatus, len(ts.Servers))
 	var wg sync.WaitGroup
 	for i, s := range ts.Servers {
-		st := tools.ServerStatus{Name: s.Name, Type: string(s.Type), Description: s.Description}
+		st := tools.ServerStatus{Name: s.Name, Type: string(s.Type), Description: s.Description,
+			Capabilities: s.Capabilities, SchemaVersion: s.SchemaVersion}
 		disabled, why := s.Disabled, s.Description
 		if p, ok := persisted[s.Name]; ok {
 			disabled, why = p.Disabled, p.Reason
@@ -342,6 +343,7 @@ func callRunner(ctx context.Context, a *app, ts *toolrunner.Settings, s mcpconfi
 	cfg := ts.Runner
 	if sh != nil {
 		cfg.State, cfg.Limits = stopOnly{sh.state}, sh.limits
+		cfg.Audit = busAudit{bus: sh.bus, stderr: a.stderr}
 	}
 	s.Disabled = false // an operator may call a disabled server directly
 	cfg.Servers = []mcpconfig.Server{s}

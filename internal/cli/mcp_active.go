@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os/user"
 	"text/tabwriter"
 	"time"
@@ -104,6 +105,7 @@ func cliActor() string {
 // sharedTools is the tool runners' shared state as `relay mcp call` and
 // `relay mcp test` use it: the stop switch and the shared limits.
 type sharedTools struct {
+	bus    *bus.Bus
 	state  *toolrunner.KVState
 	limits *toolrunner.KVLimits
 }
@@ -117,7 +119,7 @@ func (a *app) openShared(ctx context.Context, cmd string) (*sharedTools, func())
 	b, err := a.clientBus(cctx)
 	var sh *sharedTools
 	if err == nil {
-		sh = &sharedTools{}
+		sh = &sharedTools{bus: b}
 		if sh.state, err = toolrunner.OpenState(cctx, b); err == nil {
 			sh.limits, err = toolrunner.OpenLimits(cctx, b, 0, a.log)
 		}
@@ -130,6 +132,23 @@ func (a *app) openShared(ctx context.Context, cmd string) (*sharedTools, func())
 		return nil, func() {}
 	}
 	return sh, b.Close
+}
+
+// busAudit publishes the audit records of `relay mcp call` on audit.tool,
+// as the tool runner publishes its own, so an operator's call is in the
+// relay's audit stream too (the file has it either way).
+type busAudit struct {
+	bus    *bus.Bus
+	stderr io.Writer
+}
+
+func (a busAudit) Audit(ctx context.Context, r tools.Record) {
+	// An interrupted call is audited too: its record outlives ctx.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	if _, err := a.bus.Publish(ctx, toolrunner.SubjectAudit, toolrunner.AuditEnvelope(r), bus.WithMsgID("audit-"+r.ID)); err != nil {
+		fmt.Fprintf(a.stderr, "relay mcp call: audit record %s not published on %s (the audit log has it): %v\n", r.ID, a.bus.Subject(toolrunner.SubjectAudit), err)
+	}
 }
 
 // stopped reports whether the shared stop switch is on.

@@ -15,6 +15,7 @@ import (
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/services/toolrunner"
 	"github.com/relaystation/relay/tools"
 )
 
@@ -183,5 +184,53 @@ func TestMCPActiveAndCancel(t *testing.T) {
 	}
 	if code, _, errs := cli("mcp", "cancel", call.ID); code != 1 || !strings.Contains(errs, "no active execution") {
 		t.Errorf("second cancel: exit %d, stderr %q; want exit 1, not active", code, errs)
+	}
+}
+
+// TestMCPCallAuditOnTheBus: with a NATS server reachable, a `relay mcp call`
+// publishes its audit record on audit.tool as the tool runner does, so an
+// operator's call is in the relay's audit stream, not only in a local file.
+func TestMCPCallAuditOnTheBus(t *testing.T) {
+	t.Parallel()
+	env, _ := tokenServer(t)
+	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
+	env["RELAY_AUDIT_LOG"] = filepath.Join(t.TempDir(), "audit.jsonl")
+	nc, err := nats.Connect(env["NATS_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	got := make(chan *envelope.Envelope, 4)
+	sub, err := nc.Subscribe("relay."+toolrunner.SubjectAudit, func(m *nats.Msg) {
+		if e, err := envelope.Parse(m.Data); err == nil {
+			got <- e
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	cli := cliIn(t, env)
+	if code, out, errs := cli("mcp", "call", "everything", "echo", "--args", `{"message": "hi"}`); code != 0 {
+		t.Fatalf("call: exit %d, %s %s", code, out, errs)
+	}
+	recs := auditRecords(t, env["RELAY_AUDIT_LOG"])
+	if len(recs) != 1 {
+		t.Fatalf("audit file: got %d records, want 1", len(recs))
+	}
+	select {
+	case e := <-got:
+		var r tools.Record
+		if ok, err := e.Meta.Decode("audit", &r); !ok || err != nil {
+			t.Fatalf("meta.audit: %v, %v", ok, err)
+		}
+		if r.ID != recs[0].ID || r.AgentID != "cli" || r.Role != "operator" || r.Status != tools.StatusSuccess {
+			t.Errorf("audit.tool: got %+v, want the file's record %+v", r, recs[0])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no audit record on audit.tool")
 	}
 }

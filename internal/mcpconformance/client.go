@@ -6,8 +6,9 @@
 // health loop, elicitation with the schema's defaults since no human is
 // present), lists the tools and calls each one.
 //
-// The program is cmd/relay-conformance-client; the Go test runs the suite with
-// it. Installing the suite and the Node.js 22 it needs: scripts/setup.sh
+// The program is cmd/relay-conformance-client (for runs by hand); the Go test
+// runs the suite with its own binary as the client, running Client the same
+// way. Installing the suite and the Node.js 22 it needs: scripts/setup.sh
 // (testdata/conformance).
 package mcpconformance
 

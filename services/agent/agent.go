@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
@@ -63,6 +64,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
@@ -270,6 +272,16 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	if s.cfg.Model == nil {
 		s.log.Info("no LLM configured (set LLM_BASE_URL and LLM_MODEL): only code-block runs are answered")
+	}
+	// A reloaded mcp.json and `relay mcp refresh` are announced on
+	// rpc.tool.refresh; a cached tool list is dropped with the runners'
+	// (listening, not answering).
+	if r, ok := s.cfg.Tools.(interface{ Refresh() }); ok {
+		sub, err := s.bus.Conn().Subscribe(s.bus.Subject(tools.SubjectRefresh), func(*nats.Msg) { r.Refresh() })
+		if err != nil {
+			return fmt.Errorf("subscribe to %s: %w", tools.SubjectRefresh, err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
 	}
 	consumers := []struct {
 		name, subject string

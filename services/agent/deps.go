@@ -142,6 +142,14 @@ func (c *CachedTools) Tools(ctx context.Context, role string, at mcpconfig.Locat
 	return list, nil
 }
 
+// Refresh drops the cached lists: the next task lists the tools again. The
+// agent calls it when the tool runners announce a change (rpc.tool.refresh).
+func (c *CachedTools) Refresh() {
+	c.mu.Lock()
+	clear(c.cache)
+	c.mu.Unlock()
+}
+
 var (
 	_ Memory = (*remote.Client)(nil)
 	_ Memory = (*memory.Memory)(nil)

@@ -133,6 +133,8 @@ func status(code int, headers ...string) reply {
 type fakeRunner struct {
 	mu    sync.Mutex
 	calls []*envelope.Envelope
+	// tools, when set, is the list role "agent" gets (else echoTool).
+	tools []tools.ToolInfo
 	fail  bool
 	hold  chan struct{} // when set, answers wait until it is closed
 	// sampling is reported as the result's sampling_tokens when set.
@@ -156,6 +158,11 @@ func startRunner(t testing.TB, b *bus.Bus, fr *fakeRunner) *fakeRunner {
 		resp := tools.ListResponse{Tools: []tools.ToolInfo{}}
 		if req.Role == "agent" {
 			resp.Tools = []tools.ToolInfo{echoTool}
+			fr.mu.Lock()
+			if fr.tools != nil {
+				resp.Tools = fr.tools
+			}
+			fr.mu.Unlock()
 		}
 		data, _ := json.Marshal(resp)
 		_ = m.Respond(data)
@@ -255,20 +262,27 @@ func serveMemory(t testing.TB, b *bus.Bus, f *fakeMemory) {
 // ---- the agent ----
 
 type harness struct {
-	b      *bus.Bus
-	llm    *llmServer
-	runner *fakeRunner
-	mem    *fakeMemory
-	out    <-chan *envelope.Envelope
-	cfg    Config
-	stops  []func()
-	noFake bool
+	b *bus.Bus
+	// toolsTTL is how long the agent caches tool lists (0: not at all);
+	// tools is the agent's lister.
+	toolsTTL time.Duration
+	tools    *CachedTools
+	llm      *llmServer
+	runner   *fakeRunner
+	mem      *fakeMemory
+	out      <-chan *envelope.Envelope
+	cfg      Config
+	stops    []func()
+	noFake   bool
 }
 
 type setupOption func(*harness)
 
 func withConfig(f func(*Config)) setupOption { return func(h *harness) { f(&h.cfg) } }
 func withRunner(fr *fakeRunner) setupOption  { return func(h *harness) { h.runner = fr } }
+
+// withToolsTTL makes the agent cache its tool lists for ttl.
+func withToolsTTL(ttl time.Duration) setupOption { return func(h *harness) { h.toolsTTL = ttl } }
 
 // withBus runs on b, with no fake tool runner (the test starts a real one).
 func withBus(b *bus.Bus) setupOption { return func(h *harness) { h.b, h.noFake = b, true } }
@@ -312,7 +326,8 @@ func (h *harness) start(t testing.TB) (stop func()) {
 	cfg := h.cfg
 	cfg.Model = h.llm.model(t)
 	cfg.Memory = BusMemory(h.b.Conn(), h.b.Prefix(), 5*time.Second)
-	cfg.Tools = BusTools(h.b.Conn(), h.b.Prefix(), 0).SetWait(0) // the fake runner has no servers to wait for
+	h.tools = BusTools(h.b.Conn(), h.b.Prefix(), h.toolsTTL).SetWait(0) // the fake runner has no servers to wait for
+	cfg.Tools = h.tools
 	cfg.Registerer = prometheus.NewRegistry()
 	svc, err := New(t.Context(), cfg, h.b)
 	if err != nil {

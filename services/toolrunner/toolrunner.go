@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -186,9 +187,12 @@ func (s *Service) Run(ctx context.Context) error {
 					if err != nil || !res.Changed() {
 						return
 					}
-					// Other runners and the hooks workers cache tool lists too.
-					if err := tools.AnnounceRefresh(s.bus.Conn(), s.bus.Prefix()); err != nil {
-						s.log.Warn("mcp.json reloaded; the other tool runners and hooks workers were not told", "err", err)
+					// Other runners, the hooks workers and the agent cache
+					// tool lists too.
+					s.announceRefresh()
+					if started := slices.Concat(res.Added, res.Restarted); len(started) > 0 {
+						wg.Add(1) // the watcher's own count is held: Wait has not begun
+						go func() { defer wg.Done(); s.announceWhenConnected(ctx, started) }()
 					}
 				}}
 			if err := w.Run(ctx, s.runner); err != nil {
@@ -210,6 +214,42 @@ func (s *Service) Run(ctx context.Context) error {
 	auditStop()
 	wg.Wait()
 	return err
+}
+
+// announceRefresh tells every holder of a tool list (the other runners, the
+// hooks workers, the agent) to drop it: a reload changed the servers.
+func (s *Service) announceRefresh() {
+	if err := tools.AnnounceRefresh(s.bus.Conn(), s.bus.Prefix()); err != nil {
+		s.log.Warn("mcp.json reloaded; the other tool runners, hooks workers and the agent were not told", "err", err)
+	}
+}
+
+// announceWhenConnected announces again once the servers a reload started
+// have finished their first connect attempt (their tools are listed then):
+// a list taken in between lacked them. It gives up after the runner's
+// connect timeout plus a margin, or when ctx ends.
+func (s *Service) announceWhenConnected(ctx context.Context, started []string) {
+	ctx, cancel := context.WithTimeout(ctx, s.runnerConnectTimeout()+10*time.Second)
+	defer cancel()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		pending := s.runner.Pending()
+		if !slices.ContainsFunc(started, func(n string) bool { return slices.Contains(pending, n) }) {
+			s.announceRefresh()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// runnerConnectTimeout is the runner's bound on one handshake.
+func (s *Service) runnerConnectTimeout() time.Duration {
+	return cmp.Or(s.cfg.Tools.ConnectTimeout, 30*time.Second)
 }
 
 // callRecord is what the call bucket holds per call envelope id.

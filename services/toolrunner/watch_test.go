@@ -171,6 +171,15 @@ func TestInstallIntoRunningService(t *testing.T) {
 	} else if m.Reply != "" || string(m.Data) != "{}" {
 		t.Errorf("refresh announced as %q (reply %q), want a notification of every server", m.Data, m.Reply)
 	}
+	// Once the added server's first connect attempt is over (its tools are
+	// listed), the runner announces again: a list taken in between (the
+	// agent's next task) lacked the new server.
+	if _, err := refreshes.NextMsg(30 * time.Second); err != nil {
+		t.Errorf("no second refresh once the added server had connected: %v", err)
+	}
+	if st, err := tools.StatusRemote(t.Context(), b.Conn(), b.Prefix()); err != nil || len(st.Pending) > 0 {
+		t.Errorf("after the second refresh: pending %v (%v), want none", st.Pending, err)
+	}
 	testenv.Poll(t, 30*time.Second, func() (bool, string) {
 		st, err := tools.StatusRemote(t.Context(), b.Conn(), b.Prefix())
 		if err != nil {

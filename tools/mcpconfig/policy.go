@@ -146,6 +146,20 @@ func (p *Policy) TimeoutOr(server, tool string, def time.Duration) time.Duration
 	return DefaultTimeout
 }
 
+// TimeoutSource names where TimeoutOr(server, tool, def) takes the limit
+// from, as error messages say it.
+func (p *Policy) TimeoutSource(server, tool string, def time.Duration) string {
+	switch {
+	case p.Budgets[server+"."+tool].Timeout > 0:
+		return "the timeout of policy budget " + server + "." + tool
+	case p.Budgets[server].Timeout > 0:
+		return "the timeout of policy budget " + server
+	case def > 0:
+		return `the "timeout" of server ` + server + " in mcp.json"
+	}
+	return fmt.Sprintf("the default %s; a policy budget's timeout or the server's \"timeout\" in mcp.json sets another", DefaultTimeout)
+}
+
 type rawPolicy struct {
 	Roles    []rawRole            `json:"roles"`
 	Bindings []rawBinding         `json:"bindings"`
