@@ -32,7 +32,10 @@
 // Messages written by bots (a bot_id, a bot_profile or subtype bot_message) and
 // edits (subtype message_changed, or an app_mention carrying "edited") are
 // mapped like any other message but marked in meta extra "slack": {"bot": true}
-// and {"edit": true}, so the relay never answers itself or an edit twice.
+// and {"edit": true}, so the relay never answers itself or an edit twice. A bot
+// message posted by the app the event is for (its app_id or bot_profile.app_id
+// is the event's api_app_id) is the relay's own post: {"self": true}, which
+// hooks skip too.
 //
 // # Delivery identity (Nats-Msg-Id)
 //

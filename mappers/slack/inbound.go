@@ -128,9 +128,11 @@ type innerEvent struct {
 	EventTS     string          `json:"event_ts"`
 	DeletedTS   string          `json:"deleted_ts"`
 	BotID       string          `json:"bot_id"`
+	AppID       string          `json:"app_id"`
 	Username    string          `json:"username"`
 	BotProfile  *struct {
-		Name string `json:"name"`
+		Name  string `json:"name"`
+		AppID string `json:"app_id"`
 	} `json:"bot_profile"`
 	Edited          json.RawMessage `json:"edited"`
 	Message         *innerMessage   `json:"message"`
@@ -149,9 +151,11 @@ type innerMessage struct {
 	TS         string `json:"ts"`
 	ThreadTS   string `json:"thread_ts"`
 	BotID      string `json:"bot_id"`
+	AppID      string `json:"app_id"`
 	Subtype    string `json:"subtype"`
 	BotProfile *struct {
-		Name string `json:"name"`
+		Name  string `json:"name"`
+		AppID string `json:"app_id"`
 	} `json:"bot_profile"`
 }
 
@@ -161,6 +165,7 @@ type message struct {
 	user, text, channel, chanType string
 	ts, threadTS                  string
 	botID, botName                string
+	appID                         string // the app that posted it, for a bot message
 	bot, edit, deleted            bool
 }
 
@@ -232,7 +237,12 @@ func (p *Provider) mapCallback(r *mappers.Request, o *outerEvent) (mappers.Resul
 	setIf(extra, "bot_id", m.botID)
 	setIf(extra, "bot_name", trim(m.botName))
 	setIf(extra, "api_app_id", o.APIAppID)
+	setIf(extra, "app_id", m.appID)
 	setIf(extra, "enterprise_id", o.EnterpriseID)
+	if m.appID != "" && m.appID == o.APIAppID {
+		// Posted by the app this event is for: the relay's own post.
+		extra["self"] = true
+	}
 	if m.deleted {
 		extra["deleted"] = true
 	}
@@ -266,8 +276,10 @@ func genericMessage(in *innerEvent) message {
 		botID:    in.BotID,
 		botName:  in.Username,
 	}
-	if in.BotProfile != nil && m.botName == "" {
-		m.botName = in.BotProfile.Name
+	m.appID = in.AppID
+	if in.BotProfile != nil {
+		m.botName = cmp.Or(m.botName, in.BotProfile.Name)
+		m.appID = cmp.Or(m.appID, in.BotProfile.AppID)
 	}
 	m.bot = in.BotID != "" || in.BotProfile != nil || in.Subtype == "bot_message"
 	m.edit = in.Subtype == "message_changed" || (len(in.Edited) > 0 && string(in.Edited) != "null")
@@ -279,8 +291,10 @@ func genericMessage(in *innerEvent) message {
 			if nm.BotID != "" || nm.BotProfile != nil || nm.Subtype == "bot_message" {
 				m.bot = true
 				m.botID = cmp.Or(nm.BotID, m.botID)
+				m.appID = cmp.Or(nm.AppID, m.appID)
 				if nm.BotProfile != nil {
 					m.botName = nm.BotProfile.Name
+					m.appID = cmp.Or(m.appID, nm.BotProfile.AppID)
 				}
 			}
 		}

@@ -98,7 +98,7 @@ func TestMapping(t *testing.T) {
 		route, file        string
 		subject, thread    string
 		msgID, content     string
-		bot, edit          bool
+		bot, edit, self    bool
 		role               envelope.Role
 		task, sourceAction string
 	}{
@@ -115,7 +115,7 @@ func TestMapping(t *testing.T) {
 			content: "edited a message", role: envelope.RoleUser, sourceAction: "message_changed"},
 		{route: "events", file: "bot_message.json", subject: "in.slack.message", bot: true,
 			thread: "slack:T061EG9R6/C024BE91L/1358877455.000010", content: "bot github wrote", role: envelope.RoleUser},
-		{route: "events", file: "message_from_app.json", subject: "in.slack.message", bot: true,
+		{route: "events", file: "message_from_app.json", subject: "in.slack.message", bot: true, self: true,
 			thread: "slack:T123ABC456/C0LAN2Q65/1700000000.000100", content: "bot relay wrote", role: envelope.RoleUser},
 		{route: "events", file: "app_rate_limited.json", subject: "in.slack.app_rate_limited", role: envelope.RoleSystem},
 		{route: "events", file: "unknown_future_event.json", subject: "in.slack.relay_future_event", role: envelope.RoleUser,
@@ -167,7 +167,26 @@ func TestMapping(t *testing.T) {
 			if m["bot"] != tt.bot || m["edit"] != tt.edit {
 				t.Errorf("got bot=%v edit=%v, want %v %v", m["bot"], m["edit"], tt.bot, tt.edit)
 			}
+			if self, _ := m["self"].(bool); self != tt.self {
+				t.Errorf("got self=%v, want %v", m["self"], tt.self)
+			}
 		})
+	}
+}
+
+// TestOwnPostIsTheAppsOwn: a bot message is the relay's own post (meta.slack
+// self) only when the app that posted it is the app the event is for; another
+// app's bot message is a bot message.
+func TestOwnPostIsTheAppsOwn(t *testing.T) {
+	t.Parallel()
+	raw := body(t, "events", filepath.Join("testdata", "events", "message_from_app.json"))
+	other := bytes.ReplaceAll(raw, []byte(`"app_id": "A123ABC456"`), []byte(`"app_id": "A0OTHERAPP"`))
+	if bytes.Equal(other, raw) {
+		t.Fatal("fixture has no app_id to change")
+	}
+	m := slackMeta(t, mapperstest.MapOne(t, newProvider(), signed("events", other)).Envelope)
+	if m["bot"] != true || m["self"] != nil || m["app_id"] != "A0OTHERAPP" {
+		t.Errorf("another app's message: got bot=%v self=%v app_id=%v, want a bot message of A0OTHERAPP, not self", m["bot"], m["self"], m["app_id"])
 	}
 }
 

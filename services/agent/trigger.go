@@ -159,6 +159,9 @@ func (m *Matcher) selfAuthored(e *envelope.Envelope) string {
 	}
 	// Slack: the mapper marks bot messages and edits in meta.slack.
 	if s, ok := e.Meta.Extra["slack"].(map[string]any); ok {
+		if self, _ := s["self"].(bool); self {
+			return SkipSelf // posted by the relay's own app
+		}
 		if b, _ := s["bot"].(bool); b {
 			return SkipBot
 		}

@@ -287,12 +287,24 @@ func (s *Service) checkAtStart(ctx context.Context) {
 // posts; hooks never fire on the relay's own posts.
 const outboundMarker = "<!-- relay:"
 
+// ownPost reports whether e is one of the relay's own posts: a comment
+// carrying the outbound marker, or a Slack message the relay's app posted
+// (meta.slack.self; its Slack posts carry no marker in their text).
+func ownPost(e *envelope.Envelope) bool {
+	if strings.Contains(e.Content, outboundMarker) {
+		return true
+	}
+	sl, _ := e.Meta.Extra["slack"].(map[string]any)
+	self, _ := sl["self"].(bool)
+	return self
+}
+
 // Handle runs the actions of every hook matching one inbound envelope.
 // Only bus and bucket failures return an error (redelivery, where the
 // claimed actions do not run again).
 func (s *Service) Handle(ctx context.Context, m *bus.Message) error {
 	e := m.Envelope
-	if strings.Contains(e.Content, outboundMarker) {
+	if ownPost(e) {
 		return nil
 	}
 	matched, c := s.hooks.Load().Match(e)
