@@ -92,16 +92,19 @@ func slackMeta(t *testing.T, e *envelope.Envelope) map[string]any {
 	return m
 }
 
+// mappingCase is one payload of TestMapping and what its envelope must be.
+type mappingCase struct {
+	route, file        string
+	subject, thread    string
+	msgID, content     string
+	bot, edit, self    bool
+	role               envelope.Role
+	task, sourceAction string
+}
+
 func TestMapping(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		route, file        string
-		subject, thread    string
-		msgID, content     string
-		bot, edit, self    bool
-		role               envelope.Role
-		task, sourceAction string
-	}{
+	tests := []mappingCase{
 		{route: "events", file: "app_mention.json", subject: "in.slack.app_mention",
 			thread: "slack:T123ABC456/C123ABC456/1515449522.000016", msgID: "slack:T123ABC456:Ev123ABC456",
 			content: "<@U123ABC456> mentioned the app in <#C123ABC456>: What is the hour of the pearl", role: envelope.RoleUser},
@@ -137,40 +140,45 @@ func TestMapping(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
 			t.Parallel()
-			it := mapOne(t, tt.route, tt.file, nil)
-			e := it.Envelope
-			if it.Subject != tt.subject {
-				t.Errorf("got subject %q, want %q", it.Subject, tt.subject)
-			}
-			if e.Meta.Thread != tt.thread {
-				t.Errorf("got thread %q, want %q", e.Meta.Thread, tt.thread)
-			}
-			if tt.msgID != "" && it.MsgID != tt.msgID {
-				t.Errorf("got msg id %q, want %q", it.MsgID, tt.msgID)
-			}
-			if !strings.Contains(e.Content, tt.content) {
-				t.Errorf("got content %q, want it to contain %q", e.Content, tt.content)
-			}
-			if e.Role != tt.role || e.Channel != envelope.ChannelSlack {
-				t.Errorf("got role %q channel %q, want %q slack", e.Role, e.Channel, tt.role)
-			}
-			if e.Meta.TaskID != tt.task {
-				t.Errorf("got task %q, want %q", e.Meta.TaskID, tt.task)
-			}
-			if e.Meta.MCPVersion != envelope.Version || e.Meta.Source == nil {
-				t.Fatalf("got mcp_version %q source %v", e.Meta.MCPVersion, e.Meta.Source)
-			}
-			if tt.sourceAction != "" && e.Meta.Source.Action != tt.sourceAction {
-				t.Errorf("got source action %q, want %q", e.Meta.Source.Action, tt.sourceAction)
-			}
-			m := slackMeta(t, e)
-			if m["bot"] != tt.bot || m["edit"] != tt.edit {
-				t.Errorf("got bot=%v edit=%v, want %v %v", m["bot"], m["edit"], tt.bot, tt.edit)
-			}
-			if self, _ := m["self"].(bool); self != tt.self {
-				t.Errorf("got self=%v, want %v", m["self"], tt.self)
-			}
+			tt.check(t, mapOne(t, tt.route, tt.file, nil))
 		})
+	}
+}
+
+// check compares the mapped item with the case.
+func (tt mappingCase) check(t *testing.T, it mappers.Item) {
+	t.Helper()
+	e := it.Envelope
+	if it.Subject != tt.subject {
+		t.Errorf("got subject %q, want %q", it.Subject, tt.subject)
+	}
+	if e.Meta.Thread != tt.thread {
+		t.Errorf("got thread %q, want %q", e.Meta.Thread, tt.thread)
+	}
+	if tt.msgID != "" && it.MsgID != tt.msgID {
+		t.Errorf("got msg id %q, want %q", it.MsgID, tt.msgID)
+	}
+	if !strings.Contains(e.Content, tt.content) {
+		t.Errorf("got content %q, want it to contain %q", e.Content, tt.content)
+	}
+	if e.Role != tt.role || e.Channel != envelope.ChannelSlack {
+		t.Errorf("got role %q channel %q, want %q slack", e.Role, e.Channel, tt.role)
+	}
+	if e.Meta.TaskID != tt.task {
+		t.Errorf("got task %q, want %q", e.Meta.TaskID, tt.task)
+	}
+	if e.Meta.MCPVersion != envelope.Version || e.Meta.Source == nil {
+		t.Fatalf("got mcp_version %q source %v", e.Meta.MCPVersion, e.Meta.Source)
+	}
+	if tt.sourceAction != "" && e.Meta.Source.Action != tt.sourceAction {
+		t.Errorf("got source action %q, want %q", e.Meta.Source.Action, tt.sourceAction)
+	}
+	m := slackMeta(t, e)
+	if m["bot"] != tt.bot || m["edit"] != tt.edit {
+		t.Errorf("got bot=%v edit=%v, want %v %v", m["bot"], m["edit"], tt.bot, tt.edit)
+	}
+	if self, _ := m["self"].(bool); self != tt.self {
+		t.Errorf("got self=%v, want %v", m["self"], tt.self)
 	}
 }
 

@@ -20,12 +20,7 @@ hooks:
   - name: echo-slack-messages
     on: ["slack.message"]
     actions:
-      - type: mcp
-        parameters:
-          serverId: everything
-          toolName: echo
-          parameterMappings:
-            - {toolParam: message, source: context, value: content}
+      - {type: mcp, parameters: {serverId: everything, toolName: echo, parameterMappings: [{toolParam: message, source: context, value: content}]}}
 `
 
 // slackItem maps a Slack Events API payload through the Slack mapper, as the
