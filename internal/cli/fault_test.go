@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/internal/procs"
 	"github.com/relaystation/relay/internal/testenv"
@@ -464,15 +465,16 @@ func (d *deployment) consumers(ctx context.Context) ([]*jetstream.ConsumerInfo, 
 	return out, nil
 }
 
-// drained reports whether every consumer has nothing pending and nothing
-// unacknowledged.
+// drained reports whether every consumer has acked every message of its
+// filter (bustest.ConsumerDrained: exact, unlike the consumers' pending
+// counts just after a publish).
 func (d *deployment) drained(ctx context.Context) bool {
 	cs, err := d.consumers(ctx)
 	if err != nil {
 		return false
 	}
 	for _, c := range cs {
-		if c.NumPending != 0 || c.NumAckPending != 0 {
+		if ok, err := bustest.ConsumerDrained(ctx, d.js, c.Stream, c.Name); err != nil || !ok {
 			return false
 		}
 	}

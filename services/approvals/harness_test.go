@@ -264,7 +264,6 @@ func (h *harness) approveUntil(task, ts string, n int, what string) {
 func (h *harness) drained() {
 	h.t.Helper()
 	ctx := h.t.Context()
-	js := h.bus.JetStream()
 	for _, c := range []struct{ stream, name string }{
 		{h.bus.StreamName("agent.x"), "approvals"},
 		{h.bus.StreamName("in.x"), "approvals-actions"},
@@ -273,12 +272,8 @@ func (h *harness) drained() {
 		// 30s: a draft that found another handler's live claim to post is
 		// retried when that claim would expire (up to 10s later).
 		testenv.WaitFor(h.t, 30*time.Second, "consumer "+c.name+" drained", func() bool {
-			cons, err := js.Consumer(ctx, c.stream, c.name)
-			if err != nil {
-				return false
-			}
-			info, err := cons.Info(ctx)
-			return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+			ok, err := bustest.Drained(ctx, h.bus, c.stream, c.name)
+			return err == nil && ok
 		})
 	}
 }

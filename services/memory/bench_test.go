@@ -180,17 +180,18 @@ func (h *hotBench) pulls(ctx context.Context) int {
 
 var hotConsumers = []struct{ subject, name string }{{"in.x", "memory-in"}, {"tool.x", "memory-tool"}, {"agent.x", "memory-agent"}}
 
-// drained reports whether the worker's consumers have nothing pending or unacked.
+// drained reports whether the worker's consumers have acked every message
+// of their filters.
 func (h *hotBench) drained(ctx context.Context) bool {
 	for _, c := range hotConsumers {
-		info, err := bustest.ConsumerInfo(ctx, h.bus, c.subject, c.name)
+		ok, err := bustest.Drained(ctx, h.bus, h.bus.StreamName(c.subject), c.name)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return false
 		}
 		if err != nil {
 			h.b.Fatal(err)
 		}
-		if info.NumPending != 0 || info.NumAckPending != 0 {
+		if !ok {
 			return false
 		}
 	}
