@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/internal/rpc"
 	"github.com/relaystation/relay/internal/rpc/approvalrpc"
 )
@@ -26,9 +27,11 @@ const ConsolePrefix = "console:"
 
 func (s *Service) consoleEndpoints(prefix string) []rpc.Endpoint {
 	listErr := func(e *rpc.Error) any { return listFailed(e) }
+	getErr := func(e *rpc.Error) any { return approvalrpc.GetResponse{Error: e.Message} }
 	decideErr := func(e *rpc.Error) any { return approvalrpc.DecideResponse{Error: e.Message} }
 	return []rpc.Endpoint{
 		{Name: "approvals-list", Subject: prefix + "." + approvalrpc.SubjectList, ErrorBody: listErr, Handle: s.consoleList},
+		{Name: "approvals-get", Subject: prefix + "." + approvalrpc.SubjectGet, ErrorBody: getErr, Handle: s.consoleGet},
 		{Name: "approvals-decide", Subject: prefix + "." + approvalrpc.SubjectDecide, ErrorBody: decideErr, Handle: s.consoleDecide},
 	}
 }
@@ -61,7 +64,81 @@ func (s *Service) consoleList(ctx context.Context, data []byte) (any, error) {
 	} else {
 		slices.SortFunc(items, func(a, b approvalrpc.Item) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	}
-	return approvalrpc.ListResponse{Items: items[:min(len(items), req.Limit)], Total: len(items)}, nil
+	total := len(items)
+	items = items[:min(total, req.Limit)]
+	if req.Preview > 0 {
+		for i := range items {
+			items[i] = previewItem(items[i], req.Preview)
+		}
+	}
+	fitted, omitted := fit(items, s.replyBudget())
+	return approvalrpc.ListResponse{Items: fitted, Total: total, Omitted: omitted}, nil
+}
+
+// previewItem cuts its Text and Original to n bytes each, marking a cut.
+func previewItem(it approvalrpc.Item, n int) approvalrpc.Item {
+	text, orig := clip.Within(it.Text, n), clip.Within(it.Original, n)
+	if text != it.Text || orig != it.Original {
+		it.Text, it.Original, it.Cut = text, orig, true
+	}
+	return it
+}
+
+// consoleGet answers approvalrpc.GetRequest: one record, its texts whole
+// unless they do not fit one reply (an edit and its original near the max
+// payload each): then both are cut and the item marked so.
+func (s *Service) consoleGet(ctx context.Context, data []byte) (any, error) {
+	var req approvalrpc.GetRequest
+	if err := json.Unmarshal(data, &req); err != nil || req.TaskID == "" {
+		e := rpc.Errorf(rpc.CodeBadRequest, "bad get request: want a task_id")
+		return approvalrpc.GetResponse{Error: e.Message}, e
+	}
+	rec, _, err := s.store.get(ctx, req.TaskID)
+	if errors.Is(err, ErrNotFound) {
+		e := rpc.Errorf(rpc.CodeBadRequest, "no approval for task %s", req.TaskID)
+		return approvalrpc.GetResponse{Error: e.Message}, e
+	}
+	if err != nil {
+		e := rpc.Errorf(rpc.CodeUnavailable, "get approval %s: %v", req.TaskID, err)
+		return approvalrpc.GetResponse{Error: e.Message}, e
+	}
+	it := itemOf(rec)
+	if budget := s.replyBudget(); len(it.Text)+len(it.Original) > budget/2 {
+		if items, _ := fit([]approvalrpc.Item{it}, budget); len(items) == 0 {
+			// JSON takes at most six bytes for one of the texts' bytes.
+			it = previewItem(it, budget/13)
+		}
+	}
+	return approvalrpc.GetResponse{Item: it}, nil
+}
+
+// replyMargin is the room a reply keeps below the max payload for what is
+// not its items: the rest of the body, micro's headers.
+const replyMargin = 4 << 10
+
+// replyBudget is how many bytes of items one reply may carry: the server's
+// max payload (NATS's default, 1 MB, when not connected) less replyMargin.
+func (s *Service) replyBudget() int {
+	limit := s.bus.Conn().MaxPayload()
+	if limit <= 0 {
+		limit = 1 << 20
+	}
+	return int(limit) - replyMargin
+}
+
+// fit returns the longest prefix of items whose JSON takes at most budget
+// bytes, and how many items it leaves out. It keeps a prefix, so what is
+// shown stays the newest ones.
+func fit(items []approvalrpc.Item, budget int) ([]approvalrpc.Item, int) {
+	used := 0
+	for i, it := range items {
+		b, err := json.Marshal(it)
+		if err != nil || used+len(b)+1 > budget {
+			return items[:i], len(items) - i
+		}
+		used += len(b) + 1 // and a comma
+	}
+	return items, 0
 }
 
 // decidedAt is when an item was decided: an expired one, which nobody
