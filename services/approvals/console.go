@@ -84,9 +84,9 @@ func previewItem(it approvalrpc.Item, n int) approvalrpc.Item {
 	return it
 }
 
-// consoleGet answers approvalrpc.GetRequest: one record, its texts whole
-// unless they do not fit one reply (an edit and its original near the max
-// payload each): then both are cut and the item marked so.
+// consoleGet answers approvalrpc.GetRequest: one record, its texts whole.
+// The item always fits a reply: the record holding its texts (and more)
+// fitted the bucket, whose values the max payload bounds.
 func (s *Service) consoleGet(ctx context.Context, data []byte) (any, error) {
 	var req approvalrpc.GetRequest
 	if err := json.Unmarshal(data, &req); err != nil || req.TaskID == "" {
@@ -102,14 +102,7 @@ func (s *Service) consoleGet(ctx context.Context, data []byte) (any, error) {
 		e := rpc.Errorf(rpc.CodeUnavailable, "get approval %s: %v", req.TaskID, err)
 		return approvalrpc.GetResponse{Error: e.Message}, e
 	}
-	it := itemOf(rec)
-	if budget := s.replyBudget(); len(it.Text)+len(it.Original) > budget/2 {
-		if items, _ := fit([]approvalrpc.Item{it}, budget); len(items) == 0 {
-			// JSON takes at most six bytes for one of the texts' bytes.
-			it = previewItem(it, budget/13)
-		}
-	}
-	return approvalrpc.GetResponse{Item: it}, nil
+	return approvalrpc.GetResponse{Item: itemOf(rec)}, nil
 }
 
 // replyMargin is the room a reply keeps below the max payload for what is
