@@ -94,15 +94,20 @@ func (s *Service) consoleGet(ctx context.Context, data []byte) (any, error) {
 		return approvalrpc.GetResponse{Error: e.Message}, e
 	}
 	rec, _, err := s.store.get(ctx, req.TaskID)
-	if errors.Is(err, ErrNotFound) {
-		e := rpc.Errorf(rpc.CodeBadRequest, "no approval for task %s", req.TaskID)
-		return approvalrpc.GetResponse{Error: e.Message}, e
-	}
 	if err != nil {
-		e := rpc.Errorf(rpc.CodeUnavailable, "get approval %s: %v", req.TaskID, err)
+		e := recordError("get approval", req.TaskID, err)
 		return approvalrpc.GetResponse{Error: e.Message}, e
 	}
 	return approvalrpc.GetResponse{Item: itemOf(rec)}, nil
+}
+
+// recordError is the answer to a failed read or change of task's record:
+// no record is the caller's mistake, anything else the store's.
+func recordError(op, task string, err error) *rpc.Error {
+	if errors.Is(err, ErrNotFound) {
+		return rpc.Errorf(rpc.CodeBadRequest, "no approval for task %s", task)
+	}
+	return rpc.Errorf(rpc.CodeUnavailable, "%s %s: %v", op, task, err)
 }
 
 // replyMargin is the room a reply keeps below the max payload for what is
@@ -182,12 +187,8 @@ func (s *Service) consoleDecide(ctx context.Context, data []byte) (any, error) {
 		return approvalrpc.DecideResponse{Error: e.Message}, e
 	}
 	rec, won, err := s.decideFromConsole(ctx, req)
-	if errors.Is(err, ErrNotFound) {
-		e := rpc.Errorf(rpc.CodeBadRequest, "no approval for task %s", req.TaskID)
-		return approvalrpc.DecideResponse{Error: e.Message}, e
-	}
 	if err != nil {
-		e := rpc.Errorf(rpc.CodeUnavailable, "decide task %s: %v", req.TaskID, err)
+		e := recordError("decide task", req.TaskID, err)
 		return approvalrpc.DecideResponse{Error: e.Message}, e
 	}
 	return approvalrpc.DecideResponse{Item: itemOf(rec), Won: won}, nil
