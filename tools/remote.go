@@ -160,8 +160,19 @@ func StatusRemote(ctx context.Context, nc Requester, prefix string) (*StatusResp
 // RefreshRemote asks the running tool runners to drop their cached tool list
 // of server ("" for every server): each fetches it again on next use. The
 // request reaches every runner instance; the answer is the first one's. An
-// unknown server is an *rpc.Error; no runner is ErrNoRunner.
+// unknown server is an *rpc.Error; no runner is ErrNoRunner, at once.
+//
+// Hooks workers and the agent listen on SubjectRefresh without answering, so
+// a refresh request alone never meets NATS's "no responders" and would wait
+// out its timeout when no runner is up: RefreshRemote first asks
+// SubjectStatus, which only runners answer. The listeners stay on
+// SubjectRefresh, where runners (old ones too) announce a reload.
 func RefreshRemote(ctx context.Context, nc Requester, prefix, server string) ([]string, error) {
+	var st StatusResponse
+	var re *rpc.Error
+	if err := request(ctx, nc, prefix+"."+SubjectStatus, struct{}{}, &st); err != nil && !errors.As(err, &re) {
+		return nil, err
+	}
 	var resp RefreshResponse
 	if err := request(ctx, nc, prefix+"."+SubjectRefresh, RefreshRequest{Server: server}, &resp); err != nil {
 		return nil, err

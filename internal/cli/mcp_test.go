@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/tools"
 )
 
 // everythingConfig writes an mcp.json running server-everything over stdio.
@@ -152,8 +155,22 @@ func TestMCPRefresh(t *testing.T) {
 	env, _ := tokenServer(t)
 	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
 	cli := cliRunner(t, env)
-	if code, _, errs := cli("mcp", "refresh"); code != 1 || !strings.Contains(errs, "no tool runner answering") {
-		t.Errorf("refresh without a runner: exit %d, stderr %q; want 1 naming the runner to start", code, errs)
+	// A listener that never answers, as the hooks worker and the agent are,
+	// must not make the command wait out its timeout.
+	nc, err := nats.Connect(env["NATS_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if _, err := nc.Subscribe("relay."+tools.SubjectRefresh, func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if code, _, errs := cli("mcp", "refresh"); code != 1 || !strings.Contains(errs, "no tool runner answering") || time.Since(start) > 3*time.Second {
+		t.Errorf("refresh without a runner: exit %d after %v, stderr %q; want 1 at once naming the runner to start", code, time.Since(start), errs)
 	}
 	var runnerLog syncBuffer
 	stopRunner := runRelay(t, env, []string{"toolrunner"}, &runnerLog)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/internal/rpc"
 	"github.com/relaystation/relay/internal/rpc/approvalrpc"
 )
@@ -26,9 +27,11 @@ const ConsolePrefix = "console:"
 
 func (s *Service) consoleEndpoints(prefix string) []rpc.Endpoint {
 	listErr := func(e *rpc.Error) any { return listFailed(e) }
+	getErr := func(e *rpc.Error) any { return approvalrpc.GetResponse{Error: e.Message} }
 	decideErr := func(e *rpc.Error) any { return approvalrpc.DecideResponse{Error: e.Message} }
 	return []rpc.Endpoint{
 		{Name: "approvals-list", Subject: prefix + "." + approvalrpc.SubjectList, ErrorBody: listErr, Handle: s.consoleList},
+		{Name: "approvals-get", Subject: prefix + "." + approvalrpc.SubjectGet, ErrorBody: getErr, Handle: s.consoleGet},
 		{Name: "approvals-decide", Subject: prefix + "." + approvalrpc.SubjectDecide, ErrorBody: decideErr, Handle: s.consoleDecide},
 	}
 }
@@ -61,7 +64,79 @@ func (s *Service) consoleList(ctx context.Context, data []byte) (any, error) {
 	} else {
 		slices.SortFunc(items, func(a, b approvalrpc.Item) int { return b.CreatedAt.Compare(a.CreatedAt) })
 	}
-	return approvalrpc.ListResponse{Items: items[:min(len(items), req.Limit)], Total: len(items)}, nil
+	total := len(items)
+	items = items[:min(total, req.Limit)]
+	if req.Preview > 0 {
+		for i := range items {
+			items[i] = previewItem(items[i], req.Preview)
+		}
+	}
+	fitted, omitted := fit(items, s.replyBudget())
+	return approvalrpc.ListResponse{Items: fitted, Total: total, Omitted: omitted}, nil
+}
+
+// previewItem cuts its Text and Original to n bytes each, marking a cut.
+func previewItem(it approvalrpc.Item, n int) approvalrpc.Item {
+	text, orig := clip.Within(it.Text, n), clip.Within(it.Original, n)
+	if text != it.Text || orig != it.Original {
+		it.Text, it.Original, it.Cut = text, orig, true
+	}
+	return it
+}
+
+// consoleGet answers approvalrpc.GetRequest: one record, its texts whole.
+// The item always fits a reply: the record holding its texts (and more)
+// fitted the bucket, whose values the max payload bounds.
+func (s *Service) consoleGet(ctx context.Context, data []byte) (any, error) {
+	var req approvalrpc.GetRequest
+	if err := json.Unmarshal(data, &req); err != nil || req.TaskID == "" {
+		e := rpc.Errorf(rpc.CodeBadRequest, "bad get request: want a task_id")
+		return approvalrpc.GetResponse{Error: e.Message}, e
+	}
+	rec, _, err := s.store.get(ctx, req.TaskID)
+	if err != nil {
+		e := recordError("get approval", req.TaskID, err)
+		return approvalrpc.GetResponse{Error: e.Message}, e
+	}
+	return approvalrpc.GetResponse{Item: itemOf(rec)}, nil
+}
+
+// recordError is the answer to a failed read or change of task's record:
+// no record is the caller's mistake, anything else the store's.
+func recordError(op, task string, err error) *rpc.Error {
+	if errors.Is(err, ErrNotFound) {
+		return rpc.Errorf(rpc.CodeBadRequest, "no approval for task %s", task)
+	}
+	return rpc.Errorf(rpc.CodeUnavailable, "%s %s: %v", op, task, err)
+}
+
+// replyMargin is the room a reply keeps below the max payload for what is
+// not its items: the rest of the body, micro's headers.
+const replyMargin = 4 << 10
+
+// replyBudget is how many bytes of items one reply may carry: the server's
+// max payload (NATS's default, 1 MB, when not connected) less replyMargin.
+func (s *Service) replyBudget() int {
+	limit := s.bus.Conn().MaxPayload()
+	if limit <= 0 {
+		limit = 1 << 20
+	}
+	return int(limit) - replyMargin
+}
+
+// fit returns the longest prefix of items whose JSON takes at most budget
+// bytes, and how many items it leaves out. It keeps a prefix, so what is
+// shown stays the newest ones.
+func fit(items []approvalrpc.Item, budget int) ([]approvalrpc.Item, int) {
+	used := 0
+	for i, it := range items {
+		b, err := json.Marshal(it)
+		if err != nil || used+len(b)+1 > budget {
+			return items[:i], len(items) - i
+		}
+		used += len(b) + 1 // and a comma
+	}
+	return items, 0
 }
 
 // decidedAt is when an item was decided: an expired one, which nobody
@@ -112,12 +187,8 @@ func (s *Service) consoleDecide(ctx context.Context, data []byte) (any, error) {
 		return approvalrpc.DecideResponse{Error: e.Message}, e
 	}
 	rec, won, err := s.decideFromConsole(ctx, req)
-	if errors.Is(err, ErrNotFound) {
-		e := rpc.Errorf(rpc.CodeBadRequest, "no approval for task %s", req.TaskID)
-		return approvalrpc.DecideResponse{Error: e.Message}, e
-	}
 	if err != nil {
-		e := rpc.Errorf(rpc.CodeUnavailable, "decide task %s: %v", req.TaskID, err)
+		e := recordError("decide task", req.TaskID, err)
 		return approvalrpc.DecideResponse{Error: e.Message}, e
 	}
 	return approvalrpc.DecideResponse{Item: itemOf(rec), Won: won}, nil

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/rpc/approvalrpc"
@@ -162,5 +163,85 @@ func TestConsoleListTotal(t *testing.T) {
 	}
 	if len(items) != 2 || total != 3 {
 		t.Errorf("got %d items of %d, want 2 of 3", len(items), total)
+	}
+}
+
+// longSuggestions runs a console-only worker on the machine's NATS server
+// (its default max payload, 1 MB) with n pending suggestions of size bytes
+// each, more than one reply holds, and waits until all are listed.
+func longSuggestions(t *testing.T, n, size int) *harness {
+	t.Helper()
+	h := newHarnessOn(t, bustest.External(t), nil, func(c *approvals.Config) {
+		c.BotToken, c.Channel, c.Channels, c.Approvers = secret.Value{}, "", nil, nil
+	})
+	if max := h.bus.Conn().MaxPayload(); int64(n*size) <= max {
+		t.Fatalf("%d suggestions of %d bytes fit the server's max payload %d: the test proves nothing", n, size, max)
+	}
+	for i := range n {
+		h.suggestion(github7, fmt.Sprintf("%03d ", i)+strings.Repeat("é", size/2))
+	}
+	testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("%d suggestions pending", n), func() bool {
+		_, total, err := approvalrpc.ListTotal(t.Context(), h.bus.Conn(), h.bus.Prefix(), approvalrpc.ListRequest{Limit: 1})
+		return err == nil && total == n
+	})
+	return h
+}
+
+// TestConsoleListFitsMaxPayload: suggestions whose texts together exceed the
+// server's max payload still list: as many whole items as one reply holds,
+// and the reply says how many it left out.
+func TestConsoleListFitsMaxPayload(t *testing.T) {
+	t.Parallel()
+	h := longSuggestions(t, 100, 20<<10)
+	resp, err := approvalrpc.ListPage(t.Context(), h.bus.Conn(), h.bus.Prefix(), approvalrpc.ListRequest{})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if resp.Total != 100 || len(resp.Items) == 0 || len(resp.Items)+resp.Omitted != 100 {
+		t.Fatalf("got %d items, %d omitted, total %d; want some items, the rest omitted, total 100", len(resp.Items), resp.Omitted, resp.Total)
+	}
+	for _, it := range resp.Items {
+		if it.Cut || len(it.Text) < 20<<10 {
+			t.Fatalf("item %s: got a text of %d bytes (cut %v), want it whole", it.TaskID, len(it.Text), it.Cut)
+		}
+	}
+}
+
+// TestConsoleListPreviews: asked for previews, the list holds every item
+// with its text cut, and Get returns one whole; an edit keeps its full text.
+func TestConsoleListPreviews(t *testing.T) {
+	t.Parallel()
+	const size = 20 << 10
+	h := longSuggestions(t, 100, size)
+	resp, err := approvalrpc.ListPage(t.Context(), h.bus.Conn(), h.bus.Prefix(), approvalrpc.ListRequest{Preview: approvalrpc.PreviewBytes})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	if len(resp.Items) != 100 || resp.Omitted != 0 || resp.Total != 100 {
+		t.Fatalf("got %d items, %d omitted, total %d; want 100, 0, 100", len(resp.Items), resp.Omitted, resp.Total)
+	}
+	for _, it := range resp.Items {
+		if !it.Cut || len(it.Text) > approvalrpc.PreviewBytes || !utf8.ValidString(it.Text) || !strings.HasSuffix(it.Text, "…") {
+			t.Fatalf("item %s: got a text of %d bytes (cut %v), want a valid preview of at most %d bytes ending in …", it.TaskID, len(it.Text), it.Cut, approvalrpc.PreviewBytes)
+		}
+	}
+	task := resp.Items[0].TaskID
+	whole, err := approvalrpc.Get(t.Context(), h.bus.Conn(), h.bus.Prefix(), approvalrpc.GetRequest{TaskID: task})
+	if err != nil {
+		t.Fatalf("get %s: %v", task, err)
+	}
+	if whole.Cut || len(whole.Text) < size || !strings.HasPrefix(whole.Text, strings.TrimSuffix(resp.Items[0].Text, "…")) {
+		t.Fatalf("get %s: got %d bytes (cut %v), want the whole text of the preview", task, len(whole.Text), whole.Cut)
+	}
+	edited := whole.Text + " (edited)"
+	if r := h.decide(approvalrpc.DecideRequest{TaskID: task, Action: approvalrpc.ActionEdit, By: "alice", Text: edited}); r.Item.Text != edited {
+		t.Fatalf("edit: got a text of %d bytes, want the %d edited", len(r.Item.Text), len(edited))
+	}
+	short, _ := h.suggestion(github7, "Short")
+	if it := h.pendingItem(short); it.Cut || it.Text != "Short" {
+		t.Fatalf("got %+v, want a short text whole and not cut", it)
+	}
+	if _, err := approvalrpc.Get(t.Context(), h.bus.Conn(), h.bus.Prefix(), approvalrpc.GetRequest{TaskID: "no-such-task"}); err == nil {
+		t.Fatal("get no-such-task: got no error, want one")
 	}
 }

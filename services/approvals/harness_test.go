@@ -51,7 +51,13 @@ func newHarness(t *testing.T, mod ...func(*approvals.Config)) *harness {
 // the fake's URL.
 func newHarnessAPI(t *testing.T, api func(url string) approvals.SlackAPI, mod ...func(*approvals.Config)) *harness {
 	t.Helper()
-	h := &harness{t: t, bus: bustest.Embedded(t), slack: fakes.NewSlack(t)}
+	return newHarnessOn(t, bustest.Embedded(t), api, mod...)
+}
+
+// newHarnessOn is newHarnessAPI on bus b.
+func newHarnessOn(t *testing.T, b *bus.Bus, api func(url string) approvals.SlackAPI, mod ...func(*approvals.Config)) *harness {
+	t.Helper()
+	h := &harness{t: t, bus: b, slack: fakes.NewSlack(t)}
 	if api != nil {
 		h.api = api(h.slack.URL())
 	}

@@ -50,7 +50,7 @@ func (s *Service) overviewData(ctx context.Context, _ url.Values) (map[string]an
 	d["RecentErrors"] = errs
 	rctx, cancel := s.rpcContext(ctx)
 	defer cancel()
-	_, pending, err := approvalrpc.ListTotal(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{})
+	_, pending, err := approvalrpc.ListTotal(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{Preview: approvalrpc.PreviewBytes})
 	d["Pending"], d["PendingError"] = pending, errText(err)
 	st, err := tools.StatusRemote(rctx, s.bus.Conn(), s.bus.Prefix())
 	d["Tools"], d["ToolsError"] = st, errText(err)
@@ -94,16 +94,26 @@ func (s *Service) storyData(ctx context.Context, q url.Values) (map[string]any, 
 func (s *Service) approvalsData(ctx context.Context, q url.Values) (map[string]any, error) {
 	rctx, cancel := s.rpcContext(ctx)
 	defer cancel()
-	pending, total, err := approvalrpc.ListTotal(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{})
+	pending, total, err := approvalrpc.ListTotal(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{Preview: approvalrpc.PreviewBytes})
+	edit := q.Get("edit")
+	if i := slices.IndexFunc(pending, func(it approvalrpc.Item) bool { return it.TaskID == edit && it.Cut }); i >= 0 {
+		// The one being read or edited, whole.
+		whole, gerr := approvalrpc.Get(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.GetRequest{TaskID: edit})
+		if gerr != nil {
+			err = fmt.Errorf("the whole text of task %s: %w", edit, gerr)
+		} else if whole.Round == pending[i].Round {
+			pending[i] = *whole
+		}
+	}
 	// All as well as Decided: a worker before Decided answers as for All.
-	recent, _ := approvalrpc.List(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{All: true, Decided: true, Limit: 20})
+	recent, _ := approvalrpc.List(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{All: true, Decided: true, Limit: 20, Preview: approvalrpc.PreviewBytes})
 	var decided []approvalrpc.Item
 	for _, it := range recent {
 		if it.Status != "pending" {
 			decided = append(decided, it)
 		}
 	}
-	return map[string]any{"Pending": pending, "PendingTotal": total, "Decided": decided, "Error": errText(err), "Edit": q.Get("edit")}, nil
+	return map[string]any{"Pending": pending, "PendingTotal": total, "Decided": decided, "Error": errText(err), "Edit": edit}, nil
 }
 
 func (s *Service) dlqData(ctx context.Context, _ url.Values) (map[string]any, error) {

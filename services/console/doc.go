@@ -18,6 +18,9 @@
 //   - Approvals: pending suggestions with Approve, Edit and Reject, sent to
 //     the approvals worker's rpc.approvals.decide (the same exactly-once
 //     transitions as Slack's buttons), decided as "console:{operator}".
+//     Texts are listed as previews (rpc.approvals.list with a preview, so
+//     a hundred long ones fit one NATS reply); ?edit={task} reads one whole
+//     (rpc.approvals.get), and only a whole text is offered for editing.
 //   - Dead letters: list, inspect, replay one or all, delete.
 //   - Tools: MCP servers' state, enable / disable and the stop switch (the
 //     tool runners' shared state, as `relay mcp enable|disable|stop`), hook

@@ -95,7 +95,7 @@ func ReadSettings(env *config.Env) *Settings {
 	}
 	ts.NoticeChannel = env.String("RELAY_OPS_CHANNEL", env.String("SLACK_APPROVAL_CHANNEL", ""))
 	if ts.NoticeChannel != "" && !validChannelID(ts.NoticeChannel) {
-		env.Failf("RELAY_OPS_CHANNEL", "%q is not a Slack channel id (C…, G…)", ts.NoticeChannel)
+		env.Failf("RELAY_OPS_CHANNEL", "%q is not a Slack channel id (C…, G…, D…)", ts.NoticeChannel)
 	}
 	ts.Runner = tools.Config{
 		Servers:        ts.Servers,

@@ -45,5 +45,12 @@ func TestReadSettings(t *testing.T) {
 			WantErr: []string{"RELAY_MCP_CONFIG", "RELAY_POLICY"}},
 		{Name: "binding names an unknown server", Env: map[string]string{"RELAY_MCP_CONFIG": mcpJSON, "RELAY_DATA_DIR": dir, "RELAY_POLICY": unbound},
 			WantErr: []string{"RELAY_POLICY", `server "jira" is not in mcp.json`}},
+		// The notice channel takes the conversation ids the approvals worker
+		// takes, and its error lists them all.
+		{Name: "a DM as notice channel", Env: map[string]string{"RELAY_DATA_DIR": dir, "RELAY_OPS_CHANNEL": "D0OPSDM1"}, Check: func(s *Settings) bool {
+			return s.NoticeChannel == "D0OPSDM1"
+		}},
+		{Name: "not a channel id", Env: map[string]string{"RELAY_DATA_DIR": dir, "RELAY_OPS_CHANNEL": "#ops"},
+			WantErr: []string{"RELAY_OPS_CHANNEL", `"#ops" is not a Slack channel id (C…, G…, D…)`}},
 	})
 }

@@ -74,7 +74,7 @@ type Config struct {
 	LeaseTTL time.Duration
 	// AuditBuffer is how many audit records may wait for the bus. Default 1024.
 	AuditBuffer int
-	// NoticeChannel is the Slack channel id (C…) auto-disable and re-enable
+	// NoticeChannel is the Slack conversation id (C…, G… or D…) auto-disable and re-enable
 	// notices are posted in; empty posts them nowhere (they still go on
 	// system.toolrunner).
 	NoticeChannel string

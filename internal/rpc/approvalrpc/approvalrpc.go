@@ -1,6 +1,7 @@
 // Package approvalrpc is the request/reply contract of the approvals worker's
-// console endpoints: the pending suggestions (rpc.approvals.list) and a
-// decision on one (rpc.approvals.decide), answered by the micro service
+// console endpoints: the pending suggestions (rpc.approvals.list), one of
+// them whole (rpc.approvals.get) and a decision on one
+// (rpc.approvals.decide), answered by the micro service
 // "relay-approvals" (queue group "approvals"), and the client side of them.
 //
 // A decision asked here goes through the same revision-checked transitions
@@ -22,6 +23,8 @@ import (
 const (
 	// SubjectList answers ListRequest with ListResponse.
 	SubjectList = "rpc.approvals.list"
+	// SubjectGet answers GetRequest with GetResponse.
+	SubjectGet = "rpc.approvals.get"
 	// SubjectDecide answers DecideRequest with DecideResponse.
 	SubjectDecide = "rpc.approvals.decide"
 )
@@ -49,24 +52,51 @@ type Item struct {
 	DecidedBy string    `json:"decided_by,omitempty"`
 	DecidedAt time.Time `json:"decided_at,omitzero"`
 	Reason    string    `json:"reason,omitempty"`
+	// Cut is set when Text or Original is a preview (ListRequest.Preview):
+	// Get returns the item whole.
+	Cut bool `json:"cut,omitempty"`
 }
+
+// PreviewBytes is the Preview a console asks for: enough to read a
+// suggestion, small enough for 100 of them in one reply.
+const PreviewBytes = 4 << 10
 
 // ListRequest asks for approvals: only pending ones unless All is set, at
 // most Limit (default 100), newest first. Decided asks for the decided ones
 // only (approved, rejected, expired), the most recently decided first, so
 // a backlog of pending ones does not hide them; workers before it ignore
 // it, so a caller sets All too and keeps the items that are not pending.
+// Preview, when positive, cuts each item's Text and Original to at most that
+// many bytes and marks the items cut (Item.Cut); without it texts are whole
+// and a long list may omit items (ListResponse.Omitted). Workers before it
+// ignore it.
 type ListRequest struct {
 	All     bool `json:"all,omitempty"`
 	Decided bool `json:"decided,omitempty"`
 	Limit   int  `json:"limit,omitempty"`
+	Preview int  `json:"preview,omitempty"`
 }
 
 // ListResponse answers ListRequest. Total is how many approvals matched
-// before Limit cut the list (workers before it send 0).
+// before Limit cut the list (workers before it send 0). Omitted is how many
+// of the first Limit were left out so that the reply fits the server's max
+// payload (the oldest, or the least recently decided, ones); they count in
+// Total.
 type ListResponse struct {
-	Items []Item `json:"items"`
-	Total int    `json:"total,omitempty"`
+	Items   []Item `json:"items"`
+	Total   int    `json:"total,omitempty"`
+	Omitted int    `json:"omitted,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// GetRequest asks for the approval of task TaskID whole: its current round.
+type GetRequest struct {
+	TaskID string `json:"task_id"`
+}
+
+// GetResponse answers GetRequest.
+type GetResponse struct {
+	Item  Item   `json:"item"`
 	Error string `json:"error,omitempty"`
 }
 
@@ -110,11 +140,31 @@ func List(ctx context.Context, nc Requester, prefix string, req ListRequest) ([]
 // ListTotal is List that also returns how many approvals matched before the
 // limit (the number of items from a worker that does not say).
 func ListTotal(ctx context.Context, nc Requester, prefix string, req ListRequest) ([]Item, int, error) {
-	var resp ListResponse
-	if err := call(ctx, nc, prefix+"."+SubjectList, req, &resp, &resp.Error); err != nil {
+	resp, err := ListPage(ctx, nc, prefix, req)
+	if err != nil {
 		return nil, 0, err
 	}
-	return resp.Items, max(resp.Total, len(resp.Items)), nil
+	return resp.Items, resp.Total, nil
+}
+
+// ListPage is List with the whole answer. Total is at least the number of
+// items (a worker before it sends none).
+func ListPage(ctx context.Context, nc Requester, prefix string, req ListRequest) (*ListResponse, error) {
+	var resp ListResponse
+	if err := call(ctx, nc, prefix+"."+SubjectList, req, &resp, &resp.Error); err != nil {
+		return nil, err
+	}
+	resp.Total = max(resp.Total, len(resp.Items)+resp.Omitted)
+	return &resp, nil
+}
+
+// Get asks the approvals worker for one approval, its texts whole.
+func Get(ctx context.Context, nc Requester, prefix string, req GetRequest) (*Item, error) {
+	var resp GetResponse
+	if err := call(ctx, nc, prefix+"."+SubjectGet, req, &resp, &resp.Error); err != nil {
+		return nil, err
+	}
+	return &resp.Item, nil
 }
 
 // Decide asks the approvals worker to decide.
