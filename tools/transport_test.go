@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -296,7 +297,26 @@ type cutGET struct {
 	gets   []time.Time
 	ids    []string
 	cutEnd time.Time
+	// evented is set once the first GET stream carried an event with an id.
+	evented bool
 }
+
+// idWatcher passes an SSE stream through and tells when an event with an id
+// was written.
+type idWatcher struct {
+	http.ResponseWriter
+	saw func()
+}
+
+func (w idWatcher) Write(b []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(b)
+	if bytes.HasPrefix(b, []byte("id:")) || bytes.Contains(b, []byte("\nid:")) {
+		w.saw()
+	}
+	return n, err
+}
+
+func (w idWatcher) Flush() { w.ResponseWriter.(http.Flusher).Flush() }
 
 func (h *cutGET) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
@@ -321,7 +341,7 @@ func (h *cutGET) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 		}
 	}()
-	h.next.ServeHTTP(w, r.WithContext(ctx))
+	h.next.ServeHTTP(idWatcher{w, func() { h.mu.Lock(); h.evented = true; h.mu.Unlock() }}, r.WithContext(ctx))
 	fmt.Fprintf(w, "retry: %d\n\n", h.retry.Milliseconds())
 	w.(http.Flusher).Flush()
 	h.mu.Lock()
@@ -357,6 +377,15 @@ func TestStreamableHTTPResumesTheGETStream(t *testing.T) {
 			}
 		}
 		return false
+	})
+	// The tool can show before the notification went out (a list fetched
+	// meanwhile sees it; the server sends list_changed after a short delay):
+	// cut only once the stream carried that event, so the reconnect has an
+	// id to resume from.
+	testenv.WaitFor(t, 10*time.Second, "an event with an id on the GET stream", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.evented
 	})
 	close(h.cut)
 	testenv.WaitFor(t, 20*time.Second, "the client to reopen the GET stream", func() bool {
