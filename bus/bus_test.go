@@ -37,6 +37,7 @@ func TestBus(t *testing.T) {
 		"ClassifiedToDLQ":        testClassifiedToDLQ,
 		"RetryDelayDrivesNak":    testRetryDelayDrivesNak,
 		"MaxDeliveriesToDLQ":     testMaxDeliveries,
+		"DLQDownKeepsMessage":    testDLQDownKeepsMessage,
 		"InvalidBodyToDLQ":       testInvalidBody,
 		"RedeliveryAfterCrash":   testRedeliveryAfterCrash,
 		"ReplayFromDLQ":          testReplay,
@@ -286,6 +287,30 @@ func testMaxDeliveries(t *testing.T, b *bus.Bus) {
 	}
 	if want := "max deliveries (3) reached: backend down"; dls[0].Reason != want {
 		t.Errorf("got reason %q, want %q", dls[0].Reason, want)
+	}
+}
+
+// testDLQDownKeepsMessage: a message whose dead letter cannot be stored is
+// retried, however often that fails, until the dead letter is stored: it is
+// never dropped (JetStream's own delivery limit must not end it first).
+func testDLQDownKeepsMessage(t *testing.T, b *bus.Bus) {
+	if err := b.JetStream().DeleteStream(t.Context(), b.StreamName("dlq")); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, b, "in.github.issues", newEnv("poison while the DLQ is down"))
+	var calls atomic.Int32
+	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>", MaxDeliver: 1, NakDelays: []time.Duration{50 * time.Millisecond}},
+		func(context.Context, *bus.Message) error {
+			calls.Add(1)
+			return bus.Permanent(errors.New("bad"))
+		})
+	testenv.WaitFor(t, 10*time.Second, "the message offered again and again while its dead letter cannot be stored", func() bool {
+		return calls.Load() >= 4
+	})
+	bustest.Connect(t, b) // a process starting re-creates the dead-letter stream
+	dls := waitDLQ(t, b, 1)
+	if dls[0].Reason != "permanent: bad" {
+		t.Errorf("got reason %q, want %q", dls[0].Reason, "permanent: bad")
 	}
 }
 

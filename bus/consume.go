@@ -126,10 +126,11 @@ func (b *Bus) createConsumer(ctx context.Context, cfg *ConsumerConfig) (string, 
 		FilterSubject: b.Subject(cfg.Subject),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
-		// The bus dead-letters at MaxDeliver itself; JetStream's own limit is a
-		// backstop one higher, so a message whose last delivery fails to be
-		// dead-lettered (bus down) is still offered once more.
-		MaxDeliver:    cfg.MaxDeliver + 1,
+		// The bus dead-letters at MaxDeliver itself; JetStream sets no limit
+		// of its own, so a message whose dead letter cannot be stored (the
+		// dead-letter stream unavailable) is offered again until it can be,
+		// never dropped.
+		MaxDeliver:    -1,
 		MaxAckPending: max(1000, cfg.Concurrency*4),
 	}
 	if len(cfg.Subjects) > 0 {

@@ -63,6 +63,11 @@ const hooksUsage = `usage:
   relay hooks log [-n N] [--hook NAME] [-json]   execution records from hook.executed`
 
 func runHooksCLI(ctx context.Context, a *app, args []string) error {
+	if !isHelp(args[0]) {
+		if err := a.checkEnv(); err != nil { // a misspelt RELAY_HOOKS must not validate ./hooks.yaml instead
+			return err
+		}
+	}
 	return subcommands{"validate": hooksValidate, "list": hooksList, "test": hooksTest, "log": hooksLog}.run(ctx, a, "hooks", hooksUsage, args)
 }
 

@@ -98,3 +98,16 @@ hooks:
 		t.Errorf("hooks test --run: exit %d\nstdout %s\nstderr %s", code, out, errOut)
 	}
 }
+
+// TestHooksCLIRefusesUnknownSetting: `relay hooks validate` checks the
+// environment as every other command does, so a misspelt RELAY_HOOKS is
+// named instead of the default file being validated in its place.
+func TestHooksCLIRefusesUnknownSetting(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"RELAY_HOKS": writeTemp(t, "hooks.yaml", "hooks: []\n"), "NATS_URL": "nats://127.0.0.1:1",
+		"RELAY_MCP_CONFIG": filepath.Join(t.TempDir(), "none.json")}
+	code, out, errOut := cliRunner(t, env)("hooks", "validate", "--offline")
+	if code == 0 || !strings.Contains(errOut, "RELAY_HOKS: unknown setting") {
+		t.Errorf("hooks validate: exit %d, stdout %q, stderr %q; want a failure naming RELAY_HOKS", code, out, errOut)
+	}
+}

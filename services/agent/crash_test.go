@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/fakes"
@@ -201,4 +203,29 @@ func TestLeaseRenewedWhileThinking(t *testing.T) {
 		t.Errorf("got %q, want the slow answer", s.Content)
 	}
 	h.none(t)
+}
+
+// TestReplayedTriggerResumesTask: a trigger dead-lettered while its task was
+// running (its delivery will not come back, its lease runs out) resumes the
+// task when an operator replays it, instead of being taken for a copy of a
+// trigger whose own message carries the task on.
+func TestReplayedTriggerResumesTask(t *testing.T) {
+	t.Parallel()
+	h := setup(t, []reply{say("Resumed.")})
+	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testenv.Logger(t, slog.LevelWarn)}, h.b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := githubIssueOpened()
+	task := newTestTask(origin)
+	task.Lease = &Lease{Owner: "dead-process/1", Holder: ConsumerInbound + ":7", Until: time.Now().Add(-time.Second)}
+	storeTask(t, svc, task)
+	replay := &bus.Message{Envelope: origin, Subject: "in.github.issues", Consumer: ConsumerInbound, StreamSeq: 99, Delivered: 1,
+		Header: nats.Header{bus.HeaderReplayFor: []string{ConsumerInbound}}}
+	if err := svc.handleInbound(t.Context(), replay); err != nil {
+		t.Fatalf("handleInbound: %v", err)
+	}
+	if s := h.next(t); s.Content != "Resumed." || s.Meta.TaskID != task.ID {
+		t.Errorf("got %q for task %s, want the resumed task's answer", s.Content, s.Meta.TaskID)
+	}
 }

@@ -41,7 +41,7 @@ func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 	id := TaskID(e.ID)
 	log := s.log.With("task_id", id, "envelope_id", e.ID, "thread", e.Meta.Thread)
 	if t, _, err := s.tasks.Get(ctx, id); err == nil {
-		if m.Delivered == 1 {
+		if !redelivered(m) {
 			// Another copy of the trigger (a webhook redelivered after the
 			// bus's de-duplication window) made the task; its message
 			// carries the task on. What the task says is unpublished is
@@ -62,7 +62,7 @@ func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 		return err
 	}
 	if !created {
-		if m.Delivered == 1 {
+		if !redelivered(m) {
 			return nil // a copy of the trigger created it a moment ago; its message carries it
 		}
 		return s.advance(ctx, id, m)
@@ -101,7 +101,7 @@ func (s *Service) handleResult(ctx context.Context, m *bus.Message) error {
 			return s.complete(ctx, t, m) // a later step's calls may be unpublished
 		}
 		if t.Calls[i].Done {
-			if m.Delivered == 1 {
+			if !redelivered(m) {
 				return s.complete(ctx, t, m) // another copy of a recorded result
 			}
 			return s.advance(ctx, t.ID, m) // our redelivery: make sure the task moved on
@@ -132,6 +132,14 @@ func (s *Service) handleResult(ctx context.Context, m *bus.Message) error {
 		return nil
 	}
 	return fmt.Errorf("record result %s of task %s: too many concurrent changes", e.ToolCall.ID, e.Meta.TaskID)
+}
+
+// redelivered reports whether m may be the message whose handler worked for
+// the task before and died: a redelivery, or a dead letter an operator
+// replayed (its delivery will not come back). Otherwise m is a copy of a
+// message another handler carries on.
+func redelivered(m *bus.Message) bool {
+	return m.Delivered > 1 || m.Header.Get(bus.HeaderReplayFor) != ""
 }
 
 func callIndex(t *Task, id string) int {

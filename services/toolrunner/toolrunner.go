@@ -290,14 +290,16 @@ func (s *Service) Handle(ctx context.Context, m *bus.Message) error {
 		}
 		log.Info("redelivered call already ran; republishing its result")
 	case "running":
-		if rec.Seq != m.StreamSeq {
+		if rec.Seq != m.StreamSeq && m.Header.Get(bus.HeaderReplayFor) == "" {
 			// The same envelope published twice: the delivery that claimed it
 			// owns it and publishes the one result (the same Nats-Msg-Id).
 			log.Info("duplicate of a call in progress; leaving it to its owner", "owner_seq", rec.Seq)
 			return nil
 		}
 		// JetStream redelivered the message whose earlier delivery claimed
-		// the call and never finished: it may or may not have reached the server.
+		// the call and never finished, or an operator replayed its dead
+		// letter (that delivery will not come back): the call may or may
+		// not have reached the server.
 		if !s.runner.Safe(ctx, call.ToolCall.Name) {
 			reply = s.unknownOutcome(call)
 			log.Warn("earlier attempt was interrupted; not repeating a tool with side effects")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
@@ -347,4 +348,27 @@ func countSubject(t *testing.T, b *bus.Bus, rel string) uint64 {
 		t.Fatal(err)
 	}
 	return info.State.Subjects[b.Subject(rel)]
+}
+
+// TestReplayTakesOverAbandonedClaim: a call whose delivery claimed it and
+// was dead-lettered before its reply was stored is answered when the dead
+// letter is replayed (`relay dlq replay`: a new message for this consumer),
+// instead of being left to an owner that will never come back.
+func TestReplayTakesOverAbandonedClaim(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	results := bustest.Observe(t, f.b, "obs", envelope.SubjectToolResult)
+	c := toolCall("svc.echo", "agent", map[string]any{"message": "replayed"})
+	b, _ := json.Marshal(callRecord{State: "running", Seq: 9999, At: time.Now()})
+	if _, err := f.svc.calls.Put(t.Context(), c.ID, b); err != nil {
+		t.Fatal(err)
+	}
+	replay := &bus.Message{Envelope: c, Subject: envelope.SubjectToolCall, StreamSeq: 10000, Delivered: 1,
+		Header: nats.Header{bus.HeaderReplayFor: []string{"toolrunner"}}}
+	if err := f.svc.Handle(t.Context(), replay); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if got := next(t, results); got.ToolCall.Result["text"] != "Echo: replayed" {
+		t.Errorf("replayed call: got %v, want its result", got.ToolCall.Result)
+	}
 }
