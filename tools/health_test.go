@@ -71,3 +71,34 @@ func TestStatusShowsDeclarations(t *testing.T) {
 		t.Errorf("got capabilities %v, schema version %q; want %v, 1.0.0", st.Capabilities, st.SchemaVersion, s.Capabilities)
 	}
 }
+
+// A state change that does not touch a server (the stop switch, another
+// server disabled) leaves its consecutive failures alone; a new enable of it
+// resets them.
+func TestUnrelatedStateKeepsFailures(t *testing.T) {
+	t.Parallel()
+	r, err := New(Config{Servers: []mcpconfig.Server{
+		{Name: "a", Type: mcpconfig.Stdio, Command: "x"},
+		{Name: "b", Type: mcpconfig.Stdio, Command: "y"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	enabled := ServerState{By: "operator", At: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	r.applyState(State{Servers: map[string]ServerState{"a": enabled}})
+	c := r.conns["a"]
+	c.afterCheck(t.Context(), false, errors.New("refused"))
+	c.afterCheck(t.Context(), false, errors.New("refused"))
+	r.applyState(State{Servers: map[string]ServerState{"a": enabled}, Stop: true})
+	r.applyState(State{Servers: map[string]ServerState{"a": enabled, "b": {Disabled: true, By: "operator", At: enabled.At}}})
+	if f := c.status().Failures; f != 2 {
+		t.Errorf("after unrelated state changes: got %d failures, want 2", f)
+	}
+	again := enabled
+	again.At = enabled.At.Add(time.Minute)
+	r.applyState(State{Servers: map[string]ServerState{"a": again}})
+	if f := c.status().Failures; f != 0 {
+		t.Errorf("after a new enable: got %d failures, want 0", f)
+	}
+}
