@@ -130,6 +130,7 @@ func TestParseErrorsNameServerAndField(t *testing.T) {
 		{"missing input", `{"servers": {"a": {"url": "http://h/${input:api-key}"}}}`, []string{`server "a"`, "API_KEY"}},
 		{"unknown variable", `{"servers": {"a": {"command": "${workspaceFolder}/x"}}}`, []string{`server "a"`, "unknown variable"}},
 		{"unknown field", `{"servers": {"a": {"command": "x", "comand": "y"}}}`, []string{`server "a"`, "comand: unknown field"}},
+		{"repeated name", `{"servers": {"a": {"command": "x"}, "a": {"command": "y"}}}`, []string{`server "a"`, `defined twice in "servers"`}},
 		{"both layouts", `{"servers": {"a": {"command": "x"}}, "mcpServers": {"a": {"command": "y"}}}`, []string{`server "a"`, "both"}},
 		{"not json", "{\n  \"servers\": {\n    \"a\": {\"command\": \"x\"}}} x", []string{"line 3", "not valid JSON or JSONC"}},
 		{"bad version", `{"servers": {"a": {"command": "x", "protocolVersion": "latest"}}}`, []string{"protocolVersion"}},
