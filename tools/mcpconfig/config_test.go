@@ -247,6 +247,7 @@ func TestPolicyErrors(t *testing.T) {
 		{"binding bad channel", `{"bindings": [{"slack": {"channel": "ops"}, "servers": ["a"]}]}`, "channel"},
 		{"binding bad repo", `{"bindings": [{"github": {"repo": "api"}, "servers": ["a"]}]}`, "repo"},
 		{"binding twice", `{"bindings": [{"github": {"org": "o"}, "servers": ["a"]}, {"github": {"org": "o"}, "servers": ["b"]}]}`, "again"},
+		{"repo bound twice in another case", `{"bindings": [{"github": {"repo": "o/r"}, "servers": ["a"]}, {"github": {"repo": "O/R"}, "servers": ["b"]}]}`, "again"},
 		{"binding no servers", `{"bindings": [{"github": {"org": "o"}, "servers": []}]}`, "servers"},
 		{"bad member", `{"roles": [{"role": "r", "capabilities": ["a.*"], "members": {"slack": ["#ops"]}}]}`, "members"},
 		{"burst without rps", `{"budgets": {"a": {"burst": 3}}}`, "needs rps"},
