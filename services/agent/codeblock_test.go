@@ -90,6 +90,7 @@ func TestRenderResult(t *testing.T) {
 		return map[string]any{"status": "success", "content": []any{map[string]any{"type": "text", "text": s}}}
 	}
 	long := strings.Repeat("line\n", 200)
+	image := map[string]any{"status": "success", "content": []any{map[string]any{"type": "image", "mimeType": "image/png", "data": "iVBORw=="}}}
 	tests := []struct {
 		name   string
 		st     runState
@@ -110,6 +111,8 @@ func TestRenderResult(t *testing.T) {
 		{"failure", slackRun(""), map[string]any{"status": "error", "error": "server everything is offline"}, []string{":x: `everything.echo` failed (error): server everything is offline"}, false, ""},
 		{"cancelled in Slack", slackRun(""), map[string]any{"status": "cancelled", "cancelled_by": "slack:U0ALICE", "error": "cancelled"}, []string{":octagonal_sign: `everything.echo` was cancelled by <@U0ALICE>."}, false, "failed"},
 		{"cancelled on GitHub", github, map[string]any{"status": "cancelled", "cancelled_by": "cli:alice"}, []string{"`everything.echo` was cancelled by cli:alice."}, false, "failed"},
+		{"image in Slack", slackRun(""), image, []string{"_(image attached: image.png)_"}, true, ""},
+		{"image on GitHub", github, image, []string{"_(an image/png image of 4 bytes, not shown: a GitHub comment cannot carry a file)_"}, false, "attached"},
 		{"nothing", slackRun(""), map[string]any{"status": "success"}, []string{"_(no output)_"}, false, ""},
 	}
 	for _, tt := range tests {

@@ -82,8 +82,8 @@ type rendered struct {
 }
 
 type runFile struct {
-	name, title string
-	data        []byte
+	name, title, mime string
+	data              []byte
 }
 
 // renderResult writes a tool result as Markdown: text as it is, JSON as a
@@ -114,7 +114,12 @@ func renderResult(st runState, res map[string]any, long int) rendered {
 		}
 		return rendered{text: summary + " (full output attached)", file: &runFile{name: st.Run.Tool + "-output.txt", title: st.Run.Name() + " output", data: []byte(full)}}
 	}
-	if file != nil {
+	switch {
+	case file != nil && st.Target.Channel == string(envelope.ChannelGitHub):
+		// Only Slack gets files; a comment says what it could not show.
+		body += fmt.Sprintf("\n_(an %s image of %d bytes, not shown: a GitHub comment cannot carry a file)_", file.mime, len(file.data))
+		file = nil
+	case file != nil:
 		body += "\n_(image attached: " + file.name + ")_"
 	}
 	return rendered{text: head + ":\n" + body, file: file}
@@ -197,7 +202,7 @@ func imageFile(m map[string]any) *runFile {
 	if _, sub, ok := strings.Cut(mime, "/"); ok && sub != "" {
 		ext = sub
 	}
-	return &runFile{name: "image." + ext, title: "image (" + mime + ")", data: data}
+	return &runFile{name: "image." + ext, title: "image (" + mime + ")", mime: mime, data: data}
 }
 
 func link(name, uri string) string {
