@@ -96,32 +96,33 @@ func TestRenderResult(t *testing.T) {
 		st     runState
 		res    map[string]any
 		want   []string
-		file   bool
+		files  int
 		noWant string
 	}{
-		{"text", slackRun(""), text("Echo: *hi*"), []string{"`everything.echo`:\nEcho: *hi*"}, false, "```"},
-		{"display block", slackRun(DisplayBlock), text("Echo: hi"), []string{"```\nEcho: hi\n```"}, false, ""},
-		{"JSON text", slackRun(""), text(`{"a":1}`), []string{"```json\n{\n  \"a\": 1\n}\n```"}, false, ""},
-		{"structured only", slackRun(""), map[string]any{"status": "success", "structured": map[string]any{"t": 36.0}}, []string{"```json", `"t": 36`}, false, ""},
-		{"resource link", slackRun(""), map[string]any{"status": "success", "content": []any{map[string]any{"type": "resource_link", "uri": "https://x/r", "name": "R"}}}, []string{"[R](https://x/r)"}, false, ""},
-		{"display collapsed", slackRun(DisplayCollapsed), text("short"), []string{"returned 1 lines", "full output attached"}, true, ""},
-		{"long in Slack", slackRun(""), text(long), []string{"returned 201 lines, 1000 characters"}, true, "line\nline"},
-		{"long on GitHub", github, text(long), []string{"<details><summary>Full output</summary>", "line\nline"}, false, ""},
-		{"timeout", slackRun(""), map[string]any{"status": "timeout", "duration_ms": 30012.5, "error": "deadline"}, []string{"timed out after 30 s"}, false, ""},
-		{"failure", slackRun(""), map[string]any{"status": "error", "error": "server everything is offline"}, []string{":x: `everything.echo` failed (error): server everything is offline"}, false, ""},
-		{"cancelled in Slack", slackRun(""), map[string]any{"status": "cancelled", "cancelled_by": "slack:U0ALICE", "error": "cancelled"}, []string{":octagonal_sign: `everything.echo` was cancelled by <@U0ALICE>."}, false, "failed"},
-		{"cancelled on GitHub", github, map[string]any{"status": "cancelled", "cancelled_by": "cli:alice"}, []string{"`everything.echo` was cancelled by cli:alice."}, false, "failed"},
-		{"image in Slack", slackRun(""), image, []string{"_(image attached: image.png)_"}, true, ""},
-		{"image on GitHub", github, image, []string{"_(an image/png image of 4 bytes, not shown: a GitHub comment cannot carry a file)_"}, false, "attached"},
-		{"nothing", slackRun(""), map[string]any{"status": "success"}, []string{"_(no output)_"}, false, ""},
+		{"text", slackRun(""), text("Echo: *hi*"), []string{"`everything.echo`:\nEcho: *hi*"}, 0, "```"},
+		{"display block", slackRun(DisplayBlock), text("Echo: hi"), []string{"```\nEcho: hi\n```"}, 0, ""},
+		{"JSON text", slackRun(""), text(`{"a":1}`), []string{"```json\n{\n  \"a\": 1\n}\n```"}, 0, ""},
+		{"structured only", slackRun(""), map[string]any{"status": "success", "structured": map[string]any{"t": 36.0}}, []string{"```json", `"t": 36`}, 0, ""},
+		{"resource link", slackRun(""), map[string]any{"status": "success", "content": []any{map[string]any{"type": "resource_link", "uri": "https://x/r", "name": "R"}}}, []string{"[R](https://x/r)"}, 0, ""},
+		{"display collapsed", slackRun(DisplayCollapsed), text("short"), []string{"returned 1 lines", "full output attached"}, 1, ""},
+		{"long in Slack", slackRun(""), text(long), []string{"returned 201 lines, 1000 characters"}, 1, "line\nline"},
+		{"long on GitHub", github, text(long), []string{"<details><summary>Full output</summary>", "line\nline"}, 0, ""},
+		{"timeout", slackRun(""), map[string]any{"status": "timeout", "duration_ms": 30012.5, "error": "deadline"}, []string{"timed out after 30 s"}, 0, ""},
+		{"failure", slackRun(""), map[string]any{"status": "error", "error": "server everything is offline"}, []string{":x: `everything.echo` failed (error): server everything is offline"}, 0, ""},
+		{"cancelled in Slack", slackRun(""), map[string]any{"status": "cancelled", "cancelled_by": "slack:U0ALICE", "error": "cancelled"}, []string{":octagonal_sign: `everything.echo` was cancelled by <@U0ALICE>."}, 0, "failed"},
+		{"cancelled on GitHub", github, map[string]any{"status": "cancelled", "cancelled_by": "cli:alice"}, []string{"`everything.echo` was cancelled by cli:alice."}, 0, "failed"},
+		{"image in Slack", slackRun(""), image, []string{"_(image attached: image.png)_"}, 1, ""},
+		{"image on GitHub", github, image, []string{"_(an image/png image of 4 bytes, not shown: a GitHub comment cannot carry a file)_"}, 0, "attached"},
+		{"image collapsed in Slack", slackRun(DisplayCollapsed), image, []string{"full output attached"}, 2, ""},
+		{"nothing", slackRun(""), map[string]any{"status": "success"}, []string{"_(no output)_"}, 0, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			r := renderResult(tt.st, tt.res, 500)
 			wantParts(t, r.text, tt.want)
-			if (r.file != nil) != tt.file {
-				t.Errorf("got file %v, want one: %t", r.file != nil, tt.file)
+			if len(r.files) != tt.files {
+				t.Errorf("got %d files, want %d", len(r.files), tt.files)
 			}
 			if tt.noWant != "" && strings.Contains(r.text, tt.noWant) {
 				t.Errorf("got %q, want no %q in it", r.text, tt.noWant)

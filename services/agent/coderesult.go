@@ -40,9 +40,11 @@ func (s *Service) handleRunResult(ctx context.Context, e *envelope.Envelope, st 
 		return s.refuse(ctx, st, key)
 	}
 	r := renderResult(st, res, s.cfg.LongOutput)
-	if r.file != nil && s.cfg.Slack != nil && st.Target.Channel == string(envelope.ChannelSlack) {
-		if err := s.uploadRunFile(ctx, st, r.file); err != nil {
-			s.log.Warn("run output not uploaded to Slack; only its summary is posted", "origin", st.Origin, "file", r.file.name, "err", err)
+	if s.cfg.Slack != nil && st.Target.Channel == string(envelope.ChannelSlack) {
+		for _, f := range r.files {
+			if err := s.uploadRunFile(ctx, st, f); err != nil {
+				s.log.Warn("run file not uploaded to Slack; only the text is posted", "origin", st.Origin, "file", f.name, "err", err)
+			}
 		}
 	}
 	if st.MessageTS != "" && s.cfg.Slack != nil {
@@ -74,11 +76,11 @@ func (s *Service) refuse(ctx context.Context, st runState, key string) error {
 	return s.postRun(ctx, st, key, text)
 }
 
-// rendered is a result as posted: Markdown, and a file to attach (a long
-// output's full text, an image).
+// rendered is a result as posted: Markdown, and the files to attach in
+// Slack (a long output's full text, an image).
 type rendered struct {
-	text string
-	file *runFile
+	text  string
+	files []*runFile
 }
 
 type runFile struct {
@@ -89,7 +91,7 @@ type runFile struct {
 // renderResult writes a tool result as Markdown: text as it is, JSON as a
 // code block, images as a file, resources as links; failures and timeouts
 // read as such; long output (or display: collapsed) becomes a summary line
-// with the full text as a file.
+// with the full text as a file (beside the image, if any).
 func renderResult(st runState, res map[string]any, long int) rendered {
 	if long <= 0 {
 		long = DefaultLongOutput
@@ -102,9 +104,18 @@ func renderResult(st runState, res map[string]any, long int) rendered {
 	if status != string(tools.StatusSuccess) {
 		return rendered{text: failureText(head, status, res)}
 	}
-	body, file := renderContent(res)
+	body, image := renderContent(res)
 	if st.Run.Display == DisplayBlock && !strings.HasPrefix(body, "```") {
 		body = "```\n" + body + "\n```"
+	}
+	var files []*runFile
+	switch {
+	case image != nil && st.Target.Channel == string(envelope.ChannelGitHub):
+		// Only Slack gets files; a comment says what it could not show.
+		body += fmt.Sprintf("\n_(an %s image of %d bytes, not shown: a GitHub comment cannot carry a file)_", image.mime, len(image.data))
+	case image != nil:
+		body += "\n_(image attached: " + image.name + ")_"
+		files = append(files, image)
 	}
 	if st.Run.Display == DisplayCollapsed || clip.Chars(body, long+1) != body {
 		full := body
@@ -112,17 +123,10 @@ func renderResult(st runState, res map[string]any, long int) rendered {
 		if st.Target.Channel == string(envelope.ChannelGitHub) {
 			return rendered{text: summary + "\n\n<details><summary>Full output</summary>\n\n" + full + "\n\n</details>"}
 		}
-		return rendered{text: summary + " (full output attached)", file: &runFile{name: st.Run.Tool + "-output.txt", title: st.Run.Name() + " output", data: []byte(full)}}
+		output := &runFile{name: st.Run.Tool + "-output.txt", title: st.Run.Name() + " output", data: []byte(full)}
+		return rendered{text: summary + " (full output attached)", files: append([]*runFile{output}, files...)}
 	}
-	switch {
-	case file != nil && st.Target.Channel == string(envelope.ChannelGitHub):
-		// Only Slack gets files; a comment says what it could not show.
-		body += fmt.Sprintf("\n_(an %s image of %d bytes, not shown: a GitHub comment cannot carry a file)_", file.mime, len(file.data))
-		file = nil
-	case file != nil:
-		body += "\n_(image attached: " + file.name + ")_"
-	}
-	return rendered{text: head + ":\n" + body, file: file}
+	return rendered{text: head + ":\n" + body, files: files}
 }
 
 // cancelledText says who cancelled a run: a Slack user as a mention in
