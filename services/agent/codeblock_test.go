@@ -3,6 +3,7 @@ package agent
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/relaystation/relay/envelope"
 )
@@ -129,4 +130,17 @@ func TestRenderResult(t *testing.T) {
 			}
 		})
 	}
+}
+
+// GitHub refuses a comment over 65,536 characters: a huge output is cut in
+// its fold, and the comment says so.
+func TestRenderResultFitsGitHubComment(t *testing.T) {
+	t.Parallel()
+	st := runState{Run: ToolRun{Server: "everything", Tool: "echo"}, Target: &envelope.Target{Channel: "github", Owner: "o", Repo: "r", Number: 1}}
+	res := map[string]any{"status": "success", "content": []any{map[string]any{"type": "text", "text": strings.Repeat("é", 70000)}}}
+	r := renderResult(st, res, 500)
+	if n := utf8.RuneCountInString(r.text); n > maxGitHubComment {
+		t.Errorf("got a comment of %d characters, want at most %d", n, maxGitHubComment)
+	}
+	wantParts(t, r.text, []string{"returned 1 lines, 70000 characters", "</details>", "characters more not shown"})
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/slack-go/slack"
 
@@ -20,6 +21,14 @@ import (
 // is collapsed to a summary line (the full text attached as a file in Slack,
 // folded in a <details> on GitHub).
 const DefaultLongOutput = 2500
+
+// maxGitHubComment is the most characters GitHub takes in a comment; a
+// longer one is refused (422). githubFold is how much of a run's output a
+// comment folds, leaving room for the summary and the idempotency marker.
+const (
+	maxGitHubComment = 65536
+	githubFold       = 60000
+)
 
 // runStateOf reads meta.agent.code_run of a tool answer.
 func runStateOf(e *envelope.Envelope) (runState, bool) {
@@ -121,6 +130,9 @@ func renderResult(st runState, res map[string]any, long int) rendered {
 		full := body
 		summary := fmt.Sprintf("%s returned %d lines, %d characters: %s", head, strings.Count(full, "\n")+1, len([]rune(full)), clip.To(clip.Line(full, 120), 120))
 		if st.Target.Channel == string(envelope.ChannelGitHub) {
+			if n := utf8.RuneCountInString(full); n > githubFold {
+				full = clip.Chars(full, githubFold) + fmt.Sprintf("\n\n_(%d characters more not shown)_", n-githubFold+1)
+			}
 			return rendered{text: summary + "\n\n<details><summary>Full output</summary>\n\n" + full + "\n\n</details>"}
 		}
 		output := &runFile{name: st.Run.Tool + "-output.txt", title: st.Run.Name() + " output", data: []byte(full)}
