@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 )
 
 func TestFindCodeBlocks(t *testing.T) {
@@ -143,4 +144,27 @@ func TestRenderResultFitsGitHubComment(t *testing.T) {
 		t.Errorf("got a comment of %d characters, want at most %d", n, maxGitHubComment)
 	}
 	wantParts(t, r.text, []string{"returned 1 lines, 70000 characters", "</details>", "characters more not shown"})
+}
+
+// A result shown in place of the running message keeps all its text: the
+// update splits it into section blocks of at most 3,000 characters (Slack's
+// limit) rather than cutting it, and one too long for one message is
+// collapsed to a summary with the full text attached.
+func TestRunUpdateKeepsLongText(t *testing.T) {
+	t.Parallel()
+	st := runState{Run: ToolRun{Server: "everything", Tool: "echo"}, Target: &envelope.Target{Channel: "slack", SlackCh: "C1"}, MessageTS: "1.2"}
+	text := func(s string) map[string]any {
+		return map[string]any{"status": "success", "content": []any{map[string]any{"type": "text", "text": s}}}
+	}
+	out := strings.Repeat("word ", 1500) + "END"
+	r, part := runUpdate(st, text(out), 10000)
+	if len(part.Blocks) < 3 || !strings.Contains(part.Text, "END") || len(r.files) != 0 {
+		t.Errorf("7,500 characters under a 10,000 limit: got %d blocks, %d files, END shown %t; want 3 or more blocks, all the text, no file",
+			len(part.Blocks), len(r.files), strings.Contains(part.Text, "END"))
+	}
+	huge := strings.Repeat("ü", 39000)
+	r, part = runUpdate(st, text(huge), 40000)
+	if len(r.files) != 1 || !strings.Contains(part.Text, "full output attached") {
+		t.Errorf("78,000 bytes: got %d files and %q, want the summary with the full text attached", len(r.files), clip.To(part.Text, 200))
+	}
 }

@@ -48,7 +48,7 @@ func (s *Service) handleRunResult(ctx context.Context, e *envelope.Envelope, st 
 	if st.Refused {
 		return s.refuse(ctx, st, key)
 	}
-	r := renderResult(st, res, s.cfg.LongOutput)
+	r, part := runUpdate(st, res, s.cfg.LongOutput)
 	if s.cfg.Slack != nil && st.Target.Channel == string(envelope.ChannelSlack) {
 		for _, f := range r.files {
 			if err := s.uploadRunFile(ctx, st, f); err != nil {
@@ -57,15 +57,36 @@ func (s *Service) handleRunResult(ctx context.Context, e *envelope.Envelope, st 
 		}
 	}
 	if st.MessageTS != "" && s.cfg.Slack != nil {
-		text := slackmapper.Mrkdwn(r.text, nil)
-		_, _, _, err := s.cfg.Slack.UpdateMessageContext(ctx, st.Target.SlackCh, st.MessageTS, slack.MsgOptionText(text, false),
-			slack.MsgOptionBlocks(slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, clip.Chars(text, 3000), false, false), nil, nil)))
+		_, _, _, err := s.cfg.Slack.UpdateMessageContext(ctx, st.Target.SlackCh, st.MessageTS, slack.MsgOptionText(part.Text, false),
+			slack.MsgOptionBlocks(part.Blocks...))
 		if err == nil {
 			return nil
 		}
 		s.log.Warn("running message not updated; posting the result as a new message", "origin", st.Origin, "err", slackmapper.Classify("chat.update", err))
 	}
 	return s.postRun(ctx, st, key, r.text)
+}
+
+// runUpdate renders a result and, for Slack, the message that replaces the
+// running one: the text in section blocks within Slack's limits (3,000
+// characters each, 50 blocks, 40,000 characters), never cut; a text that
+// does not fit one message is collapsed to its summary with the full text
+// attached.
+func runUpdate(st runState, res map[string]any, long int) (rendered, slackmapper.PostPart) {
+	r := renderResult(st, res, long)
+	if st.Target.Channel != string(envelope.ChannelSlack) {
+		return r, slackmapper.PostPart{}
+	}
+	parts := slackmapper.FormatParts(r.text, nil)
+	if len(parts) > 1 {
+		st.Run.Display = DisplayCollapsed
+		r = renderResult(st, res, long)
+		parts = slackmapper.FormatParts(r.text, nil)
+	}
+	if len(parts) == 0 {
+		return r, slackmapper.PostPart{}
+	}
+	return r, parts[0]
 }
 
 // refuse tells a person without a role that they cannot run tools: an
