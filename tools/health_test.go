@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
@@ -100,5 +102,40 @@ func TestUnrelatedStateKeepsFailures(t *testing.T) {
 	r.applyState(State{Servers: map[string]ServerState{"a": again}})
 	if f := c.status().Failures; f != 0 {
 		t.Errorf("after a new enable: got %d failures, want 0", f)
+	}
+}
+
+// A session that ends while a ping is in flight is one failed check: the
+// failed ping counts, and the end-of-session signal that raced with it is
+// not counted again by the health loop.
+func TestFailedPingCountsOnce(t *testing.T) {
+	t.Parallel()
+	r, err := New(Config{Servers: []mcpconfig.Server{{Name: "s", Type: mcpconfig.Stdio, Command: "x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	st, ct := mcp.NewInMemoryTransports()
+	srv := mcp.NewServer(&mcp.Implementation{Name: "srv", Version: "1"}, nil)
+	ss, err := srv.Connect(t.Context(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := r.conns["s"]
+	c.mu.Lock()
+	c.session = cs
+	c.mu.Unlock()
+	_ = ss.Close()
+	c.signal(c.lost) // the session's end, reported while the ping was under way
+	pinged, err := c.check(t.Context())
+	if !pinged || err == nil {
+		t.Fatalf("check: got pinged %t, err %v; want a failed ping", pinged, err)
+	}
+	if n := len(c.lost); n != 0 {
+		t.Errorf("after the failed ping: %d end-of-session signals pending, want 0 (it would count the same failure twice)", n)
 	}
 }
