@@ -124,6 +124,14 @@ func (c *conn) signal(ch chan struct{}) {
 	}
 }
 
+// drain takes a pending signal off ch, if there is one.
+func (c *conn) drain(ch chan struct{}) {
+	select {
+	case <-ch:
+	default:
+	}
+}
+
 // dropSession closes s if it is still the current session.
 func (c *conn) dropSession(s *mcp.ClientSession) {
 	c.mu.Lock()

@@ -115,6 +115,9 @@ func (c *conn) check(ctx context.Context) (pinged bool, err error) {
 	start := time.Now()
 	if err := s.Ping(pctx, nil); err != nil {
 		c.dropSession(s)
+		// This failure is counted now: an end-of-session signal that raced
+		// with the ping would count it twice.
+		c.drain(c.lost)
 		return true, fmt.Errorf("ping: %w", err)
 	}
 	lat := time.Since(start)
@@ -179,11 +182,15 @@ func (c *conn) watchSession(session *mcp.ClientSession) {
 	if current {
 		c.session, c.cmd = nil, nil
 	}
+	if current {
+		// Under mu: a failed ping's dropSession either comes first (and
+		// this session is not current) or sees the signal to drain.
+		c.signal(c.lost)
+	}
 	c.mu.Unlock()
 	if current {
 		c.r.metrics.up.WithLabelValues(c.cfg.Name).Set(0)
 		c.log.Warn("mcp session ended", "err", err)
-		c.signal(c.lost)
 	}
 }
 

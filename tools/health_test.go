@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
@@ -69,5 +71,71 @@ func TestStatusShowsDeclarations(t *testing.T) {
 	st := r.Servers()[0]
 	if !slices.Equal(st.Capabilities, s.Capabilities) || st.SchemaVersion != "1.0.0" {
 		t.Errorf("got capabilities %v, schema version %q; want %v, 1.0.0", st.Capabilities, st.SchemaVersion, s.Capabilities)
+	}
+}
+
+// A state change that does not touch a server (the stop switch, another
+// server disabled) leaves its consecutive failures alone; a new enable of it
+// resets them.
+func TestUnrelatedStateKeepsFailures(t *testing.T) {
+	t.Parallel()
+	r, err := New(Config{Servers: []mcpconfig.Server{
+		{Name: "a", Type: mcpconfig.Stdio, Command: "x"},
+		{Name: "b", Type: mcpconfig.Stdio, Command: "y"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	enabled := ServerState{By: "operator", At: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	r.applyState(State{Servers: map[string]ServerState{"a": enabled}})
+	c := r.conns["a"]
+	c.afterCheck(t.Context(), false, errors.New("refused"))
+	c.afterCheck(t.Context(), false, errors.New("refused"))
+	r.applyState(State{Servers: map[string]ServerState{"a": enabled}, Stop: true})
+	r.applyState(State{Servers: map[string]ServerState{"a": enabled, "b": {Disabled: true, By: "operator", At: enabled.At}}})
+	if f := c.status().Failures; f != 2 {
+		t.Errorf("after unrelated state changes: got %d failures, want 2", f)
+	}
+	again := enabled
+	again.At = enabled.At.Add(time.Minute)
+	r.applyState(State{Servers: map[string]ServerState{"a": again}})
+	if f := c.status().Failures; f != 0 {
+		t.Errorf("after a new enable: got %d failures, want 0", f)
+	}
+}
+
+// A session that ends while a ping is in flight is one failed check: the
+// failed ping counts, and the end-of-session signal that raced with it is
+// not counted again by the health loop.
+func TestFailedPingCountsOnce(t *testing.T) {
+	t.Parallel()
+	r, err := New(Config{Servers: []mcpconfig.Server{{Name: "s", Type: mcpconfig.Stdio, Command: "x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	st, ct := mcp.NewInMemoryTransports()
+	srv := mcp.NewServer(&mcp.Implementation{Name: "srv", Version: "1"}, nil)
+	ss, err := srv.Connect(t.Context(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(t.Context(), ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := r.conns["s"]
+	c.mu.Lock()
+	c.session = cs
+	c.mu.Unlock()
+	_ = ss.Close()
+	c.signal(c.lost) // the session's end, reported while the ping was under way
+	pinged, err := c.check(t.Context())
+	if !pinged || err == nil {
+		t.Fatalf("check: got pinged %t, err %v; want a failed ping", pinged, err)
+	}
+	if n := len(c.lost); n != 0 {
+		t.Errorf("after the failed ping: %d end-of-session signals pending, want 0 (it would count the same failure twice)", n)
 	}
 }

@@ -103,6 +103,7 @@ const drainPoll = 50 * time.Millisecond
 // persisted state (Config.State) as at Start. Unchanged servers keep their session and
 // health, but their tool lists are fetched again on next use (a reload is
 // also how an operator says a server's tools changed). Calls that begin after Reload see the new set.
+// A policy binding that names a server no longer configured is logged as a warning.
 // Safe to call concurrently with calls; before Start it only replaces the
 // configuration.
 func (r *Runner) Reload(servers []mcpconfig.Server) ReloadResult {
@@ -156,6 +157,11 @@ func (r *Runner) Reload(servers []mcpconfig.Server) ReloadResult {
 		r.wg.Add(len(stop))
 	}
 	r.connsMu.Unlock()
+	if err := r.cfg.Policy.CheckServers(order); err != nil {
+		// Checked at start; a reload (an uninstall, an edit) is applied
+		// anyway: those bindings offer nothing of the missing server.
+		r.log.Warn("policy bindings name servers no longer in mcp.json", "err", err)
+	}
 	if !started {
 		return res
 	}

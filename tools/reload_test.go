@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -166,5 +168,31 @@ func TestReloadKeepsOperatorState(t *testing.T) {
 	defer cancel()
 	if pending := r.WaitReady(ctx); len(pending) > 0 {
 		t.Fatalf("not ready after enable: %v", pending)
+	}
+}
+
+// The policy's bindings are checked against the servers at start; a reload
+// that drops a bound server is applied, with a warning naming the binding.
+func TestReloadWarnsOfBindingWithoutServer(t *testing.T) {
+	t.Parallel()
+	var logs testenv.Buffer
+	a := mcpconfig.Server{Name: "a", Type: mcpconfig.Stdio, Command: "x"}
+	b := mcpconfig.Server{Name: "b", Type: mcpconfig.Stdio, Command: "y"}
+	r, err := New(Config{
+		Servers: []mcpconfig.Server{a, b},
+		Policy:  policy(t, "bindings:\n  - slack: {channel: C0OPS}\n    servers: [b]\n"),
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	r.Reload([]mcpconfig.Server{a, b})
+	if strings.Contains(logs.String(), "bindings") {
+		t.Errorf("reload keeping b: got log %q, want no binding warning", logs.String())
+	}
+	r.Reload([]mcpconfig.Server{a})
+	if got := logs.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, `bindings[0].servers: server \"b\" is not in mcp.json`) {
+		t.Errorf("reload dropping b: got log %q, want a warning naming bindings[0] and b", got)
 	}
 }

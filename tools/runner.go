@@ -333,8 +333,14 @@ func (r *Runner) applyState(st State) {
 	r.stopState.Store(st.Stop)
 	var notices []Notice
 	r.stateMu.Lock()
+	prev := r.servers
 	r.servers = st.Servers
 	for name, s := range st.Servers {
+		if old, ok := prev[name]; ok && old.same(s) {
+			// Unchanged (the watch reports the whole state on every change):
+			// applying it again would reset the server's failure count.
+			continue
+		}
 		if c := r.conn(name); c != nil {
 			if n, ok := applyServerState(c, s); ok {
 				notices = append(notices, n)

@@ -19,6 +19,11 @@ type ServerState struct {
 	At time.Time `json:"at"`
 }
 
+// same reports whether s and o are the same setting (At compared as an instant).
+func (s ServerState) same(o ServerState) bool {
+	return s.Disabled == o.Disabled && s.Reason == o.Reason && s.By == o.By && s.At.Equal(o.At)
+}
+
 // State is everything a StateStore keeps.
 type State struct {
 	// Servers holds the servers that have an entry.

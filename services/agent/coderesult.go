@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/slack-go/slack"
 
@@ -20,6 +21,14 @@ import (
 // is collapsed to a summary line (the full text attached as a file in Slack,
 // folded in a <details> on GitHub).
 const DefaultLongOutput = 2500
+
+// maxGitHubComment is the most characters GitHub takes in a comment; a
+// longer one is refused (422). githubFold is how much of a run's output a
+// comment folds, leaving room for the summary and the idempotency marker.
+const (
+	maxGitHubComment = 65536
+	githubFold       = 60000
+)
 
 // runStateOf reads meta.agent.code_run of a tool answer.
 func runStateOf(e *envelope.Envelope) (runState, bool) {
@@ -39,22 +48,45 @@ func (s *Service) handleRunResult(ctx context.Context, e *envelope.Envelope, st 
 	if st.Refused {
 		return s.refuse(ctx, st, key)
 	}
-	r := renderResult(st, res, s.cfg.LongOutput)
-	if r.file != nil && s.cfg.Slack != nil && st.Target.Channel == string(envelope.ChannelSlack) {
-		if err := s.uploadRunFile(ctx, st, r.file); err != nil {
-			s.log.Warn("run output not uploaded to Slack; only its summary is posted", "origin", st.Origin, "file", r.file.name, "err", err)
+	r, part := runUpdate(st, res, s.cfg.LongOutput)
+	if s.cfg.Slack != nil && st.Target.Channel == string(envelope.ChannelSlack) {
+		for _, f := range r.files {
+			if err := s.uploadRunFile(ctx, st, f); err != nil {
+				s.log.Warn("run file not uploaded to Slack; only the text is posted", "origin", st.Origin, "file", f.name, "err", err)
+			}
 		}
 	}
 	if st.MessageTS != "" && s.cfg.Slack != nil {
-		text := slackmapper.Mrkdwn(r.text, nil)
-		_, _, _, err := s.cfg.Slack.UpdateMessageContext(ctx, st.Target.SlackCh, st.MessageTS, slack.MsgOptionText(text, false),
-			slack.MsgOptionBlocks(slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, clip.Chars(text, 3000), false, false), nil, nil)))
+		_, _, _, err := s.cfg.Slack.UpdateMessageContext(ctx, st.Target.SlackCh, st.MessageTS, slack.MsgOptionText(part.Text, false),
+			slack.MsgOptionBlocks(part.Blocks...))
 		if err == nil {
 			return nil
 		}
 		s.log.Warn("running message not updated; posting the result as a new message", "origin", st.Origin, "err", slackmapper.Classify("chat.update", err))
 	}
 	return s.postRun(ctx, st, key, r.text)
+}
+
+// runUpdate renders a result and, for Slack, the message that replaces the
+// running one: the text in section blocks within Slack's limits (3,000
+// characters each, 50 blocks, 40,000 characters), never cut; a text that
+// does not fit one message is collapsed to its summary with the full text
+// attached.
+func runUpdate(st runState, res map[string]any, long int) (rendered, slackmapper.PostPart) {
+	r := renderResult(st, res, long)
+	if st.Target.Channel != string(envelope.ChannelSlack) {
+		return r, slackmapper.PostPart{}
+	}
+	parts := slackmapper.FormatParts(r.text, nil)
+	if len(parts) > 1 {
+		st.Run.Display = DisplayCollapsed
+		r = renderResult(st, res, long)
+		parts = slackmapper.FormatParts(r.text, nil)
+	}
+	if len(parts) == 0 {
+		return r, slackmapper.PostPart{}
+	}
+	return r, parts[0]
 }
 
 // refuse tells a person without a role that they cannot run tools: an
@@ -74,22 +106,22 @@ func (s *Service) refuse(ctx context.Context, st runState, key string) error {
 	return s.postRun(ctx, st, key, text)
 }
 
-// rendered is a result as posted: Markdown, and a file to attach (a long
-// output's full text, an image).
+// rendered is a result as posted: Markdown, and the files to attach in
+// Slack (a long output's full text, an image).
 type rendered struct {
-	text string
-	file *runFile
+	text  string
+	files []*runFile
 }
 
 type runFile struct {
-	name, title string
-	data        []byte
+	name, title, mime string
+	data              []byte
 }
 
 // renderResult writes a tool result as Markdown: text as it is, JSON as a
 // code block, images as a file, resources as links; failures and timeouts
 // read as such; long output (or display: collapsed) becomes a summary line
-// with the full text as a file.
+// with the full text as a file (beside the image, if any).
 func renderResult(st runState, res map[string]any, long int) rendered {
 	if long <= 0 {
 		long = DefaultLongOutput
@@ -102,22 +134,32 @@ func renderResult(st runState, res map[string]any, long int) rendered {
 	if status != string(tools.StatusSuccess) {
 		return rendered{text: failureText(head, status, res)}
 	}
-	body, file := renderContent(res)
+	body, image := renderContent(res)
 	if st.Run.Display == DisplayBlock && !strings.HasPrefix(body, "```") {
 		body = "```\n" + body + "\n```"
+	}
+	var files []*runFile
+	switch {
+	case image != nil && st.Target.Channel == string(envelope.ChannelGitHub):
+		// Only Slack gets files; a comment says what it could not show.
+		body += fmt.Sprintf("\n_(an %s image of %d bytes, not shown: a GitHub comment cannot carry a file)_", image.mime, len(image.data))
+	case image != nil:
+		body += "\n_(image attached: " + image.name + ")_"
+		files = append(files, image)
 	}
 	if st.Run.Display == DisplayCollapsed || clip.Chars(body, long+1) != body {
 		full := body
 		summary := fmt.Sprintf("%s returned %d lines, %d characters: %s", head, strings.Count(full, "\n")+1, len([]rune(full)), clip.To(clip.Line(full, 120), 120))
 		if st.Target.Channel == string(envelope.ChannelGitHub) {
+			if n := utf8.RuneCountInString(full); n > githubFold {
+				full = clip.Chars(full, githubFold) + fmt.Sprintf("\n\n_(%d characters more not shown)_", n-githubFold+1)
+			}
 			return rendered{text: summary + "\n\n<details><summary>Full output</summary>\n\n" + full + "\n\n</details>"}
 		}
-		return rendered{text: summary + " (full output attached)", file: &runFile{name: st.Run.Tool + "-output.txt", title: st.Run.Name() + " output", data: []byte(full)}}
+		output := &runFile{name: st.Run.Tool + "-output.txt", title: st.Run.Name() + " output", data: []byte(full)}
+		return rendered{text: summary + " (full output attached)", files: append([]*runFile{output}, files...)}
 	}
-	if file != nil {
-		body += "\n_(image attached: " + file.name + ")_"
-	}
-	return rendered{text: head + ":\n" + body, file: file}
+	return rendered{text: head + ":\n" + body, files: files}
 }
 
 // cancelledText says who cancelled a run: a Slack user as a mention in
@@ -197,7 +239,7 @@ func imageFile(m map[string]any) *runFile {
 	if _, sub, ok := strings.Cut(mime, "/"); ok && sub != "" {
 		ext = sub
 	}
-	return &runFile{name: "image." + ext, title: "image (" + mime + ")", data: data}
+	return &runFile{name: "image." + ext, title: "image (" + mime + ")", mime: mime, data: data}
 }
 
 func link(name, uri string) string {

@@ -108,9 +108,9 @@ func (p *Policy) ServersAt(l Location) ([]string, bool) {
 			continue
 		}
 		switch {
-		case l.Place != "" && b.Location.Place == l.Place:
+		case l.Place != "" && sameName(l.Provider, b.Location.Place, l.Place):
 			return b.Servers, true
-		case b.Location.Place == "" && b.Location.Parent != "" && b.Location.Parent == l.Parent:
+		case b.Location.Place == "" && b.Location.Parent != "" && sameName(l.Provider, b.Location.Parent, l.Parent):
 			if l.Place == "" || b.Inherit {
 				parent = b
 			}
@@ -120,6 +120,15 @@ func (p *Policy) ServersAt(l Location) ([]string, bool) {
 		return parent.Servers, true
 	}
 	return nil, false
+}
+
+// sameName compares two names of a provider's places: GitHub owners and
+// repositories in any case (as GitHub does), the others exactly.
+func sameName(provider, a, b string) bool {
+	if provider == ProviderGitHub {
+		return strings.EqualFold(a, b)
+	}
+	return a == b
 }
 
 // OfferedAt reports whether server may be used at l: always without a
@@ -237,11 +246,15 @@ func (p *Policy) addBindings(raw []rawBinding, fail func(field, format string, a
 			fail(field, "%v", err)
 			continue
 		}
-		if j, dup := seen[b.Location]; dup {
+		key := b.Location
+		if key.Provider == ProviderGitHub {
+			key.Parent, key.Place = strings.ToLower(key.Parent), strings.ToLower(key.Place)
+		}
+		if j, dup := seen[key]; dup {
 			fail(field, "binds %s again (bindings[%d] already does)", b.Location, j)
 			continue
 		}
-		seen[b.Location] = i
+		seen[key] = i
 		p.Bindings = append(p.Bindings, b)
 	}
 }

@@ -62,6 +62,8 @@ func TestServersAt(t *testing.T) {
 		{"repo inherits its org", Location{ProviderGitHub, "octo-org", "octo-org/web"}, []string{"github", "jira"}, true},
 		{"org without inheritance binds only itself", Location{ProviderGitHub, "solo", "solo/x"}, nil, false},
 		{"org itself", Location{ProviderGitHub, "solo", ""}, []string{"jira"}, true},
+		{"github names in any case", Location{ProviderGitHub, "Octo-Org", "Octo-Org/API"}, []string{"github"}, true},
+		{"github org in any case", Location{ProviderGitHub, "Octo-Org", "Octo-Org/Web"}, []string{"github", "jira"}, true},
 		{"sentry project", Location{ProviderSentry, "", "backend"}, []string{"github"}, true},
 		{"openproject project", Location{ProviderOpenProject, "", "ops"}, []string{"jira"}, true},
 		{"no location", Location{}, nil, false},

@@ -53,7 +53,11 @@ func Parse(data []byte, opts Options) ([]Server, error) {
 		}
 		for _, e := range list {
 			if other, dup := seen[e.name]; dup {
-				errs = append(errs, doc.errorAt(e.off, e.name, "", fmt.Sprintf("defined in both %q and %q", other, key)))
+				reason := fmt.Sprintf("defined in both %q and %q", other, key)
+				if other == key {
+					reason = fmt.Sprintf("defined twice in %q (server names must be unique)", key)
+				}
+				errs = append(errs, doc.errorAt(e.off, e.name, "", reason))
 				continue
 			}
 			seen[e.name] = key
