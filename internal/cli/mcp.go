@@ -375,6 +375,7 @@ func callRunner(ctx context.Context, a *app, ts *toolrunner.Settings, s mcpconfi
 		cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	cfg.Elicitor = terminalElicitor(a)
+	cfg.Process = cliProcess("call")
 	r, err := tools.New(cfg)
 	if err != nil {
 		return nil, err

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -233,4 +235,51 @@ func TestMCPCallAuditOnTheBus(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no audit record on audit.tool")
 	}
+}
+
+// TestMCPCancelOfACallNamesItsProcess: `relay mcp cancel` of an execution
+// that a `relay mcp call` process runs says so, and how to stop it, whether
+// or not a tool runner answers the cancel.
+func TestMCPCancelOfACallNamesItsProcess(t *testing.T) {
+	t.Parallel()
+	env, _ := tokenServer(t)
+	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
+	env["RELAY_AUDIT_LOG"] = filepath.Join(t.TempDir(), "audit.jsonl")
+	cli := cliIn(t, env)
+	ctx, cancel := context.WithCancel(t.Context())
+	called := make(chan int, 1)
+	go func() {
+		called <- Run(ctx, []string{"mcp", "call", "everything", "trigger-long-running-operation", "--args", `{"duration": 60, "steps": 2}`},
+			config.FromMap(env), &syncBuffer{}, &syncBuffer{})
+	}()
+	defer func() { cancel(); <-called }()
+	var listed struct{ Executions []tools.Execution }
+	testenv.WaitFor(t, 30*time.Second, "mcp active to list the call", func() bool {
+		code, out, errs := cli("mcp", "active", "-json")
+		if code != 0 {
+			t.Fatalf("mcp active: exit %d, %s", code, errs)
+		}
+		listed.Executions = nil
+		if err := json.Unmarshal([]byte(out), &listed); err != nil {
+			t.Fatalf("mcp active -json: %v: %q", err, out)
+		}
+		return len(listed.Executions) == 1
+	})
+	id := listed.Executions[0].ID
+	want := fmt.Sprintf("runs in relay mcp call (pid %d on ", os.Getpid())
+	check := func(when string) {
+		t.Helper()
+		code, _, errs := cli("mcp", "cancel", id)
+		if code != 1 || !strings.Contains(errs, want) || !strings.Contains(errs, "interrupt that process") || strings.Contains(errs, "does not answer") {
+			t.Errorf("cancel %s: exit %d, stderr %q; want exit 1, %q and how to stop it", when, code, errs, want)
+		}
+	}
+	check("without a tool runner")
+	stopRunner := runRelay(t, env, []string{"toolrunner"}, nil)
+	defer stopRunner()
+	testenv.WaitFor(t, 30*time.Second, "the tool runner to answer", func() bool {
+		code, _, _ := cli("mcp", "refresh")
+		return code == 0
+	})
+	check("through a tool runner")
 }
