@@ -229,3 +229,31 @@ func TestMCPRemoteSubcommandsIgnoreBrokenLocalFiles(t *testing.T) {
 		}
 	}
 }
+
+// An envFile's undefined ${VAR} makes compose-go's dotenv warn through
+// logrus; the warning comes out as one of the relay's own (JSON) log lines,
+// not as logrus text on the process's stderr. Not parallel: logrus's
+// standard logger is the process's, routed by the last Run.
+func TestEnvFileWarningIsARelayLogLine(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "server.env"), []byte("GREETING=hello ${UNDEFINED_IN_THE_FILE}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "mcp.json")
+	if err := os.WriteFile(cfg, []byte(`{"servers": {"s": {"command": "/nonexistent/server", "envFile": "server.env"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"RELAY_MCP_CONFIG": cfg, "RELAY_DATA_DIR": t.TempDir(), "RELAY_LOG_FORMAT": "json",
+		"NATS_URL": "nats://127.0.0.1:" + strings.Split(freeAddr(t), ":")[1]}
+	_, _, errs := cliRunner(t, env)("mcp", "test", "s")
+	var found bool
+	for _, line := range strings.Split(errs, "\n") {
+		var rec struct{ Level, Msg string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Level == "WARN" && strings.Contains(rec.Msg, `"UNDEFINED_IN_THE_FILE" variable is not set`) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("stderr %q: want the dotenv warning as a JSON log line at WARN", errs)
+	}
+}
