@@ -30,6 +30,25 @@ func cliIn(t *testing.T, env map[string]string) func(args ...string) (int, strin
 	}
 }
 
+// waitActive waits for `relay mcp active -json` (run by cli) to list one
+// execution, and returns it.
+func waitActive(t *testing.T, cli func(args ...string) (int, string, string)) activeExecution {
+	t.Helper()
+	var listed struct{ Executions []activeExecution }
+	testenv.WaitFor(t, 30*time.Second, "mcp active to list the call", func() bool {
+		code, out, errs := cli("mcp", "active", "-json")
+		if code != 0 {
+			t.Fatalf("mcp active: exit %d, %s", code, errs)
+		}
+		listed.Executions = nil
+		if err := json.Unmarshal([]byte(out), &listed); err != nil {
+			t.Fatalf("mcp active -json: %v: %q", err, out)
+		}
+		return len(listed.Executions) == 1
+	})
+	return listed.Executions[0]
+}
+
 // auditRecords reads the JSONL audit log at path.
 func auditRecords(t *testing.T, path string) []tools.Record {
 	t.Helper()
@@ -142,24 +161,7 @@ func TestMCPActiveAndCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli := cliIn(t, env)
-	var listed struct {
-		Executions []struct {
-			tools.Execution
-			ElapsedMS int64 `json:"elapsed_ms"`
-		} `json:"executions"`
-	}
-	testenv.WaitFor(t, 30*time.Second, "mcp active to list the call", func() bool {
-		code, out, errs := cli("mcp", "active", "-json")
-		if code != 0 {
-			t.Fatalf("mcp active: exit %d, %s", code, errs)
-		}
-		listed.Executions = nil
-		if err := json.Unmarshal([]byte(out), &listed); err != nil {
-			t.Fatalf("mcp active -json: %v: %q", err, out)
-		}
-		return len(listed.Executions) == 1
-	})
-	if e := listed.Executions[0]; e.ID != call.ID || e.Server != "everything" || e.Tool != "trigger-long-running-operation" ||
+	if e := waitActive(t, cli); e.ID != call.ID || e.Server != "everything" || e.Tool != "trigger-long-running-operation" ||
 		e.Thread != call.Meta.Thread || e.Actor != "agent-1" || e.Started.IsZero() || e.ElapsedMS < 0 {
 		t.Errorf("active: got %+v, want the call", e)
 	}
@@ -253,19 +255,7 @@ func TestMCPCancelOfACallNamesItsProcess(t *testing.T) {
 			config.FromMap(env), &syncBuffer{}, &syncBuffer{})
 	}()
 	defer func() { cancel(); <-called }()
-	var listed struct{ Executions []tools.Execution }
-	testenv.WaitFor(t, 30*time.Second, "mcp active to list the call", func() bool {
-		code, out, errs := cli("mcp", "active", "-json")
-		if code != 0 {
-			t.Fatalf("mcp active: exit %d, %s", code, errs)
-		}
-		listed.Executions = nil
-		if err := json.Unmarshal([]byte(out), &listed); err != nil {
-			t.Fatalf("mcp active -json: %v: %q", err, out)
-		}
-		return len(listed.Executions) == 1
-	})
-	id := listed.Executions[0].ID
+	id := waitActive(t, cli).ID
 	want := fmt.Sprintf("runs in relay mcp call (pid %d on ", os.Getpid())
 	check := func(when string) {
 		t.Helper()
