@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/services/toolrunner"
 	"github.com/relaystation/relay/tools"
@@ -122,9 +124,8 @@ func mcpList(ctx context.Context, a *app, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ts, _ := a.localTools("list")
 	var statuses []tools.ServerStatus
-	source, file := "running relay", ts.ConfigPath
+	source, file := "running relay", ""
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	b, err := a.clientBus(cctx)
 	cancel()
@@ -132,9 +133,7 @@ func mcpList(ctx context.Context, a *app, args []string) error {
 		defer b.Close()
 		if st, err := tools.StatusRemote(ctx, b.Conn(), b.Prefix()); err == nil {
 			statuses = st.Servers
-			if st.ConfigPath != "" {
-				file = st.ConfigPath // what the running relay read, not this shell's RELAY_MCP_CONFIG
-			}
+			file = st.ConfigPath // what the running relay read, not this shell's RELAY_MCP_CONFIG
 			if st.Stopped {
 				fmt.Fprintln(a.stderr, "stop switch is ON: no new tool executions")
 			}
@@ -145,17 +144,15 @@ func mcpList(ctx context.Context, a *app, args []string) error {
 			fmt.Fprintf(a.stderr, "%v; probing the MCP servers instead\n", err)
 		}
 	}
-	if statuses == nil {
-		source = "probed now (no running tool runner answered)"
-		persisted := map[string]tools.ServerState{}
-		if b != nil {
-			if kv, err := toolrunner.OpenState(ctx, b); err == nil {
-				if st, err := kv.Load(ctx); err == nil {
-					persisted = st.Servers
-				}
-			}
+	if statuses == nil || file == "" {
+		// This shell's files are read only when the running relay did not
+		// answer (or named no file).
+		ts, _ := a.localTools("list")
+		file = cmp.Or(file, ts.ConfigPath)
+		if statuses == nil {
+			source = "probed now (no running tool runner answered)"
+			statuses = probeAll(ctx, ts, persistedStates(ctx, b))
 		}
-		statuses = probeAll(ctx, ts, persisted)
 	}
 	if *asJSON {
 		return json.NewEncoder(a.stdout).Encode(map[string]any{"source": source, "config": file, "servers": statuses})
@@ -163,6 +160,19 @@ func mcpList(ctx context.Context, a *app, args []string) error {
 	printStatuses(a.stdout, statuses, time.Now())
 	fmt.Fprintf(a.stdout, "%d server(s) in %s; status from %s\n", len(statuses), file, source)
 	return nil
+}
+
+// persistedStates are the servers' states in the tool runners' shared
+// state on b (none when b is nil or the state cannot be read).
+func persistedStates(ctx context.Context, b *bus.Bus) map[string]tools.ServerState {
+	if b != nil {
+		if kv, err := toolrunner.OpenState(ctx, b); err == nil {
+			if st, err := kv.Load(ctx); err == nil {
+				return st.Servers
+			}
+		}
+	}
+	return map[string]tools.ServerState{}
 }
 
 // printStatuses writes the `relay mcp list` table.

@@ -221,6 +221,23 @@ func TestMCPRemoteSubcommandsIgnoreBrokenLocalFiles(t *testing.T) {
 			t.Errorf("mcp %v: stderr %q refuses the configuration", tc.args, errs)
 		}
 	}
+	// With a tool runner answering (its own, valid files), list reads
+	// nothing of this shell's files and says nothing of them.
+	runnerEnv := maps.Clone(env)
+	runnerEnv["RELAY_MCP_CONFIG"] = everythingConfig(t, "running.json")
+	delete(runnerEnv, "RELAY_POLICY")
+	stopRunner := runRelay(t, runnerEnv, []string{"toolrunner"}, nil)
+	defer stopRunner()
+	testenv.WaitFor(t, 30*time.Second, "the tool runner to answer", func() bool {
+		code, _, _ := cli("mcp", "refresh")
+		return code == 0
+	})
+	if code, out, errs := cli("mcp", "list"); code != 0 || !strings.Contains(out, "status from running relay") || strings.Contains(errs, "RELAY_MCP_CONFIG") {
+		t.Errorf("mcp list with a runner: exit %d, stdout %q, stderr %q; want the running relay's list, no word of the local files", code, out, errs)
+	}
+	if code, _, errs := cli("mcp", "cancel", "nosuch"); code != 1 || !strings.Contains(errs, "no active execution nosuch") {
+		t.Errorf("mcp cancel nosuch with a runner: exit %d, stderr %q; want the runner's answer", code, errs)
+	}
 	for name, value := range map[string]string{"NATS_URL": "http://127.0.0.1:1", "RELAY_NO_SUCH_SETTING": "1"} {
 		bad := maps.Clone(env)
 		bad[name] = value
