@@ -46,6 +46,7 @@ func (r *Runner) newExecution(req *Request, server, tool string, start time.Time
 		RunID:   cmp.Or(req.RunID, req.TaskID, id),
 		Started: start.UTC(),
 		Owner:   r.id,
+		Process: r.cfg.Process,
 	}
 }
 

@@ -25,6 +25,21 @@ type Execution struct {
 	Started time.Time `json:"started"`
 	// Owner is the id of the runner that runs it (where a cancel goes).
 	Owner string `json:"owner"`
+	// Process, when set, names the process that runs it, one that takes
+	// no cancels over NATS (`relay mcp call`, `relay mcp test`); empty for
+	// a tool runner's executions.
+	Process string `json:"process,omitempty"`
+}
+
+// ProcessCancel says, for an execution of a process that takes no cancels
+// over NATS (Process set), where it runs and how to stop it; "" for a tool
+// runner's execution.
+func (e Execution) ProcessCancel() string {
+	if e.Process == "" {
+		return ""
+	}
+	return fmt.Sprintf("execution %s runs in %s, which takes no cancels over NATS: interrupt that process (Ctrl-C) to cancel it; "+
+		"its execution slot is freed when it ends (or, should it have died, when its lease expires)", e.ID, e.Process)
 }
 
 // Counter is one count a call adds to: a thread's session or a budget's

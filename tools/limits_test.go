@@ -164,3 +164,43 @@ func TestCancelReachesTheOwningRunner(t *testing.T) {
 		t.Errorf("cancel of a finished execution: got %v, want an error saying it is not active", err)
 	}
 }
+
+// TestCancelOfAProcessExecution: an execution of a process that takes no
+// cancels over NATS (`relay mcp call`, Config.Process) is not forwarded: the
+// cancel's error names that process and says how to stop it.
+func TestCancelOfAProcessExecution(t *testing.T) {
+	t.Parallel()
+	b := bustest.Embedded(t)
+	shared := NewMemoryLimits()
+	dir := t.TempDir()
+	cfg := fastConfig(t, helperServer(t, "h", dir))
+	cfg.Policy = policy(t, allowAll)
+	cfg.Limits = shared
+	served := startRunner(t, cfg)
+	stop, err := Serve(t.Context(), bustest.Connect(t, b).Conn(), b.Prefix(), served, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stop() })
+	cfg = fastConfig(t, helperServer(t, "h", dir))
+	cfg.Policy = policy(t, allowAll)
+	cfg.Limits = shared
+	cfg.Process = "relay mcp call (pid 42 on host-a)"
+	cli := startRunner(t, cfg)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan *Result, 1)
+	go func() {
+		done <- cli.Call(ctx, Request{CallID: "cli-slow", Tool: "h.slow", Args: map[string]any{"ms": 20000}, Caller: Caller{Role: "agent"}})
+	}()
+	defer func() { cancel(); <-done }()
+	nc := b.Conn()
+	testenv.WaitFor(t, 10*time.Second, "the execution listed over the bus", func() bool {
+		es, err := ActiveRemote(t.Context(), nc, b.Prefix())
+		return err == nil && len(es) == 1 && es[0].ID == "cli-slow" && es[0].Process == cfg.Process
+	})
+	var re *rpc.Error
+	err = CancelRemote(t.Context(), nc, b.Prefix(), "cli-slow", "bob")
+	if !errors.As(err, &re) || !strings.Contains(re.Message, "runs in relay mcp call (pid 42 on host-a)") || !strings.Contains(re.Message, "interrupt") || strings.Contains(re.Message, "runner") {
+		t.Errorf("cancel of a CLI execution: got %v, want an error naming the process and how to stop it", err)
+	}
+}

@@ -347,6 +347,9 @@ func (r *Runner) cancelAnywhere(ctx context.Context, nc Requester, prefix string
 		if e.ID != req.ID || e.Owner == r.ID() {
 			continue
 		}
+		if e.Process != "" {
+			return rpc.Errorf(rpc.CodeBadRequest, "%s", e.ProcessCancel())
+		}
 		_, err := rpc.Call(ctx, nc, ownerSubject(prefix, e.Owner), req, remoteTimeout, runnerTarget)
 		if errors.Is(err, ErrNoRunner) {
 			return rpc.Errorf(rpc.CodeUnavailable, "the runner that runs execution %s does not answer (its slot is freed when its lease expires)", req.ID)

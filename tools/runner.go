@@ -66,6 +66,11 @@ type Config struct {
 	// global concurrency slots and the active executions; nil keeps them in
 	// this process (NewMemoryLimits). services/toolrunner shares them on the bus.
 	Limits LimitStore
+	// Process, when set, names the process this runner is part of when it
+	// takes no cancels over NATS ("relay mcp call (pid 42 on host-a)"): its
+	// executions carry it (Execution.Process), and a cancel sent to the tool
+	// runners says where the execution runs instead of forwarding it.
+	Process string
 	// Redactor removes secrets from results; nil removes token shapes only.
 	Redactor *Redactor
 	// BaseEnv is the environment every stdio server starts with (plus its own

@@ -232,6 +232,7 @@ func Run(ctx context.Context, args []string, env *config.Env, stdout, stderr io.
 		fmt.Fprintln(stderr, "relay:", err)
 		return 2
 	}
+	routeLogrus(log)
 	a := &app{env: env, log: log, stdout: stdout, stderr: stderr}
 	a.readBase()
 	name := "serve"

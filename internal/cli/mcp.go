@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/internal/clip"
 	"github.com/relaystation/relay/services/toolrunner"
 	"github.com/relaystation/relay/tools"
@@ -53,23 +55,28 @@ func runMCP(ctx context.Context, a *app, args []string) error {
 		fmt.Fprintln(a.stdout, mcpUsage)
 		return nil
 	}
-	ts := readToolSettings(a.env)
-	if err := a.checkEnv(); err != nil {
-		return err
-	}
 	if len(args) == 0 {
 		return &exitError{code: 2, msg: mcpUsage}
 	}
 	sub, rest := args[0], args[1:]
+	var ts *toolrunner.Settings
+	if sub == "call" || sub == "test" {
+		// They run the servers of this shell's mcp.json under its policy:
+		// invalid files stop them like any invalid setting.
+		ts = readToolSettings(a.env)
+	}
+	if err := a.checkEnv(); err != nil {
+		return err
+	}
 	switch sub {
 	case "list":
-		return mcpList(ctx, a, ts, rest)
+		return mcpList(ctx, a, rest)
 	case "test":
 		return mcpTest(ctx, a, ts, rest)
 	case "call":
 		return mcpCall(ctx, a, ts, rest)
 	case "enable", "disable":
-		return mcpEnable(ctx, a, ts, sub == "enable", rest)
+		return mcpEnable(ctx, a, sub == "enable", rest)
 	case "refresh":
 		return mcpRefresh(ctx, a, rest)
 	case "active":
@@ -80,6 +87,22 @@ func runMCP(ctx context.Context, a *app, args []string) error {
 		return mcpStop(ctx, a, sub == "stop")
 	}
 	return &exitError{code: 2, msg: fmt.Sprintf("mcp: unknown subcommand %q\n%s", sub, mcpUsage)}
+}
+
+// localTools reads this shell's tool settings (RELAY_MCP_CONFIG,
+// RELAY_POLICY, ...) for a subcommand that talks to the running relay and
+// uses them on the side only: a stop switch must work while a file is
+// mid-edit. Their problems are said on stderr, not returned; ok is false
+// then, and ts holds what could be read (no servers when mcp.json is
+// invalid).
+func (a *app) localTools(cmd string) (ts *toolrunner.Settings, ok bool) {
+	scratch := a.env.Scratch()
+	ts = readToolSettings(scratch)
+	if err := scratch.Err(); err != nil {
+		fmt.Fprintf(a.stderr, "relay mcp %s: this shell's tool settings are invalid, used only where they are valid:\n%v\n", cmd, err)
+		return ts, false
+	}
+	return ts, true
 }
 
 func findServer(ts *toolrunner.Settings, name string) (mcpconfig.Server, error) {
@@ -95,14 +118,14 @@ func findServer(ts *toolrunner.Settings, name string) (mcpconfig.Server, error) 
 	return mcpconfig.Server{}, &exitError{code: 2, msg: fmt.Sprintf("no server %q in %s (servers: %s)", name, ts.ConfigPath, strings.Join(names, ", "))}
 }
 
-func mcpList(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
+func mcpList(ctx context.Context, a *app, args []string) error {
 	fs := a.flags("mcp list")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	var statuses []tools.ServerStatus
-	source, file := "running relay", ts.ConfigPath
+	source, file := "running relay", ""
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	b, err := a.clientBus(cctx)
 	cancel()
@@ -110,9 +133,7 @@ func mcpList(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 		defer b.Close()
 		if st, err := tools.StatusRemote(ctx, b.Conn(), b.Prefix()); err == nil {
 			statuses = st.Servers
-			if st.ConfigPath != "" {
-				file = st.ConfigPath // what the running relay read, not this shell's RELAY_MCP_CONFIG
-			}
+			file = st.ConfigPath // what the running relay read, not this shell's RELAY_MCP_CONFIG
 			if st.Stopped {
 				fmt.Fprintln(a.stderr, "stop switch is ON: no new tool executions")
 			}
@@ -123,17 +144,15 @@ func mcpList(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 			fmt.Fprintf(a.stderr, "%v; probing the MCP servers instead\n", err)
 		}
 	}
-	if statuses == nil {
-		source = "probed now (no running tool runner answered)"
-		persisted := map[string]tools.ServerState{}
-		if b != nil {
-			if kv, err := toolrunner.OpenState(ctx, b); err == nil {
-				if st, err := kv.Load(ctx); err == nil {
-					persisted = st.Servers
-				}
-			}
+	if statuses == nil || file == "" {
+		// This shell's files are read only when the running relay did not
+		// answer (or named no file).
+		ts, _ := a.localTools("list")
+		file = cmp.Or(file, ts.ConfigPath)
+		if statuses == nil {
+			source = "probed now (no running tool runner answered)"
+			statuses = probeAll(ctx, ts, persistedStates(ctx, b))
 		}
-		statuses = probeAll(ctx, ts, persisted)
 	}
 	if *asJSON {
 		return json.NewEncoder(a.stdout).Encode(map[string]any{"source": source, "config": file, "servers": statuses})
@@ -141,6 +160,19 @@ func mcpList(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 	printStatuses(a.stdout, statuses, time.Now())
 	fmt.Fprintf(a.stdout, "%d server(s) in %s; status from %s\n", len(statuses), file, source)
 	return nil
+}
+
+// persistedStates are the servers' states in the tool runners' shared
+// state on b (none when b is nil or the state cannot be read).
+func persistedStates(ctx context.Context, b *bus.Bus) map[string]tools.ServerState {
+	if b != nil {
+		if kv, err := toolrunner.OpenState(ctx, b); err == nil {
+			if st, err := kv.Load(ctx); err == nil {
+				return st.Servers
+			}
+		}
+	}
+	return map[string]tools.ServerState{}
 }
 
 // printStatuses writes the `relay mcp list` table.
@@ -353,6 +385,7 @@ func callRunner(ctx context.Context, a *app, ts *toolrunner.Settings, s mcpconfi
 		cfg.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	cfg.Elicitor = terminalElicitor(a)
+	cfg.Process = cliProcess("call")
 	r, err := tools.New(cfg)
 	if err != nil {
 		return nil, err
@@ -374,14 +407,20 @@ func callRunner(ctx context.Context, a *app, ts *toolrunner.Settings, s mcpconfi
 	return r, nil
 }
 
-func mcpEnable(ctx context.Context, a *app, ts *toolrunner.Settings, enable bool, args []string) error {
+func mcpEnable(ctx context.Context, a *app, enable bool, args []string) error {
 	verb := map[bool]string{true: "enable", false: "disable"}[enable]
 	if len(args) == 0 {
 		return &exitError{code: 2, msg: "usage: relay mcp " + verb + " <server>"}
 	}
 	name := args[0]
-	if _, err := findServer(ts, name); err != nil {
-		return err
+	// The name is checked against this shell's mcp.json when it could be
+	// read; a broken one does not stand in the way.
+	if ts, ok := a.localTools(verb); ok || len(ts.Servers) > 0 {
+		if _, err := findServer(ts, name); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(a.stderr, "relay mcp %s: %s not checked against %s\n", verb, name, ts.ConfigPath)
 	}
 	fs := a.flags("mcp " + verb)
 	reason := fs.String("reason", "disabled by an operator", "why (disable)")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/user"
 	"text/tabwriter"
 	"time"
@@ -86,11 +87,32 @@ func mcpCancel(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer b.Close()
-	if err := tools.CancelRemote(ctx, b.Conn(), b.Prefix(), id, *actor); err != nil {
+	err = tools.CancelRemote(ctx, b.Conn(), b.Prefix(), id, *actor)
+	if errors.Is(err, tools.ErrNoRunner) {
+		// No tool runner to ask, but the execution may be a CLI process's,
+		// which no runner could cancel anyway: say so.
+		if es, serr := activeFromState(ctx, b); serr == nil {
+			for _, e := range es {
+				if e.ID == id && e.Process != "" {
+					err = errors.New(e.ProcessCancel())
+					break
+				}
+			}
+		}
+	}
+	if err != nil {
 		return &exitError{code: 1, msg: fmt.Sprintf("mcp cancel %s: %v", id, err)}
 	}
 	fmt.Fprintf(a.stdout, "cancelled %s (its audit record names %s)\n", id, *actor)
 	return nil
+}
+
+// cliProcess names this process as `relay mcp <cmd>` in the executions it
+// registers (tools.Execution.Process): it takes no cancels over NATS, and a
+// `relay mcp cancel` of them says where they run.
+func cliProcess(cmd string) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("relay mcp %s (pid %d on %s)", cmd, os.Getpid(), cmp.Or(host, "an unknown host"))
 }
 
 // cliActor names the person running the CLI: "cli:<login>".
@@ -183,7 +205,7 @@ func (a *app) admitProbe(ctx context.Context, ts *toolrunner.Settings, server st
 	id := uuid.NewString()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rel, err := sh.limits.Acquire(wctx, tools.Execution{ID: id, Server: server, Tool: "(probe)", Actor: cliActor(), RunID: id, Started: time.Now().UTC(), Owner: "cli"}, slots)
+	rel, err := sh.limits.Acquire(wctx, tools.Execution{ID: id, Server: server, Tool: "(probe)", Actor: cliActor(), RunID: id, Started: time.Now().UTC(), Owner: "cli", Process: cliProcess("test")}, slots)
 	if err != nil {
 		closeShared()
 		return nil, &exitError{code: 1, msg: fmt.Sprintf("mcp test: no free execution slot (policy limits.concurrency %d): %v", slots, err)}

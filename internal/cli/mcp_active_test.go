@@ -2,7 +2,9 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +28,25 @@ func cliIn(t *testing.T, env map[string]string) func(args ...string) (int, strin
 		code := Run(t.Context(), args, config.FromMap(env), &out, &errb)
 		return code, out.String(), errb.String()
 	}
+}
+
+// waitActive waits for `relay mcp active -json` (run by cli) to list one
+// execution, and returns it.
+func waitActive(t *testing.T, cli func(args ...string) (int, string, string)) activeExecution {
+	t.Helper()
+	var listed struct{ Executions []activeExecution }
+	testenv.WaitFor(t, 30*time.Second, "mcp active to list the call", func() bool {
+		code, out, errs := cli("mcp", "active", "-json")
+		if code != 0 {
+			t.Fatalf("mcp active: exit %d, %s", code, errs)
+		}
+		listed.Executions = nil
+		if err := json.Unmarshal([]byte(out), &listed); err != nil {
+			t.Fatalf("mcp active -json: %v: %q", err, out)
+		}
+		return len(listed.Executions) == 1
+	})
+	return listed.Executions[0]
 }
 
 // auditRecords reads the JSONL audit log at path.
@@ -140,24 +161,7 @@ func TestMCPActiveAndCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli := cliIn(t, env)
-	var listed struct {
-		Executions []struct {
-			tools.Execution
-			ElapsedMS int64 `json:"elapsed_ms"`
-		} `json:"executions"`
-	}
-	testenv.WaitFor(t, 30*time.Second, "mcp active to list the call", func() bool {
-		code, out, errs := cli("mcp", "active", "-json")
-		if code != 0 {
-			t.Fatalf("mcp active: exit %d, %s", code, errs)
-		}
-		listed.Executions = nil
-		if err := json.Unmarshal([]byte(out), &listed); err != nil {
-			t.Fatalf("mcp active -json: %v: %q", err, out)
-		}
-		return len(listed.Executions) == 1
-	})
-	if e := listed.Executions[0]; e.ID != call.ID || e.Server != "everything" || e.Tool != "trigger-long-running-operation" ||
+	if e := waitActive(t, cli); e.ID != call.ID || e.Server != "everything" || e.Tool != "trigger-long-running-operation" ||
 		e.Thread != call.Meta.Thread || e.Actor != "agent-1" || e.Started.IsZero() || e.ElapsedMS < 0 {
 		t.Errorf("active: got %+v, want the call", e)
 	}
@@ -233,4 +237,39 @@ func TestMCPCallAuditOnTheBus(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no audit record on audit.tool")
 	}
+}
+
+// TestMCPCancelOfACallNamesItsProcess: `relay mcp cancel` of an execution
+// that a `relay mcp call` process runs says so, and how to stop it, whether
+// or not a tool runner answers the cancel.
+func TestMCPCancelOfACallNamesItsProcess(t *testing.T) {
+	t.Parallel()
+	env, _ := tokenServer(t)
+	env["RELAY_MCP_CONFIG"] = everythingConfig(t, "mcp.json")
+	env["RELAY_AUDIT_LOG"] = filepath.Join(t.TempDir(), "audit.jsonl")
+	cli := cliIn(t, env)
+	ctx, cancel := context.WithCancel(t.Context())
+	called := make(chan int, 1)
+	go func() {
+		called <- Run(ctx, []string{"mcp", "call", "everything", "trigger-long-running-operation", "--args", `{"duration": 60, "steps": 2}`},
+			config.FromMap(env), &syncBuffer{}, &syncBuffer{})
+	}()
+	defer func() { cancel(); <-called }()
+	id := waitActive(t, cli).ID
+	want := fmt.Sprintf("runs in relay mcp call (pid %d on ", os.Getpid())
+	check := func(when string) {
+		t.Helper()
+		code, _, errs := cli("mcp", "cancel", id)
+		if code != 1 || !strings.Contains(errs, want) || !strings.Contains(errs, "interrupt that process") || strings.Contains(errs, "does not answer") {
+			t.Errorf("cancel %s: exit %d, stderr %q; want exit 1, %q and how to stop it", when, code, errs, want)
+		}
+	}
+	check("without a tool runner")
+	stopRunner := runRelay(t, env, []string{"toolrunner"}, nil)
+	defer stopRunner()
+	testenv.WaitFor(t, 30*time.Second, "the tool runner to answer", func() bool {
+		code, _, _ := cli("mcp", "refresh")
+		return code == 0
+	})
+	check("through a tool runner")
 }

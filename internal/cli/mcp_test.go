@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -195,5 +196,98 @@ func TestMCPRefresh(t *testing.T) {
 	}
 	if code, _, errs = cli("mcp", "refresh", "nosuch"); code != 1 || !strings.Contains(errs, `"nosuch"`) || !strings.Contains(errs, "unknown server") {
 		t.Errorf("refresh nosuch: exit %d, stderr %q; want 1 naming the unknown server", code, errs)
+	}
+}
+
+// The subcommands that only talk to the running relay over NATS work while
+// this shell's mcp.json and policy are broken (mid-edit, say): the stop
+// switch must work exactly then. `call` and `test`, which run the servers
+// of those files, refuse them; a bad setting the command uses (NATS_URL)
+// and an unknown RELAY_* variable are still errors.
+func TestMCPRemoteSubcommandsIgnoreBrokenLocalFiles(t *testing.T) {
+	t.Parallel()
+	env, _ := tokenServer(t)
+	env["RELAY_MCP_CONFIG"] = writeTemp(t, "mcp.json", `{"servers": {"half-edited": `)
+	env["RELAY_POLICY"] = writeTemp(t, "policy.yaml", "roles: [not, a, map")
+	cli := cliRunner(t, env)
+	for _, tc := range []struct {
+		args       []string
+		code       int
+		wantOut    string
+		wantStderr string
+	}{
+		{[]string{"stop"}, 0, "stop switch ON", ""},
+		{[]string{"resume"}, 0, "stop switch OFF", ""},
+		{[]string{"active"}, 0, "0 active execution(s)", ""},
+		{[]string{"disable", "everything"}, 0, "disabled everything", "RELAY_MCP_CONFIG"},
+		{[]string{"enable", "everything"}, 0, "enabled everything", "RELAY_MCP_CONFIG"},
+		{[]string{"list"}, 0, "0 server(s)", "RELAY_MCP_CONFIG"},
+		{[]string{"refresh"}, 1, "", "no tool runner answering"},
+		{[]string{"cancel", "nosuch"}, 1, "", "no tool runner answering"},
+		{[]string{"call", "everything", "echo"}, 1, "", "configuration:\nRELAY_MCP_CONFIG"},
+		{[]string{"test", "everything"}, 1, "", "configuration:\nRELAY_MCP_CONFIG"},
+	} {
+		code, out, errs := cli(append([]string{"mcp"}, tc.args...)...)
+		if code == 0 && tc.code != 0 || code != 0 && code != tc.code {
+			t.Errorf("mcp %v: exit %d, want %d; stderr %q", tc.args, code, tc.code, errs)
+		}
+		if !strings.Contains(out, tc.wantOut) || !strings.Contains(errs, tc.wantStderr) {
+			t.Errorf("mcp %v: got stdout %q, stderr %q; want %q and %q", tc.args, out, errs, tc.wantOut, tc.wantStderr)
+		}
+		if tc.code == 0 && strings.Contains(errs, "configuration:") {
+			t.Errorf("mcp %v: stderr %q refuses the configuration", tc.args, errs)
+		}
+	}
+	// With a tool runner answering (its own, valid files), list reads
+	// nothing of this shell's files and says nothing of them.
+	runnerEnv := maps.Clone(env)
+	runnerEnv["RELAY_MCP_CONFIG"] = everythingConfig(t, "running.json")
+	delete(runnerEnv, "RELAY_POLICY")
+	stopRunner := runRelay(t, runnerEnv, []string{"toolrunner"}, nil)
+	defer stopRunner()
+	testenv.WaitFor(t, 30*time.Second, "the tool runner to answer", func() bool {
+		code, _, _ := cli("mcp", "refresh")
+		return code == 0
+	})
+	if code, out, errs := cli("mcp", "list"); code != 0 || !strings.Contains(out, "status from running relay") || strings.Contains(errs, "RELAY_MCP_CONFIG") {
+		t.Errorf("mcp list with a runner: exit %d, stdout %q, stderr %q; want the running relay's list, no word of the local files", code, out, errs)
+	}
+	if code, _, errs := cli("mcp", "cancel", "nosuch"); code != 1 || !strings.Contains(errs, "no active execution nosuch") {
+		t.Errorf("mcp cancel nosuch with a runner: exit %d, stderr %q; want the runner's answer", code, errs)
+	}
+	for name, value := range map[string]string{"NATS_URL": "http://127.0.0.1:1", "RELAY_NO_SUCH_SETTING": "1"} {
+		bad := maps.Clone(env)
+		bad[name] = value
+		if code, _, errs := cliRunner(t, bad)("mcp", "stop"); code == 0 || !strings.Contains(errs, "configuration:") || !strings.Contains(errs, name) {
+			t.Errorf("mcp stop with %s=%s: exit %d, stderr %q; want the configuration refused naming %s", name, value, code, errs, name)
+		}
+	}
+}
+
+// An envFile's undefined ${VAR} makes compose-go's dotenv warn through
+// logrus; the warning comes out as one of the relay's own (JSON) log lines,
+// not as logrus text on the process's stderr. Not parallel: logrus's
+// standard logger is the process's, routed by the last Run.
+func TestEnvFileWarningIsARelayLogLine(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "server.env"), []byte("GREETING=hello ${UNDEFINED_IN_THE_FILE}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "mcp.json")
+	if err := os.WriteFile(cfg, []byte(`{"servers": {"s": {"command": "/nonexistent/server", "envFile": "server.env"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"RELAY_MCP_CONFIG": cfg, "RELAY_DATA_DIR": t.TempDir(), "RELAY_LOG_FORMAT": "json",
+		"NATS_URL": "nats://127.0.0.1:" + strings.Split(freeAddr(t), ":")[1]}
+	_, _, errs := cliRunner(t, env)("mcp", "test", "s")
+	var found bool
+	for _, line := range strings.Split(errs, "\n") {
+		var rec struct{ Level, Msg string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Level == "WARN" && strings.Contains(rec.Msg, `"UNDEFINED_IN_THE_FILE" variable is not set`) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("stderr %q: want the dotenv warning as a JSON log line at WARN", errs)
 	}
 }

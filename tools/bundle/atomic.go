@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -14,21 +15,31 @@ import (
 // caller's context has no deadline.
 const DefaultLockTimeout = time.Minute
 
-// lockFile takes an exclusive advisory lock (flock) on path, polling until
-// ctx is done; unlock releases it. The lock file is left in place: removing
-// it would let two processes lock two different files.
-func lockFile(ctx context.Context, path string) (unlock func(), err error) {
+// lockFile takes an advisory lock (flock) on path, polling until ctx is
+// done; unlock releases it. A writer takes it exclusive, creating the file
+// if need be; the lock file is left in place: removing it would let two
+// processes lock two different files. A reader (a dry run) takes it shared
+// and creates nothing: without the file, no install has locked it yet and
+// there is nothing to wait for.
+func lockFile(ctx context.Context, path string, shared bool) (unlock func(), err error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultLockTimeout)
 		defer cancel()
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	flag, how := os.O_RDWR|os.O_CREATE, syscall.LOCK_EX
+	if shared {
+		flag, how = os.O_RDONLY, syscall.LOCK_SH
+	}
+	f, err := os.OpenFile(path, flag, 0o644)
+	if shared && errors.Is(err, fs.ErrNotExist) {
+		return func() {}, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open lock: %w", err)
 	}
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 		if err == nil {
 			return func() {
 				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)

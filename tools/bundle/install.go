@@ -221,15 +221,18 @@ func (t *Tracking) remove(id string) {
 
 // change runs one locked read-modify-write of mcp.json and its tracking
 // file: mutate edits the document, the duplicate rule runs, the result is
-// validated, and both files are replaced atomically (unless a dry run).
+// validated, and both files are replaced atomically. A dry run creates
+// and writes nothing.
 func (in *Installer) change(ctx context.Context, opts Options, res *Result, mutate func(*document, *Tracking) error) error {
 	if in.Config == "" {
 		return errors.New("bundle: no mcp.json path")
 	}
-	if err := os.MkdirAll(filepath.Dir(in.Config), 0o755); err != nil {
-		return err
+	if !opts.DryRun {
+		if err := os.MkdirAll(filepath.Dir(in.Config), 0o755); err != nil {
+			return err
+		}
 	}
-	unlock, err := lockFile(ctx, in.Config+".lock")
+	unlock, err := lockFile(ctx, in.Config+".lock", opts.DryRun)
 	if err != nil {
 		return err
 	}

@@ -3,8 +3,10 @@ package bundle
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -419,5 +421,61 @@ func TestUserServerDescriptionRestored(t *testing.T) {
 	}
 	if tr, _ := in.List(); len(tr) != 0 {
 		t.Errorf("still tracked: %+v", tr)
+	}
+}
+
+// tree lists every path under root, relative to it.
+func tree(t testing.TB, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		rel, _ := filepath.Rel(root, p)
+		out = append(out, rel)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestDryRunLeavesTheFilesystemUntouched: a dry run, of a relay bundle or
+// an MCP Bundle, into an existing mcp.json or none, in an existing data
+// directory or none, creates no file or directory (no lock, no bundles/).
+func TestDryRunLeavesTheFilesystemUntouched(t *testing.T) {
+	t.Parallel()
+	relay := relayBundle(t, "dry", "id: dry\nversion: '1'\nmcpServers:\n  a:\n    command: node\n")
+	mcpb := packMCPB(t)
+	for _, tc := range []struct {
+		name, source, config string
+		dataDir              bool
+	}{
+		{"relay bundle", relay, commented, false},
+		{"relay bundle, no mcp.json", relay, "", false},
+		{"MCP Bundle", mcpb, commented, false},
+		{"MCP Bundle, data dir exists", mcpb, commented, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			in := newInstaller(t, tc.config)
+			in.Lookup = lookupAll
+			if tc.dataDir {
+				if err := os.Mkdir(in.DataDir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			root := filepath.Dir(in.Config)
+			before := tree(t, root)
+			res, err := in.Install(t.Context(), tc.source, Options{DryRun: true, Set: map[string]string{"greeting": "Hi"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Written || res.Diff == "" {
+				t.Errorf("got written %v, diff %q; want a diff, nothing written", res.Written, res.Diff)
+			}
+			if after := tree(t, root); !slices.Equal(after, before) {
+				t.Errorf("got files %v after the dry run, want %v", after, before)
+			}
+		})
 	}
 }

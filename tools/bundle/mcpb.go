@@ -72,12 +72,13 @@ func platformKey() string {
 // loadMCPB reads an MCP Bundle (a .mcpb archive or a directory with a
 // manifest.json), unpacks or copies it to DataDir/bundles/<id>/<version>
 // and turns its server into an mcp.json entry. cleanup removes the copy
-// unless the install was kept.
+// unless the install was kept. A dry run unpacks into a temporary
+// directory outside DataDir, and cleanup removes it.
 func (in *Installer) loadMCPB(source string, opts Options) (*Bundle, func(bool), error) {
 	if in.DataDir == "" {
 		return nil, nil, errors.New("an MCP Bundle needs a data directory to unpack into (RELAY_DATA_DIR)")
 	}
-	stage, err := in.stageDir()
+	stage, err := in.stageDir(opts.DryRun)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -89,6 +90,9 @@ func (in *Installer) loadMCPB(source string, opts Options) (*Bundle, func(bool),
 	if err != nil {
 		return fail(err)
 	}
+	if opts.DryRun {
+		return b, func(bool) { _ = os.RemoveAll(stage) }, nil
+	}
 	cleanup, err := placeMCPB(stage, b.Dir)
 	if err != nil {
 		return fail(err)
@@ -97,8 +101,12 @@ func (in *Installer) loadMCPB(source string, opts Options) (*Bundle, func(bool),
 }
 
 // stageDir makes a fresh directory under DataDir (creating DataDir if need
-// be) to unpack a bundle into before it goes into place.
-func (in *Installer) stageDir() (string, error) {
+// be) to unpack a bundle into before it goes into place; for a dry run, one
+// in the system's temporary directory.
+func (in *Installer) stageDir(dryRun bool) (string, error) {
+	if dryRun {
+		return os.MkdirTemp("", "relay-bundle-dry-run-*")
+	}
 	stage, err := os.MkdirTemp(in.DataDir, ".bundle-*")
 	if err == nil {
 		return stage, nil

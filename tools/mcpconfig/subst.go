@@ -85,7 +85,9 @@ func InputEnvName(id string) string {
 // value, following a space), an optional "export " prefix, single quotes
 // (literal), double quotes (escapes such as \n, values across lines) and
 // ${NAME} expansion from variables defined earlier in the same file; the
-// relay's own environment is never consulted.
+// relay's own environment is never consulted. Another ${NAME} is blank, and
+// compose-go warns of it through logrus's standard logger (the relay routes
+// that into its own log).
 func ParseEnvFile(data []byte) (map[string]string, error) {
 	vars, err := dotenv.UnmarshalBytesWithLookup(data, func(string) (string, bool) { return "", false })
 	if err != nil {
