@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"strings"
 
@@ -43,6 +44,13 @@ func ThreadChannel(thread string) Channel {
 		return c
 	}
 	return ""
+}
+
+// DerivedID is a UUID in version 4 form (as the schema wants an envelope id)
+// derived from name: an envelope published again under the same name keeps
+// its id, so consumers that claim ids see it once.
+func DerivedID(name string) string {
+	return uuid.NewHash(sha256.New(), uuid.NameSpaceOID, []byte(name), 4).String()
 }
 
 // TaskOf is the task id the agent gives the task an inbound envelope starts:

@@ -376,7 +376,7 @@ func (s *Service) claimRun(ctx context.Context, st runState, envelopeID string) 
 }
 
 // runCallID is the id of a run's tool-call envelope: its execution id.
-func runCallID(st runState) string { return derivedID("relay-run:" + st.Origin) }
+func runCallID(st runState) string { return envelope.DerivedID("relay-run:" + st.Origin) }
 
 // postRunning posts the Slack message that shows a run while it runs, with
 // a Cancel button carrying the execution id; it returns its ts, or "" when
@@ -416,7 +416,7 @@ func toMap(v any) (map[string]any, error) {
 func (s *Service) postRun(ctx context.Context, st runState, key, text string) error {
 	ch := envelope.Channel(st.Target.Channel)
 	e := envelope.New(ch, envelope.RoleAssistant, text)
-	e.ID = derivedID("relay-run-post:" + key)
+	e.ID = envelope.DerivedID("relay-run-post:" + key)
 	e.Meta.SetTarget(st.Target)
 	e.Meta.Set("idempotency_key", key)
 	e.Meta.Set("actor", st.Actor)

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,8 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
@@ -623,12 +620,6 @@ func (s *Service) toolOutput(e *envelope.Envelope, failedSubject bool) (string, 
 // truncated marks a text cut to the model's budget.
 const truncated = "\n… (truncated)"
 
-// derivedID is a UUID (version 4 form, as the schema wants) derived from
-// name, so a re-published envelope keeps its id.
-func derivedID(name string) string {
-	return uuid.NewHash(sha256.New(), uuid.NameSpaceOID, []byte(name), 4).String()
-}
-
 // publishCalls puts the step's pending MCP calls on tool.call. Each call's
 // meta.budget gives it an even share of the tokens the task has left, which
 // the tool runner lets the server's sampling requests spend: calls of one
@@ -643,7 +634,7 @@ func (s *Service) publishCalls(ctx context.Context, t *Task) error {
 	budget := callBudget(t.Tokens, s.cfg.TokenBudget, len(pending))
 	for _, c := range pending {
 		e := t.Origin.Reply(t.Origin.Channel, envelope.RoleAssistant, "call "+c.Tool)
-		e.ID = derivedID("relay-call:" + t.ID + ":" + c.ID)
+		e.ID = envelope.DerivedID("relay-call:" + t.ID + ":" + c.ID)
 		e.Context = nil
 		e.Meta.TaskID = t.ID
 		e.Meta.Thread = t.Origin.Meta.Thread
@@ -702,7 +693,7 @@ func (s *Service) base(t *Task, name string, role envelope.Role, content string)
 		}
 	}
 	e := envelope.New(ch, role, content)
-	e.ID = derivedID(name + ":" + t.ID)
+	e.ID = envelope.DerivedID(name + ":" + t.ID)
 	e.Meta.TaskID = t.ID
 	e.Meta.Thread = t.Origin.Meta.Thread
 	if src := t.Origin.Meta.Source; src != nil {

@@ -272,7 +272,7 @@ func TestTaskIDIsStable(t *testing.T) {
 		t.Errorf("got %s and %s; want equal ids for one envelope and different ids for another", a, b)
 	}
 	e := envelope.New(envelope.ChannelGitHub, envelope.RoleAssistant, "x")
-	e.ID = derivedID("relay-call:t:s1-0")
+	e.ID = envelope.DerivedID("relay-call:t:s1-0")
 	if err := envelope.Validate(e); err != nil {
 		t.Errorf("derived id %s is not schema-valid: %v", e.ID, err)
 	}

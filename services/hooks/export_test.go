@@ -6,3 +6,6 @@ func CachedRoles(s *Service) int {
 	defer s.mu.Unlock()
 	return len(s.catalog)
 }
+
+// HookCallID is hookCallID (for tests).
+func HookCallID(callID string) string { return hookCallID(callID) }

@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -301,7 +302,8 @@ func ownPost(e *envelope.Envelope) bool {
 
 // Handle runs the actions of every hook matching one inbound envelope.
 // Only bus and bucket failures return an error (redelivery, where the
-// claimed actions do not run again).
+// actions done do not run again, and one whose delivery died mid-run is
+// taken over).
 func (s *Service) Handle(ctx context.Context, m *bus.Message) error {
 	e := m.Envelope
 	if ownPost(e) {
@@ -310,7 +312,7 @@ func (s *Service) Handle(ctx context.Context, m *bus.Message) error {
 	matched, c := s.hooks.Load().Match(e)
 	for _, h := range matched {
 		for i := range h.Actions {
-			if err := s.runOnce(ctx, h, i, e, c); err != nil {
+			if err := s.runOnce(ctx, h, i, m, c); err != nil {
 				return err
 			}
 		}
@@ -327,43 +329,68 @@ func RunKey(hook string, action int, envelopeID string) string {
 type runRecord struct {
 	State     string     `json:"state"` // running or done
 	Execution *Execution `json:"execution,omitempty"`
+	// Seq is the stream sequence of the message whose delivery claimed the
+	// run: a redelivery of that message finds its earlier delivery died.
+	Seq uint64 `json:"seq,omitempty"`
 }
 
-func (s *Service) runOnce(ctx context.Context, h *Hook, i int, e *envelope.Envelope, c Context) error {
+func (s *Service) runOnce(ctx context.Context, h *Hook, i int, m *bus.Message, c Context) error {
+	e := m.Envelope
 	key := RunKey(h.Name, i+1, e.ID)
-	b, _ := json.Marshal(runRecord{State: "running"})
+	b, _ := json.Marshal(runRecord{State: "running", Seq: m.StreamSeq})
+	retake := false
 	if _, err := s.runs.Create(ctx, key, b); errors.Is(err, jetstream.ErrKeyExists) {
-		return s.alreadyRun(ctx, key)
+		var done bool
+		if done, err = s.alreadyRun(ctx, key, m); done || err != nil {
+			return err
+		}
+		retake = true
 	} else if err != nil {
 		return fmt.Errorf("claim hook %s action %d of %s: %w", h.Name, i+1, e.ID, err)
 	}
 	s.sem <- struct{}{}
-	x := s.Execute(ctx, h, i, e, c, key)
+	x := s.execute(ctx, h, i, e, c, key, retake)
 	<-s.sem
 	if h.Actions[i].Reply == "thread" {
 		x.Reply = s.reply(ctx, h, e, &x, key)
 	}
-	b, _ = json.Marshal(runRecord{State: "done", Execution: &x})
+	b, _ = json.Marshal(runRecord{State: "done", Execution: &x, Seq: m.StreamSeq})
 	if _, err := s.runs.Put(ctx, key, b); err != nil {
 		s.log.Warn("hook run not recorded as done", "hook", h.Name, "action", i+1, "envelope_id", e.ID, "err", err)
 	}
 	return s.publish(ctx, key, &x)
 }
 
-// alreadyRun handles a claimed run: done ones have their record published
-// again (the same message id, so the stream keeps one); running ones belong
-// to another delivery or instance.
-func (s *Service) alreadyRun(ctx context.Context, key string) error {
+// alreadyRun handles a claimed run and reports whether it is settled: a done
+// one has its record published again (the same message id, so the stream
+// keeps one); a running one belongs to another delivery or instance, unless
+// this is a redelivery of the very message that claimed it, or a replay of
+// its dead letter: that delivery died mid-run and this one takes it over
+// (false). The takeover calls the tool with the same call id, so the tool
+// runner, which claims call ids, runs it at most once and answers with the
+// first run's result when there was one.
+func (s *Service) alreadyRun(ctx context.Context, key string, m *bus.Message) (bool, error) {
 	ent, err := s.runs.Get(ctx, key)
 	if err != nil {
-		return fmt.Errorf("read hook run %s: %w", key, err)
+		return false, fmt.Errorf("read hook run %s: %w", key, err)
 	}
 	var rec runRecord
-	if json.Unmarshal(ent.Value(), &rec) != nil || rec.State != "done" || rec.Execution == nil {
-		s.log.Debug("hook run claimed by another delivery; not run again", "run", key)
-		return nil
+	if json.Unmarshal(ent.Value(), &rec) != nil {
+		s.log.Warn("hook run record unreadable; not run again", "run", key)
+		return true, nil
 	}
-	return s.publish(ctx, key, rec.Execution)
+	if rec.State == "done" {
+		if rec.Execution == nil {
+			return true, nil
+		}
+		return true, s.publish(ctx, key, rec.Execution)
+	}
+	if rec.Seq != 0 && (rec.Seq == m.StreamSeq || m.Header.Get(bus.HeaderReplayFor) != "") {
+		s.log.Info("hook run claimed by a delivery that did not finish; taking it over", "run", key, "seq", m.StreamSeq)
+		return false, nil
+	}
+	s.log.Debug("hook run claimed by another delivery; not run again", "run", key)
+	return true, nil
 }
 
 func (s *Service) publish(ctx context.Context, key string, x *Execution) error {
@@ -415,6 +442,19 @@ const maxResult = 4000
 // its record; callID names the call (RunKey for the service). It never
 // returns an error: every failure is the record's status.
 func (s *Service) Execute(ctx context.Context, h *Hook, i int, e *envelope.Envelope, c Context, callID string) Execution {
+	return s.execute(ctx, h, i, e, c, callID, false)
+}
+
+// hookCallID is the id of the tool-call envelope of callID: the same for
+// every attempt, so the tool runner sees one call however many times a
+// takeover sends it.
+func hookCallID(callID string) string { return envelope.DerivedID("relay-hook-call:" + callID) }
+
+// execute is Execute; retake says an earlier attempt of callID may have sent
+// the call: it is sent again under a message id of its own (the first one's
+// may still be in the stream's duplicate window), and the tool runner
+// answers it from its record of the call id when the call already ran.
+func (s *Service) execute(ctx context.Context, h *Hook, i int, e *envelope.Envelope, c Context, callID string, retake bool) Execution {
 	start := time.Now()
 	act := h.Actions[i]
 	p := act.Parameters
@@ -452,6 +492,7 @@ func (s *Service) Execute(ctx context.Context, h *Hook, i int, e *envelope.Envel
 		return finish(StatusInvalid, "arguments break the inputSchema: "+clip.Line(err.Error(), 500))
 	}
 	call := e.Reply(e.Channel, envelope.RoleAssistant, fmt.Sprintf("hook %s calls %s", h.Name, p.Tool()))
+	call.ID = hookCallID(callID)
 	call.Meta.TaskID = "hook-" + callID
 	call.ToolCall = &envelope.ToolCall{ID: callID, Name: p.Tool(), Args: args}
 	call.Meta.Set("agent", map[string]any{"id": "hook:" + h.Name, "role": h.Role})
@@ -459,7 +500,11 @@ func (s *Service) Execute(ctx context.Context, h *Hook, i int, e *envelope.Envel
 	x.CallID = call.ID
 	cctx, cancel := context.WithTimeout(ctx, time.Duration(p.TimeoutMS())*time.Millisecond)
 	defer cancel()
-	r, err := s.caller.call(cctx, call, "hook-call-"+callID)
+	msgID := "hook-call-" + callID
+	if retake {
+		msgID += "-retake-" + uuid.NewString()
+	}
+	r, err := s.caller.call(cctx, call, msgID)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return finish(StatusTimeout, fmt.Sprintf("no result within %d ms", p.TimeoutMS()))
