@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/slack-go/slack"
@@ -88,8 +89,7 @@ func (s *Service) runOriginOf(e *envelope.Envelope) (runOrigin, bool) {
 				return runOrigin{}, false
 			}
 		case "command":
-			text := slackExtra(e, "text")
-			verb, rest, _ := strings.Cut(strings.TrimSpace(text), " ")
+			verb, rest := commandVerb(slackExtra(e, "text"))
 			if verb != "run" {
 				return runOrigin{}, false
 			}
@@ -132,8 +132,20 @@ func switchCommand(e *envelope.Envelope) bool {
 	if e.Channel != envelope.ChannelSlack || e.Meta.Source == nil || e.Meta.Source.Event != "command" {
 		return false
 	}
-	verb := strings.ToLower(strings.TrimSpace(slackExtra(e, "text")))
-	return verb == "stop" || verb == "resume"
+	verb, rest := commandVerb(slackExtra(e, "text"))
+	return (verb == "stop" || verb == "resume") && rest == ""
+}
+
+// commandVerb splits a slash command's text into its first word, in lower
+// case, and the rest: `/relay Run` followed by a block on the next line is
+// a run as `/relay run ` is.
+func commandVerb(text string) (verb, rest string) {
+	text = strings.TrimSpace(text)
+	i := strings.IndexFunc(text, unicode.IsSpace)
+	if i < 0 {
+		return strings.ToLower(text), ""
+	}
+	return strings.ToLower(text[:i]), strings.TrimSpace(text[i:])
 }
 
 func slackExtra(e *envelope.Envelope, key string) string {

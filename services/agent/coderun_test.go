@@ -168,11 +168,16 @@ func slackMessage(event, channel, user, text string) *envelope.Envelope {
 
 // slashRun is a `/relay run ...` slash command as the mapper writes it.
 func slashRun(channel, user, text string) *envelope.Envelope {
-	e := envelope.New(envelope.ChannelSlack, envelope.RoleUser, "<@"+user+"> ran /relay run "+text)
+	return slashCommand(channel, user, "run "+text)
+}
+
+// slashCommand is `/relay <text>` in channel by user.
+func slashCommand(channel, user, text string) *envelope.Envelope {
+	e := envelope.New(envelope.ChannelSlack, envelope.RoleUser, "<@"+user+"> ran /relay "+text)
 	trigger := fmt.Sprintf("123.%d", slackSeq.Add(1))
 	e.Meta.Thread = envelope.SlackThread("T0ACME", channel, "cmd-"+trigger)
 	e.Meta.Source = &envelope.Source{Event: "command", Action: "/relay", DeliveryID: trigger, Actor: user}
-	e.Meta.Set("slack", map[string]any{"team": "T0ACME", "channel": channel, "user": user, "command": "/relay", "text": "run " + text,
+	e.Meta.Set("slack", map[string]any{"team": "T0ACME", "channel": channel, "user": user, "command": "/relay", "text": text,
 		"trigger_id": trigger, "bot": false, "edit": false})
 	return e
 }
@@ -195,6 +200,8 @@ func TestCodeBlockRuns(t *testing.T) {
 			wantSlackThread("1700000123.000200", "Echo: hello from Slack")},
 		{"slash command by a user-group member", "in.slack.command", slashRun("C0DEV", "U0INGROUP", "```\ntool: echo\nmessage: from a command\n```"),
 			wantSlackThread("", "Echo: from a command")},
+		{"slash command, the verb capitalised and the block on the next line", "in.slack.command", slashCommand("C0DEV", "U0INGROUP", "Run\n```\ntool: echo\nmessage: capitalised\n```"),
+			wantSlackThread("", "Echo: capitalised")},
 		{"message in a bound channel, Slack escaping undone", "in.slack.message", slackMessage("message", "C0DEV", "U0ONCALL", "```everything\ntool: echo\nmessage: a &lt;b&gt; &amp; c\n```"),
 			wantSlackThread("1700000123.000200", "Echo: a &lt;b&gt; &amp; c")},
 		{"bad arguments", "in.slack.app_mention", slackMessage("app_mention", "C0DEV", "U0ONCALL", "```everything\ntool: get-sum\na: two\nb: 1\n```"),
