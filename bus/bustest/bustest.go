@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"os"
 	"testing"
@@ -179,51 +178,14 @@ func WaitDrained(t testing.TB, b *bus.Bus, subject, name string, within time.Dur
 }
 
 // Drained reports whether the durable consumer name on stream has acked every
-// message of its filter the stream holds: nothing unacknowledged, and no
-// matching message after its ack floor. It reads the stream rather than the
-// consumer's pending count, which the server keeps from signals a goroutine of
-// the stream sends (nats-server 2.10 and later): just after a publish was
-// acknowledged the count may not include it yet, and a signal that comes after
-// the consumer already took the message counts it once more until the consumer
-// next finds nothing to deliver.
+// message of its filter the stream holds (bus.CaughtUp: exact, unlike the
+// consumer's pending count just after a publish).
 func Drained(ctx context.Context, b *bus.Bus, stream, name string) (bool, error) {
 	return ConsumerDrained(ctx, b.JetStream(), stream, name)
 }
 
 // ConsumerDrained is Drained on any JetStream context (a test's own
-// connection to a deployment's server).
+// connection to a deployment's server): bus.CaughtUp.
 func ConsumerDrained(ctx context.Context, js jetstream.JetStream, stream, name string) (bool, error) {
-	c, err := js.Consumer(ctx, stream, name)
-	if err != nil {
-		return false, err
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return false, err
-	}
-	if info.NumAckPending != 0 {
-		return false, nil
-	}
-	filters := info.Config.FilterSubjects
-	if f := info.Config.FilterSubject; f != "" {
-		filters = append(filters, f)
-	}
-	if len(filters) == 0 {
-		filters = []string{">"}
-	}
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return false, err
-	}
-	for _, f := range filters {
-		m, err := s.GetMsg(ctx, info.AckFloor.Stream+1, jetstream.WithGetMsgSubject(f))
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-		case err != nil:
-			return false, err
-		case m.Sequence > info.AckFloor.Stream:
-			return false, nil
-		}
-	}
-	return true, nil
+	return bus.CaughtUp(ctx, js, stream, name)
 }

@@ -2,10 +2,13 @@ package servebench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaystation/relay/bus"
 )
 
 // backlog is the sum of pending and unacknowledged messages over every
@@ -49,6 +52,22 @@ func durables(ctx context.Context, js jetstream.JetStream, f func(*jetstream.Con
 	return nil
 }
 
+// caughtUp reports whether every durable consumer of every stream has acked
+// every message of its filter (bus.CaughtUp: the pending counts backlog sums
+// can read one message too many for a while, or none for one just stored).
+func caughtUp(ctx context.Context, js jetstream.JetStream) (bool, error) {
+	all := true
+	var first error
+	err := durables(ctx, js, func(ci *jetstream.ConsumerInfo) {
+		if !all || first != nil {
+			return
+		}
+		ok, err := bus.CaughtUp(ctx, js, ci.Stream, ci.Name)
+		all, first = ok, err
+	})
+	return all && err == nil && first == nil, errors.Join(err, first)
+}
+
 // quietPolls is how many polls in a row must find no backlog: a handler that
 // has acked its input may still be publishing what it produced.
 const quietPolls = 3
@@ -75,7 +94,11 @@ func waitDrained(ctx context.Context, js jetstream.JetStream, c *child, stopped 
 		if err != nil {
 			return drained{}, fmt.Errorf("backlog after %s: %w", time.Since(stopped).Round(time.Millisecond), err)
 		}
-		if n > 0 || !done() {
+		caught, err := caughtUp(ctx, js)
+		if err != nil {
+			return drained{}, fmt.Errorf("consumers after %s: %w", time.Since(stopped).Round(time.Millisecond), err)
+		}
+		if !caught || !done() {
 			quiet = 0
 		} else if quiet++; quiet == 1 {
 			at := time.Since(stopped)
@@ -90,7 +113,7 @@ func waitDrained(ctx context.Context, js jetstream.JetStream, c *child, stopped 
 		}
 		select {
 		case <-ctx.Done():
-			if n == 0 {
+			if caught {
 				return drained{}, fmt.Errorf("backlog drained but the work after it not done within %s", limit)
 			}
 			return drained{}, fmt.Errorf("backlog of %d messages not drained within %s", n, limit)
