@@ -1,6 +1,7 @@
 package hooks_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +22,8 @@ import (
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/github"
 	"github.com/relaystation/relay/mappers/mapperstest"
+	"github.com/relaystation/relay/mappers/slack"
+	"github.com/relaystation/relay/secret"
 	"github.com/relaystation/relay/services/hooks"
 	"github.com/relaystation/relay/services/toolrunner"
 	"github.com/relaystation/relay/tools"
@@ -470,4 +474,134 @@ func TestMCPRefreshDropsHookToolLists(t *testing.T) {
 		t.Fatalf("refresh: got %v, %v; want [everything]", names, err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "the hooks' tool lists dropped", func() bool { return hooks.CachedRoles(r.svc) == 0 })
+}
+
+const echoIssuesFile = `
+hooks:
+  - name: echo-issues
+    on: ["github.issues.opened"]
+    actions:
+      - {type: mcp, parameters: {serverId: everything, toolName: echo, parameterMappings: [{toolParam: message, source: context, value: url}]}}
+`
+
+// TestTakeOverRunOfADeadDelivery: a delivery that claimed a hook action and
+// died (the process killed after the claim, before or after it sent the tool
+// call) leaves the run "running". The redelivery of that message takes it
+// over and finishes it; the tool runner, which claims call ids, runs the tool
+// once either way. A run claimed by another message stays its owner's.
+func TestTakeOverRunOfADeadDelivery(t *testing.T) {
+	t.Parallel()
+	r := start(t, echoIssuesFile)
+	ctx := t.Context()
+	runs, err := r.b.JetStream().KeyValue(ctx, hooks.RunBucket(r.b.Prefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := bustest.Observe(t, r.b, "observe-results", envelope.SubjectToolResult)
+	claim := func(e *envelope.Envelope, seq uint64) string {
+		t.Helper()
+		key := hooks.RunKey("echo-issues", 1, e.ID)
+		b, _ := json.Marshal(map[string]any{"state": "running", "seq": seq})
+		if _, err := runs.Create(ctx, key, b); err != nil {
+			t.Fatal(err)
+		}
+		return key
+	}
+	audited := func(n int) {
+		t.Helper()
+		testenv.Poll(t, 10*time.Second, func() (bool, string) {
+			raw, _ := os.ReadFile(r.audit)
+			got := strings.Count(string(raw), `"agent_id":"hook:echo-issues"`)
+			if got > n {
+				t.Fatalf("the tool ran %d times, want %d:\n%s", got, n, raw)
+			}
+			return got == n, "audit records of hook:echo-issues"
+		})
+	}
+
+	t.Run("the dead delivery had sent the call", func(t *testing.T) {
+		it := issueOpened(t)
+		key := claim(it.Envelope, 41)
+		// What the dead delivery sent: the call the tool runner then ran.
+		call := it.Envelope.Reply(it.Envelope.Channel, envelope.RoleAssistant, "hook echo-issues calls everything.echo")
+		call.ID = hooks.HookCallID(key)
+		call.ToolCall = &envelope.ToolCall{ID: key, Name: "everything.echo", Args: map[string]any{"message": "first"}}
+		call.Meta.Set("agent", map[string]any{"id": "hook:echo-issues", "role": "hooks"})
+		if _, err := r.b.Publish(ctx, envelope.SubjectToolCall, call, bus.WithMsgID("hook-call-"+key)); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Receive(t, results, 30*time.Second, "the first attempt's result")
+		audited(1)
+		if err := r.svc.Handle(ctx, &bus.Message{Envelope: it.Envelope, StreamSeq: 41}); err != nil {
+			t.Fatal(err)
+		}
+		x := record(t, r.executed)
+		if x.EnvelopeID != it.Envelope.ID || x.Status != hooks.StatusSuccess || !strings.Contains(x.Result, "first") {
+			t.Errorf("record %+v: want the first attempt's result, success", x)
+		}
+		audited(1)
+	})
+
+	t.Run("the dead delivery had not sent the call", func(t *testing.T) {
+		it := issueOpened(t)
+		claim(it.Envelope, 42)
+		if err := r.svc.Handle(ctx, &bus.Message{Envelope: it.Envelope, StreamSeq: 42}); err != nil {
+			t.Fatal(err)
+		}
+		x := record(t, r.executed)
+		if x.EnvelopeID != it.Envelope.ID || x.Status != hooks.StatusSuccess {
+			t.Errorf("record %+v: want the run finished, success", x)
+		}
+		audited(2)
+	})
+
+	t.Run("claimed by another message", func(t *testing.T) {
+		it := issueOpened(t)
+		claim(it.Envelope, 43)
+		if err := r.svc.Handle(ctx, &bus.Message{Envelope: it.Envelope, StreamSeq: 44}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Quiet(t, r.executed, 500*time.Millisecond, "a run claimed by another message")
+		audited(2)
+	})
+}
+
+const slackEchoFile = `
+hooks:
+  - name: echo-slack-messages
+    on: ["slack.message"]
+    actions:
+      - {type: mcp, parameters: {serverId: everything, toolName: echo, parameterMappings: [{toolParam: message, source: context, value: content}]}}
+`
+
+// slackItem maps a Slack Events API payload through the Slack mapper, as the
+// gateway does.
+func slackItem(t *testing.T, body []byte) mappers.Item {
+	t.Helper()
+	const key = "8f742231b10e8888abcd99yyyzzz85a5"
+	ts := strconv.FormatInt(mapperstest.Received.Unix(), 10)
+	h := http.Header{}
+	h.Set(slack.HeaderTimestamp, ts)
+	h.Set(slack.HeaderSignature, slack.SignatureHeader(key, ts, body))
+	p := slack.New(slack.Config{Secret: secret.New(key), Now: func() time.Time { return mapperstest.Received }})
+	return mapperstest.MapOne(t, p, &mappers.Request{Route: slack.RouteEvents, Header: h, Body: body, Received: mapperstest.Received})
+}
+
+// TestNoHookOnOwnSlackPost: the relay's own Slack posts (posted by the app
+// the event is for) never fire hooks, which would otherwise answer their
+// own replies for ever; another app's bot message fires them like any.
+func TestNoHookOnOwnSlackPost(t *testing.T) {
+	t.Parallel()
+	r := start(t, slackEchoFile)
+	own := mapperstest.ReadFile(t, filepath.Join("..", "..", "mappers", "slack", "testdata", "events", "message_from_app.json"))
+	r.publish(t, slackItem(t, own))
+	other := bytes.ReplaceAll(own, []byte(`"app_id": "A123ABC456"`), []byte(`"app_id": "A0OTHERAPP"`))
+	other = bytes.ReplaceAll(other, []byte("Ev06ABCDE13"), []byte("Ev06ABCDE99"))
+	it := slackItem(t, other)
+	r.publish(t, it)
+	x := record(t, r.executed)
+	if x.EnvelopeID != it.Envelope.ID {
+		t.Errorf("hook ran for envelope %s, want only the other app's message %s", x.EnvelopeID, it.Envelope.ID)
+	}
+	testenv.Quiet(t, r.executed, 500*time.Millisecond, "a hook execution for the relay's own post")
 }
