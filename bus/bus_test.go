@@ -38,6 +38,7 @@ func TestBus(t *testing.T) {
 		"RetryDelayDrivesNak":    testRetryDelayDrivesNak,
 		"MaxDeliveriesToDLQ":     testMaxDeliveries,
 		"DLQDownKeepsMessage":    testDLQDownKeepsMessage,
+		"PoisonKillsItsWorker":   testPoisonThatKillsItsWorker,
 		"InvalidBodyToDLQ":       testInvalidBody,
 		"RedeliveryAfterCrash":   testRedeliveryAfterCrash,
 		"ReplayFromDLQ":          testReplay,
@@ -305,12 +306,51 @@ func testDLQDownKeepsMessage(t *testing.T, b *bus.Bus) {
 			return bus.Permanent(errors.New("bad"))
 		})
 	testenv.WaitFor(t, 10*time.Second, "the message offered again and again while its dead letter cannot be stored", func() bool {
-		return calls.Load() >= 4
+		info, err := bustest.ConsumerInfo(t.Context(), b, "in.github.issues", "w")
+		return err == nil && info.Delivered.Consumer >= 4
 	})
 	bustest.Connect(t, b) // a process starting re-creates the dead-letter stream
 	dls := waitDLQ(t, b, 1)
-	if dls[0].Reason != "permanent: bad" {
-		t.Errorf("got reason %q, want %q", dls[0].Reason, "permanent: bad")
+	if !strings.Contains(dls[0].Reason, "max deliveries 1") {
+		t.Errorf("got reason %q, want the deliveries made", dls[0].Reason)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want once: past max deliveries the message is only dead-lettered", n)
+	}
+}
+
+// testPoisonThatKillsItsWorker: a message whose handling never reaches an
+// outcome (its worker's process dies each time) is dead-lettered once it has
+// been delivered past max deliveries, without being handled again; JetStream,
+// which sets no delivery limit, would offer it for ever.
+func testPoisonThatKillsItsWorker(t *testing.T, b *bus.Bus) {
+	e := newEnv("kills its worker")
+	publish(t, b, "in.github.issues", e)
+	cfg := bus.ConsumerConfig{Name: "w", Subject: "in.>", MaxDeliver: 2, AckWait: time.Second, Heartbeat: 300 * time.Millisecond, ShutdownGrace: time.Millisecond}
+	for range cfg.MaxDeliver {
+		// A worker takes the message and dies mid-handler.
+		crashed := bustest.Connect(t, b)
+		took := make(chan struct{})
+		stop := run(t, crashed, cfg, func(ctx context.Context, m *bus.Message) error {
+			close(took)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		<-took
+		crashed.Conn().Close()
+		stop()
+	}
+	var calls atomic.Int32
+	run(t, b, cfg, func(context.Context, *bus.Message) error {
+		calls.Add(1)
+		return nil
+	})
+	dls := waitDLQ(t, b, 1)
+	if !strings.Contains(string(dls[0].Envelope), e.ID) || !strings.Contains(dls[0].Reason, "without being handled to the end") || dls[0].Deliveries <= 2 {
+		t.Errorf("dead letter after %d deliveries (%q), want %s, never handled to the end", dls[0].Deliveries, dls[0].Reason, e.ID)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("handled %d times after its deliveries ran out, want 0", n)
 	}
 }
 

@@ -354,6 +354,16 @@ func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, ms
 		return
 	}
 	m.Envelope = env
+	if md.NumDelivered > uint64(cfg.MaxDeliver) {
+		// Every delivery the bus allows was made and none ended in a dead
+		// letter: the handler's process died each time (a message that
+		// kills its worker), or the dead letter could not be stored. JetStream
+		// sets no limit of its own, so the bus ends it here, without handling
+		// it again, and offers it again until the dead letter is stored.
+		b.deadLetter(ctx, cfg, msg, m, fmt.Sprintf("delivered %d times (max deliveries %d) without being handled to the end: "+
+			"its handler's process ended each time, or its dead letter could not be stored", md.NumDelivered, cfg.MaxDeliver), log)
+		return
+	}
 
 	// Heartbeat: long handlers keep their delivery from being redelivered.
 	hbStop := heartbeat(ctx, msg, cfg.Heartbeat)
