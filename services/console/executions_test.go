@@ -41,7 +41,12 @@ func TestRunningExecutionsCancel(t *testing.T) {
 	answer(tools.SubjectStatus, func([]byte) any {
 		return tools.StatusResponse{Servers: []tools.ServerStatus{{Name: "everything", State: "ready", ToolNames: []string{"echo", "trigger-long-running-operation"}}}}
 	})
-	answer(tools.SubjectActive, func([]byte) any { return tools.ActiveResponse{Executions: []tools.Execution{running}} })
+	// An execution of a `relay mcp call` process, which takes no cancels over
+	// NATS: listed without a Cancel button.
+	const cliID = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+	cli := tools.Execution{ID: cliID, Server: "everything", Tool: "echo", Actor: "cli:ops", Started: time.Now(),
+		Process: "relay mcp call (pid 42 on ops-1)"}
+	answer(tools.SubjectActive, func([]byte) any { return tools.ActiveResponse{Executions: []tools.Execution{running, cli}} })
 	answer(tools.SubjectCancel, func(data []byte) any {
 		var req tools.CancelRequest
 		_ = json.Unmarshal(data, &req)
@@ -57,6 +62,10 @@ func TestRunningExecutionsCancel(t *testing.T) {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Fatalf("GET /tools: %d, want 200 with %q; body:\n%s", code, want, body)
 		}
+	}
+	if !strings.Contains(body, `id="execution-`+cliID) || !strings.Contains(body, "runs in relay mcp call (pid 42 on ops-1)") ||
+		strings.Contains(body, `action="/executions/`+cliID+`/cancel"`) {
+		t.Errorf("GET /tools: want the relay mcp call execution listed with its process and no Cancel button; body:\n%s", body)
 	}
 	csrf := c.csrf("/tools")
 	code, _, h := c.do(http.MethodPost, "/executions/"+id+"/cancel", url.Values{"csrf": {csrf}, "back": {"/tools"}})
