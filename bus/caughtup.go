@@ -7,23 +7,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// CaughtUp reports whether the durable consumer name on stream has acked
-// every message of its filter the stream holds: nothing unacknowledged, and
-// no matching message after its ack floor. It reads the stream rather than
-// the consumer's pending count, which the server keeps from signals a
+// CaughtUp reports whether the durable consumer whose info was just read has
+// acked every message of its filter its stream holds: nothing unacknowledged,
+// and no matching message after its ack floor. It reads the stream rather
+// than the consumer's pending count, which the server keeps from signals a
 // goroutine of the stream sends (nats-server 2.10 and later): just after a
 // publish was acknowledged the count may not include it yet, and a signal
 // that comes after the consumer already took the message counts it once more
 // until the consumer next finds nothing to deliver.
-func CaughtUp(ctx context.Context, js jetstream.JetStream, stream, name string) (bool, error) {
-	c, err := js.Consumer(ctx, stream, name)
-	if err != nil {
-		return false, err
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return false, err
-	}
+func CaughtUp(ctx context.Context, js jetstream.JetStream, info *jetstream.ConsumerInfo) (bool, error) {
 	if info.NumAckPending != 0 {
 		return false, nil
 	}
@@ -34,7 +26,7 @@ func CaughtUp(ctx context.Context, js jetstream.JetStream, stream, name string) 
 	if len(filters) == 0 {
 		filters = []string{">"}
 	}
-	s, err := js.Stream(ctx, stream)
+	s, err := js.Stream(ctx, info.Stream)
 	if err != nil {
 		return false, err
 	}

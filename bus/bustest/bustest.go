@@ -181,11 +181,13 @@ func WaitDrained(t testing.TB, b *bus.Bus, subject, name string, within time.Dur
 // message of its filter the stream holds (bus.CaughtUp: exact, unlike the
 // consumer's pending count just after a publish).
 func Drained(ctx context.Context, b *bus.Bus, stream, name string) (bool, error) {
-	return ConsumerDrained(ctx, b.JetStream(), stream, name)
-}
-
-// ConsumerDrained is Drained on any JetStream context (a test's own
-// connection to a deployment's server): bus.CaughtUp.
-func ConsumerDrained(ctx context.Context, js jetstream.JetStream, stream, name string) (bool, error) {
-	return bus.CaughtUp(ctx, js, stream, name)
+	c, err := b.JetStream().Consumer(ctx, stream, name)
+	if err != nil {
+		return false, err
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	return bus.CaughtUp(ctx, b.JetStream(), info)
 }

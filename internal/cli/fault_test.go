@@ -22,7 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/internal/procs"
 	"github.com/relaystation/relay/internal/testenv"
@@ -466,7 +466,7 @@ func (d *deployment) consumers(ctx context.Context) ([]*jetstream.ConsumerInfo, 
 }
 
 // drained reports whether every consumer has acked every message of its
-// filter (bustest.ConsumerDrained: exact, unlike the consumers' pending
+// filter (bus.CaughtUp: exact, unlike the consumers' pending
 // counts just after a publish).
 func (d *deployment) drained(ctx context.Context) bool {
 	cs, err := d.consumers(ctx)
@@ -474,7 +474,7 @@ func (d *deployment) drained(ctx context.Context) bool {
 		return false
 	}
 	for _, c := range cs {
-		if ok, err := bustest.ConsumerDrained(ctx, d.js, c.Stream, c.Name); err != nil || !ok {
+		if ok, err := bus.CaughtUp(ctx, d.js, c); err != nil || !ok {
 			return false
 		}
 	}

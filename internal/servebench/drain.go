@@ -52,20 +52,20 @@ func durables(ctx context.Context, js jetstream.JetStream, f func(*jetstream.Con
 	return nil
 }
 
-// caughtUp reports whether every durable consumer of every stream has acked
-// every message of its filter (bus.CaughtUp: the pending counts backlog sums
-// can read one message too many for a while, or none for one just stored).
-func caughtUp(ctx context.Context, js jetstream.JetStream) (bool, error) {
-	all := true
+// caughtUp reads every durable consumer of every stream once: the backlog
+// (as backlog sums it) and whether each has acked every message of its
+// filter (bus.CaughtUp: exact, where the pending counts can read one message
+// too many for a while, or none for one just stored).
+func caughtUp(ctx context.Context, js jetstream.JetStream) (n int, all bool, err error) {
+	all = true
 	var first error
-	err := durables(ctx, js, func(ci *jetstream.ConsumerInfo) {
-		if !all || first != nil {
-			return
+	err = durables(ctx, js, func(ci *jetstream.ConsumerInfo) {
+		n += int(ci.NumPending) + ci.NumAckPending
+		if all && first == nil {
+			all, first = bus.CaughtUp(ctx, js, ci)
 		}
-		ok, err := bus.CaughtUp(ctx, js, ci.Stream, ci.Name)
-		all, first = ok, err
 	})
-	return all && err == nil && first == nil, errors.Join(err, first)
+	return n, all && err == nil && first == nil, errors.Join(err, first)
 }
 
 // quietPolls is how many polls in a row must find no backlog: a handler that
@@ -90,13 +90,9 @@ func waitDrained(ctx context.Context, js jetstream.JetStream, c *child, stopped 
 	var first drained
 	quiet := 0
 	for {
-		n, err := backlog(ctx, js)
+		n, caught, err := caughtUp(ctx, js)
 		if err != nil {
 			return drained{}, fmt.Errorf("backlog after %s: %w", time.Since(stopped).Round(time.Millisecond), err)
-		}
-		caught, err := caughtUp(ctx, js)
-		if err != nil {
-			return drained{}, fmt.Errorf("consumers after %s: %w", time.Since(stopped).Round(time.Millisecond), err)
 		}
 		if !caught || !done() {
 			quiet = 0
