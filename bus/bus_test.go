@@ -328,17 +328,7 @@ func testPoisonThatKillsItsWorker(t *testing.T, b *bus.Bus) {
 	publish(t, b, "in.github.issues", e)
 	cfg := bus.ConsumerConfig{Name: "w", Subject: "in.>", MaxDeliver: 2, AckWait: time.Second, Heartbeat: 300 * time.Millisecond, ShutdownGrace: time.Millisecond}
 	for range cfg.MaxDeliver {
-		// A worker takes the message and dies mid-handler.
-		crashed := bustest.Connect(t, b)
-		took := make(chan struct{})
-		stop := run(t, crashed, cfg, func(ctx context.Context, m *bus.Message) error {
-			close(took)
-			<-ctx.Done()
-			return ctx.Err()
-		})
-		<-took
-		crashed.Conn().Close()
-		stop()
+		crashWorker(t, b, cfg)
 	}
 	var calls atomic.Int32
 	run(t, b, cfg, func(context.Context, *bus.Message) error {
@@ -385,22 +375,28 @@ func testInvalidBody(t *testing.T, b *bus.Bus) {
 	}
 }
 
-func testRedeliveryAfterCrash(t *testing.T, b *bus.Bus) {
-	e := newEnv("crash me")
-	publish(t, b, "in.github.issues", e)
-	// The first worker takes the message and dies without acking: its
-	// connection closes mid-handler.
+// crashWorker starts a worker of cfg on a connection of its own, which takes
+// the next message and dies mid-handler (its connection closes) without an
+// outcome.
+func crashWorker(t *testing.T, b *bus.Bus, cfg bus.ConsumerConfig) {
+	t.Helper()
 	crashed := bustest.Connect(t, b)
 	took := make(chan struct{})
-	stop := run(t, crashed, bus.ConsumerConfig{Name: "w", Subject: "in.>", AckWait: time.Second, Heartbeat: 300 * time.Millisecond, ShutdownGrace: time.Millisecond},
-		func(ctx context.Context, m *bus.Message) error {
-			close(took)
-			<-ctx.Done()
-			return ctx.Err()
-		})
+	stop := run(t, crashed, cfg, func(ctx context.Context, m *bus.Message) error {
+		close(took)
+		<-ctx.Done()
+		return ctx.Err()
+	})
 	<-took
 	crashed.Conn().Close()
 	stop()
+}
+
+func testRedeliveryAfterCrash(t *testing.T, b *bus.Bus) {
+	e := newEnv("crash me")
+	publish(t, b, "in.github.issues", e)
+	// The first worker takes the message and dies without acking.
+	crashWorker(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>", AckWait: time.Second, Heartbeat: 300 * time.Millisecond, ShutdownGrace: time.Millisecond})
 	got := make(chan *bus.Message, 1)
 	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>", AckWait: time.Second, Heartbeat: 300 * time.Millisecond}, func(_ context.Context, m *bus.Message) error {
 		got <- m
