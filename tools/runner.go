@@ -949,11 +949,12 @@ func (r *Runner) retryAfter(ctx context.Context, op backoff.Operation[*mcp.CallT
 		}
 		return op()
 	}
-	return backoff.Retry(ctx, again, backoff.WithBackOff(r.retryBackOff()), backoff.WithMaxElapsedTime(r.cfg.RetryWindow), backoff.WithMaxTries(0))
+	return withinRetryWindow(ctx, r, again)
 }
 
-// retryBackOff is the delay schedule of a call's retries.
-func (r *Runner) retryBackOff() *backoff.ExponentialBackOff {
+// withinRetryWindow calls op until it succeeds, fails permanently or the
+// runner's RetryWindow has passed, with the delays of a call's retries.
+func withinRetryWindow[T any](ctx context.Context, r *Runner, op backoff.Operation[T]) (T, error) {
 	b := &backoff.ExponentialBackOff{
 		InitialInterval:     r.cfg.RetryBackoff,
 		RandomizationFactor: 0.1,
@@ -961,7 +962,7 @@ func (r *Runner) retryBackOff() *backoff.ExponentialBackOff {
 		MaxInterval:         2 * time.Second,
 	}
 	b.Reset()
-	return b
+	return backoff.Retry(ctx, op, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(r.cfg.RetryWindow), backoff.WithMaxTries(0))
 }
 
 // toolWhenBack is the entry of tool on c when c is offline and has no tool
@@ -979,7 +980,7 @@ func (r *Runner) toolWhenBack(ctx context.Context, c *conn, tool string) (*toolE
 		}
 		return e, err
 	}
-	return backoff.Retry(ctx, op, backoff.WithBackOff(r.retryBackOff()), backoff.WithMaxElapsedTime(r.cfg.RetryWindow), backoff.WithMaxTries(0))
+	return withinRetryWindow(ctx, r, op)
 }
 
 // invoke sends one tools/call. sent reports whether it left the runner.
