@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/mappers"
 )
 
 // DefaultTriggers are the events that start a task unless RELAY_AGENT_TRIGGERS
@@ -25,7 +26,7 @@ var DefaultTriggers = []string{
 
 // OutboundMarker starts the hidden marker the relay writes into what it posts
 // (`<!-- relay:{task id} -->`); a message containing it is the relay's own.
-const OutboundMarker = "<!-- relay:"
+const OutboundMarker = mappers.MarkerPrefix
 
 // Trigger is one rule that starts a task: an inbound envelope of the
 // trigger's kind (envelope.Trigger). With Mention the envelope's content

@@ -44,6 +44,7 @@ import (
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/clip"
+	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/tools"
 )
 
@@ -284,15 +285,11 @@ func (s *Service) checkAtStart(ctx context.Context) {
 	}
 }
 
-// outboundMarker starts the hidden marker the relay writes into what it
-// posts; hooks never fire on the relay's own posts.
-const outboundMarker = "<!-- relay:"
-
-// ownPost reports whether e is one of the relay's own posts: a comment
-// carrying the outbound marker, or a Slack message the relay's app posted
+// ownPost reports whether e is one of the relay's own posts, on which hooks
+// never fire: a comment carrying the outbound marker (mappers.Marker), or a Slack message the relay's app posted
 // (meta.slack.self; its Slack posts carry no marker in their text).
 func ownPost(e *envelope.Envelope) bool {
-	if strings.Contains(e.Content, outboundMarker) {
+	if strings.Contains(e.Content, mappers.MarkerPrefix) {
 		return true
 	}
 	sl, _ := e.Meta.Extra["slack"].(map[string]any)
