@@ -103,18 +103,6 @@ func submit(t *testing.T, tab context.Context, sel string, double bool) {
 	})
 }
 
-// text returns the text of the first element sel selects.
-func text(t *testing.T, tab context.Context, sel string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(tab, 20*time.Second)
-	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(sel, chromedp.NodeVisible))
-	if err != nil {
-		t.Fatalf("text of %s: %v", sel, err)
-	}
-	return s
-}
-
 // waitText waits until the element sel selects shows want.
 func waitText(t *testing.T, tab context.Context, sel, want string) {
 	t.Helper()

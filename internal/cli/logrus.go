@@ -21,7 +21,6 @@ func routeLogrus(log *slog.Logger) {
 	hooks := logrus.LevelHooks{}
 	hooks.Add(logrusHook{log: log})
 	std.ReplaceHooks(hooks) // in one step: concurrent calls leave one hook
-
 }
 
 // logrusHook logs a logrus entry with log, at the matching level.

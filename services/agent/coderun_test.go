@@ -81,12 +81,6 @@ func setupRuns(t *testing.T, script ...reply) *runHarness {
 	return rh
 }
 
-// nextOut returns the next envelope on out.>.
-func (h *runHarness) nextOut(t *testing.T) *envelope.Envelope {
-	t.Helper()
-	return testenv.Receive(t, h.out, 30*time.Second, "an envelope on out.>")
-}
-
 // nextPost returns the next answer to a run: an envelope on out.>, or a
 // chat.update of a running message (as an envelope with its Slack target:
 // the running message's channel and thread).
