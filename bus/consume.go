@@ -102,7 +102,7 @@ func (b *Bus) Consume(ctx context.Context, cfg ConsumerConfig, h Handler) error 
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
 	p := &puller{
-		b: b, cfg: &cfg, stream: stream, cons: cons, h: h,
+		b: b, cfg: &cfg, stream: stream, cons: cons, h: Recover()(h),
 		log:  b.log.With("consumer", cfg.Name),
 		sem:  make(chan struct{}, cfg.Concurrency),
 		work: make(chan jetstream.Msg), quit: make(chan struct{}),
@@ -326,7 +326,8 @@ func (p *puller) drain(hcancel context.CancelFunc) {
 	}
 }
 
-// handle runs one delivery and maps its result to exactly one outcome.
+// handle runs one delivery and maps its result to exactly one outcome. h
+// must recover its panics (Recover).
 func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, msg jetstream.Msg, h Handler, log *slog.Logger) {
 	start := time.Now()
 	md, err := msg.Metadata()
@@ -371,13 +372,13 @@ func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, ms
 	if tr := b.cfg.Trace; tr != nil && tr.Consume != nil {
 		ctx, traced = tr.Consume(ctx, msg.Subject(), m)
 	}
-	herr := Recover()(h).Handle(ctx, m)
+	herr := h.Handle(ctx, m) // h recovers panics (Consume wrapped it)
 	if traced != nil {
 		traced(herr)
 	}
 	hbStop()
 	if b.metrics != nil {
-		b.metrics.handleTime.WithLabelValues(cfg.Name).Observe(time.Since(start).Seconds())
+		b.metrics.consumer(cfg.Name).handleTime.Observe(time.Since(start).Seconds())
 	}
 	switch {
 	case herr == nil:
@@ -441,7 +442,7 @@ func nakDelay(delays []time.Duration, delivered uint64) time.Duration {
 
 func (b *Bus) outcome(consumer, o string) {
 	if b.metrics != nil {
-		b.metrics.consumed.WithLabelValues(consumer, o).Inc()
+		b.metrics.consumer(consumer).outcome(o).Inc()
 	}
 }
 

@@ -20,6 +20,42 @@ type Metrics struct {
 	// streams caches each stream's publish collectors (a *streamMetrics per
 	// stream name): the label lookup is done once, not on every publish.
 	streams sync.Map
+	// consumers caches each consumer's collectors (a *consumerMetrics per
+	// consumer name), likewise for every delivery.
+	consumers sync.Map
+}
+
+// consumerMetrics are one consumer's collectors: its handling time and a
+// counter per outcome (the outcome label's values, in outcomes' order).
+type consumerMetrics struct {
+	handleTime prometheus.Observer
+	outcomes   [len(outcomes)]prometheus.Counter
+}
+
+// outcomes are the values of relay_bus_consumed_total's outcome label.
+var outcomes = [...]string{"ack", "nak", "term", "skip", "returned"}
+
+// consumer returns the collectors of one consumer.
+func (m *Metrics) consumer(name string) *consumerMetrics {
+	if v, ok := m.consumers.Load(name); ok {
+		return v.(*consumerMetrics)
+	}
+	cm := &consumerMetrics{handleTime: m.handleTime.WithLabelValues(name)}
+	for i, o := range outcomes {
+		cm.outcomes[i] = m.consumed.WithLabelValues(name, o)
+	}
+	v, _ := m.consumers.LoadOrStore(name, cm)
+	return v.(*consumerMetrics)
+}
+
+// outcome returns the counter of outcome o.
+func (cm *consumerMetrics) outcome(o string) prometheus.Counter {
+	for i, name := range outcomes {
+		if name == o {
+			return cm.outcomes[i]
+		}
+	}
+	panic("bus: unknown outcome " + o)
 }
 
 // streamMetrics are one stream's publish collectors.

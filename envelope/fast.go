@@ -16,7 +16,7 @@ import (
 // false and Parse asks the reference, so rejections and their reasons are the
 // validator's own. FuzzParseFastMatchesSchema keeps the two in step.
 func parseFast(b []byte) (*Envelope, bool) {
-	s := scanner{b: b}
+	s := scanner{b: b, src: string(b)}
 	e := new(Envelope)
 	var seen uint16
 	ok := s.members(func(k string) bool {

@@ -13,7 +13,11 @@ import (
 // rather than refuses), a number a float64 cannot hold, nesting deeper than
 // maxDepth.
 type scanner struct {
-	b     []byte
+	b []byte
+	// src is b as one string: a string without escapes is a slice of it,
+	// so a whole envelope costs one string allocation, not one per key and
+	// value.
+	src   string
 	i     int
 	depth int
 }
@@ -112,7 +116,7 @@ func (s *scanner) str() (string, bool) {
 				return "", false
 			}
 			s.i = j + 1
-			return string(v), true
+			return s.src[start:j], true
 		case c == '\\':
 			return s.escaped(start, j)
 		case c < 0x20:

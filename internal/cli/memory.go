@@ -35,7 +35,11 @@ func configureMemory(env *config.Env) buildFunc {
 		if err != nil {
 			return nil, err
 		}
-		w, err := memsvc.New(memsvc.Config{Concurrency: s.Concurrency, Logger: d.Log}, d.Bus, m.Memory)
+		linger := s.Linger
+		if linger == 0 {
+			linger = -1 // RELAY_MEMORY_LINGER=0: never hold a batch
+		}
+		w, err := memsvc.New(memsvc.Config{Concurrency: s.Concurrency, Linger: linger, Logger: d.Log}, d.Bus, m.Memory)
 		if err != nil {
 			m.Close()
 			return nil, err

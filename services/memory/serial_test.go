@@ -109,6 +109,10 @@ func TestThreadQueues(t *testing.T) {
 		{"AWaiterThatGivesUpLeavesTheQueue", testAWaiterThatGivesUp},
 		{"TheNextLeaderGivesUp", testTheNextLeaderGivesUp},
 		{"APanicDoesNotLockTheThread", testAPanicDoesNotLockTheThread},
+		{"AHotThreadWaitsForMore", testAHotThreadWaitsForMore},
+		{"AHeldBatchIsTakenAfterLinger", testAHeldBatchIsTakenAfterLinger},
+		{"AHeldBatchEndsWithItsContext", testAHeldBatchEndsWithItsContext},
+		{"OnlyHotThreadsAreRemembered", testOnlyHotThreadsAreRemembered},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -253,5 +257,82 @@ func testAPanicDoesNotLockTheThread(t *testing.T) {
 	}
 	if err := q.do(t.Context(), "th", env("later"), r.observe); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// hotQueues makes queues that hold a hot thread's batch for linger or until
+// full wait, and makes thread "th" hot: its first batch, [first], observed
+// at once (a thread seen for the first time is never held).
+func hotQueues(t *testing.T, linger time.Duration, full int) (*threadQueues, *recorder) {
+	q, r := newThreadQueues(64).withLinger(linger, full), newRecorder(t)
+	if err := q.do(t.Context(), "th", env("first"), r.observe); err != nil {
+		t.Fatal(err)
+	}
+	return q, r
+}
+
+// testAHotThreadWaitsForMore holds the next leader of a hot thread (the
+// linger is an hour) until four envelopes wait, and expects them in one
+// batch; a leader that did not hold would have taken [a] alone.
+func testAHotThreadWaitsForMore(t *testing.T) {
+	q, r := hotQueues(t, time.Hour, 4)
+	var wg sync.WaitGroup
+	for i, c := range []string{"a", "b", "c"} {
+		enqueue(t, q, r, &wg, c, i+1)
+	}
+	// The fourth fills the batch: the leader takes it at once.
+	wg.Go(func() { _ = q.do(t.Context(), "th", env("d"), r.observe) })
+	wg.Wait()
+	if fmt.Sprint(r.batches) != "[[first] [a b c d]]" {
+		t.Fatalf("got batches %v, want [first] then [a b c d]", r.batches)
+	}
+	if n := q.len(); n != 0 {
+		t.Fatalf("got %d threads left, want 0", n)
+	}
+}
+
+// testAHeldBatchIsTakenAfterLinger expects a held leader with nobody
+// joining it to take its batch once the linger has passed.
+func testAHeldBatchIsTakenAfterLinger(t *testing.T) {
+	q, r := hotQueues(t, 20*time.Millisecond, 64)
+	if err := q.do(t.Context(), "th", env("alone"), r.observe); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(r.batches) != "[[first] [alone]]" {
+		t.Fatalf("got batches %v, want [first] then [alone]", r.batches)
+	}
+}
+
+// testAHeldBatchEndsWithItsContext cancels a held leader (the linger is an
+// hour) and expects its batch taken at once.
+func testAHeldBatchEndsWithItsContext(t *testing.T) {
+	q, r := hotQueues(t, time.Hour, 64)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- q.do(ctx, "th", env("held"), r.observe) }()
+	waiting(t, q, "th", 1)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("got %v, want the held batch observed", err)
+	}
+	if fmt.Sprint(r.batches) != "[[first] [held]]" {
+		t.Fatalf("got batches %v, want [first] then [held]", r.batches)
+	}
+}
+
+// testOnlyHotThreadsAreRemembered fills the record of batch times past its
+// pruning size, lets the linger pass and expects the old entries dropped.
+func testOnlyHotThreadsAreRemembered(t *testing.T) {
+	q := newThreadQueues(64).withLinger(time.Second, 16)
+	now := time.Unix(1_700_000_000, 0)
+	q.now = func() time.Time { return now }
+	for i := range minPruneAt {
+		q.took(fmt.Sprint("old-", i))
+	}
+	now = now.Add(time.Second)
+	q.took("fresh") // at the pruning size: the old ones go
+	q.took("fresh-2")
+	if len(q.taken) != 2 || q.taken["fresh"].IsZero() || q.taken["fresh-2"].IsZero() {
+		t.Fatalf("got %d threads remembered, want the 2 taken within the linger", len(q.taken))
 	}
 }

@@ -26,6 +26,7 @@ type Settings struct {
 	Dimensions, EfSearch  int
 	SessionTurns, FoldAt  int
 	Concurrency           int
+	Linger                time.Duration
 	SessionTTL            time.Duration
 	EpisodeTTL, HalfLife  time.Duration
 }
@@ -43,6 +44,7 @@ func ReadSettings(env *config.Env) Settings {
 		SessionTurns: env.Int("RELAY_MEMORY_SESSION_TURNS", 100, 1, 10000),
 		FoldAt:       env.Int("RELAY_MEMORY_FOLD_BYTES", 2048, 256, 1<<20),
 		Concurrency:  env.Int("RELAY_MEMORY_CONCURRENCY", 16, 1, 256),
+		Linger:       env.Duration("RELAY_MEMORY_LINGER", DefaultLinger, 0, time.Second),
 		SessionTTL:   env.Duration("RELAY_MEMORY_SESSION_TTL", 24*time.Hour, time.Minute, 365*24*time.Hour),
 		EpisodeTTL:   env.Duration("RELAY_MEMORY_EPISODE_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour),
 		HalfLife:     env.Duration("RELAY_MEMORY_HALF_LIFE", 30*24*time.Hour, time.Hour, 10*365*24*time.Hour),
