@@ -36,9 +36,10 @@
 // subscribes with core NATS to relay.in.> and every work root (never rpc.*,
 // where a subscriber would hide "no responders" from requesters), makes sure
 // the server has the subscriptions, then loads the last envelopes of both
-// streams, in stream order, into its ring, so an envelope published
-// meanwhile comes both ways and is kept once, by its id, and none falls
-// between. While it follows, every such request first syncs with the bus
+// streams, in stream order, into its ring, and only then adds what the
+// subscriptions delivered meanwhile, in the order it came: an envelope
+// published during the wake comes both ways and is kept once, by its id,
+// and none falls between. While it follows, every such request first syncs with the bus
 // (a flush, then the messages already received are added), so a page shows
 // every envelope published before it was asked for. A live page of those
 // envelopes keeps the hub following while it is connected. After
