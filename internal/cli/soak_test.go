@@ -68,9 +68,10 @@ func TestSoak(t *testing.T) {
 	env := embeddedEnv(t)
 	env["GITHUB_WEBHOOK_SECRET"] = "soak-secret"
 	env["RELAY_LOG_LEVEL"] = "warn"
-	// The console keeps the last RELAY_CONSOLE_RECENT envelopes by design (a
-	// ring, bounded); a small ring is full within the first second, so what
-	// the soak sees growing after that is not the console filling up.
+	// The console follows the bus only while it is looked at (nobody does
+	// here); then it keeps the last RELAY_CONSOLE_RECENT envelopes by design
+	// (a ring, bounded), and a small ring is full within the first second,
+	// so what the soak sees growing is not the console filling up.
 	env["RELAY_CONSOLE_RECENT"] = "100"
 	defer serveReady(t, env, nil, 30*time.Second)()
 	base := "http://" + env["RELAY_HTTP_ADDR"]

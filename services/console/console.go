@@ -38,9 +38,15 @@ type Config struct {
 	// Story builds a story; nil tells it from the events the console has
 	// seen (Recent).
 	Story Storyteller
-	// Recent is how many envelopes the console keeps in memory (and loads
-	// from the streams at start). Default 2000.
+	// Recent is how many envelopes the console keeps in memory while it
+	// follows the bus (and loads from the streams when it starts to).
+	// Default 2000.
 	Recent int
+	// Idle is how long the console follows the bus after the last request
+	// for its envelopes, when no live page is open (RELAY_CONSOLE_IDLE);
+	// then it unsubscribes and lets its envelopes go until the next one.
+	// Default DefaultIdle.
+	Idle time.Duration
 	// SessionTTL is how long a sign-in lasts. Default 12h.
 	SessionTTL time.Duration
 	// Now is the clock; nil means time.Now.
@@ -52,6 +58,7 @@ type Config struct {
 func (c *Config) setDefaults() {
 	c.Addr = cmp.Or(c.Addr, DefaultAddr)
 	c.Recent = config.Positive(c.Recent, 2000)
+	c.Idle = config.Positive(c.Idle, DefaultIdle)
 	c.SessionTTL = config.Positive(c.SessionTTL, 12*time.Hour)
 	if c.Now == nil {
 		c.Now = time.Now
@@ -95,7 +102,7 @@ func New(cfg Config, b *bus.Bus) (*Service, error) {
 		return nil, fmt.Errorf("console templates: %w", err)
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger, bus: b, tmpl: tmpl,
-		hub: newHub(b, cfg.Recent, cfg.Now), sessions: newSessions(cfg.Token, cfg.SessionTTL, cfg.Now)}
+		hub: newHub(b, cfg.Recent, cfg.Idle, cfg.Now, cfg.Logger), sessions: newSessions(cfg.Token, cfg.SessionTTL, cfg.Now)}
 	s.story = cfg.Story
 	if s.story == nil {
 		s.story = hubStory{s.hub}
@@ -107,19 +114,15 @@ func New(cfg Config, b *bus.Bus) (*Service, error) {
 // Handler is the console's HTTP handler (for tests and embedding).
 func (s *Service) Handler() http.Handler { return s.handler }
 
-// Run listens on Config.Addr, follows the bus and serves until ctx is
-// cancelled; then it stops the listener within 5 s.
+// Run listens on Config.Addr and serves until ctx is cancelled; then it
+// stops the listener within 5 s, and stops following the bus. It follows
+// the bus only while the console is looked at (see the package doc).
 func (s *Service) Run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("console: listen on %s (RELAY_CONSOLE_ADDR): %w", s.cfg.Addr, err)
 	}
-	stopHub, err := s.hub.start(ctx)
-	if err != nil {
-		_ = ln.Close()
-		return err
-	}
-	defer stopHub()
+	defer s.hub.close()
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	login := "no sign-in (loopback)"
 	if s.cfg.Token.IsSet() {

@@ -103,6 +103,9 @@ func TestSettingsRequireTokenOffLoopback(t *testing.T) {
 		{map[string]string{"RELAY_CONSOLE_ADDR": "0.0.0.0:8081", "RELAY_CONSOLE_TOKEN": "t0ken"}, ""},
 		{map[string]string{"RELAY_CONSOLE_ADDR": "nope"}, "RELAY_CONSOLE_ADDR"},
 		{map[string]string{"RELAY_CONSOLE_RECENT": "5"}, "RELAY_CONSOLE_RECENT"},
+		{map[string]string{"RELAY_CONSOLE_IDLE": "10ms"}, "RELAY_CONSOLE_IDLE"},
+		{map[string]string{"RELAY_CONSOLE_IDLE": "forever"}, "RELAY_CONSOLE_IDLE"},
+		{map[string]string{"RELAY_CONSOLE_IDLE": "30s"}, ""},
 	}
 	for _, tt := range tests {
 		env := config.FromMap(tt.env)
@@ -113,6 +116,13 @@ func TestSettingsRequireTokenOffLoopback(t *testing.T) {
 		}
 		if tt.wantErr == "" && (s.Config.Addr == "" || s.Config.Recent != 2000) {
 			t.Errorf("ReadSettings(%v): got address %q and %d recent envelopes, want an address and 2000", tt.env, s.Config.Addr, s.Config.Recent)
+		}
+		wantIdle := console.DefaultIdle
+		if v, ok := tt.env["RELAY_CONSOLE_IDLE"]; ok {
+			wantIdle, _ = time.ParseDuration(v)
+		}
+		if tt.wantErr == "" && s.Config.Idle != wantIdle {
+			t.Errorf("ReadSettings(%v): got idle %v, want %v", tt.env, s.Config.Idle, wantIdle)
 		}
 	}
 	if _, err := console.New(console.Config{Addr: "0.0.0.0:8081"}, nil); !errors.Is(err, console.ErrNoToken) {
@@ -215,4 +225,64 @@ func TestLoopbackPagesAndDeadLetters(t *testing.T) {
 	if dls, err := b.DeadLetters(t.Context(), 0); err != nil || len(dls) != 0 {
 		t.Fatalf("after delete: %d dead letters (%v), want 0", len(dls), err)
 	}
+}
+
+// TestConsoleFollowsTheBusOnlyWhileLookedAt: the console subscribes to the
+// bus only when a page asks for the envelopes it holds, and that first page
+// shows what was published before; while it follows, an envelope published
+// just before a request is on the page; a live page keeps it following, and
+// after the quiet period that follows the subscriptions are gone; the next
+// page shows everything again.
+func TestConsoleFollowsTheBusOnlyWhileLookedAt(t *testing.T) {
+	t.Parallel()
+	base, b := startConsole(t, console.Config{Idle: 300 * time.Millisecond})
+	c := newClient(t, base)
+	publish := func(text string) string {
+		t.Helper()
+		e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, text)
+		if _, err := b.Publish(t.Context(), "in.github.issues", e); err != nil {
+			t.Fatal(err)
+		}
+		return e.ID
+	}
+	page := func(path string, want ...string) {
+		t.Helper()
+		code, body, _ := c.do(http.MethodGet, path, nil)
+		for _, w := range want {
+			if code != http.StatusOK || !strings.Contains(body, w) {
+				t.Fatalf("GET %s: %d, want 200 with %q; body:\n%s", path, code, w, body)
+			}
+		}
+	}
+	first := publish("published before anyone looked")
+	idle := b.Conn().NumSubscriptions()
+	page("/dlq", "Dead letters") // a page without the bus's envelopes
+	if n := b.Conn().NumSubscriptions(); n != idle {
+		t.Fatalf("after /dlq: %d subscriptions, want %d", n, idle)
+	}
+	page("/events", first)
+	if n, want := b.Conn().NumSubscriptions(), idle+1+len(bus.WorkRoots()); n != want {
+		t.Fatalf("following: %d subscriptions, want %d", n, want)
+	}
+	second := publish("published while the console follows")
+	page("/events/"+second, second)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/live/events", nil)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, len(": live"))
+	if _, err := io.ReadFull(resp.Body, line); err != nil || string(line) != ": live" {
+		t.Fatalf("live page: read %q (%v), want %q", line, err, ": live")
+	}
+	cancel()
+	resp.Body.Close()
+	testenv.WaitFor(t, 10*time.Second, "the subscriptions to go after the quiet period", func() bool {
+		return b.Conn().NumSubscriptions() == idle
+	})
+
+	third := publish("published while nobody looked")
+	page("/events", first, second, third)
 }

@@ -54,7 +54,7 @@ func (s *Service) overviewData(ctx context.Context, _ url.Values) (map[string]an
 	d["Pending"], d["PendingError"] = pending, errText(err)
 	st, err := tools.StatusRemote(rctx, s.bus.Conn(), s.bus.Prefix())
 	d["Tools"], d["ToolsError"] = st, errText(err)
-	d["Seen"] = len(s.hub.filter(s.hub.size, func(*Event) bool { return true }))
+	d["Seen"] = s.hub.count()
 	return d, nil
 }
 
@@ -145,6 +145,10 @@ func (s *Service) toolsData(ctx context.Context, q url.Values) (map[string]any, 
 
 // eventJSON shows one envelope's JSON.
 func (s *Service) eventJSON(w http.ResponseWriter, r *http.Request, sess *session) {
+	if err := s.hub.follow(r.Context()); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	e := s.hub.byID(r.PathValue("id"))
 	if e == nil {
 		http.Error(w, "no such envelope among the recent ones", http.StatusNotFound)

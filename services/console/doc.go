@@ -11,9 +11,8 @@
 //
 //   - Overview: webhooks per second by provider, dead letters, pending
 //     approvals, the tool servers' health (rpc.tool.status).
-//   - Events: envelopes as they pass (a core NATS subscription on the bus
-//     prefix), filtered by channel, subject, thread and actor; each opens
-//     its JSON.
+//   - Events: envelopes as they pass (see Following the bus), filtered by
+//     channel, subject, thread and actor; each opens its JSON.
 //   - Story: the hops of one delivery id, thread key or task id.
 //   - Approvals: pending suggestions with Approve, Edit and Reject, sent to
 //     the approvals worker's rpc.approvals.decide (the same exactly-once
@@ -25,6 +24,28 @@
 //   - Tools: MCP servers' state, enable / disable and the stop switch (the
 //     tool runners' shared state, as `relay mcp enable|disable|stop`), hook
 //     executions (hook.executed) and audit records (audit.>).
+//
+// # Following the bus
+//
+// The Overview's rates, Events, an envelope's JSON, the hook executions and
+// audit records of Tools (and Story, when no Storyteller is wired) read the
+// last Config.Recent envelopes of the IN and WORK streams from a ring in
+// memory, the hub. The hub follows the bus only while the console is looked
+// at: until a request asks for its envelopes it holds none and has no
+// subscription, and costs the relay nothing. Such a request wakes it: it
+// subscribes with core NATS to relay.in.> and every work root (never rpc.*,
+// where a subscriber would hide "no responders" from requesters), makes sure
+// the server has the subscriptions, then loads the last envelopes of both
+// streams, in stream order, into its ring, and only then adds what the
+// subscriptions delivered meanwhile, in the order it came: an envelope
+// published during the wake comes both ways and is kept once, by its id,
+// and none falls between. While it follows, every such request first syncs with the bus
+// (a flush, then the messages already received are added), so a page shows
+// every envelope published before it was asked for. A live page of those
+// envelopes keeps the hub following while it is connected. After
+// Config.Idle (RELAY_CONSOLE_IDLE, default 5 minutes) with no such request
+// and no live page, the hub unsubscribes and empties its ring; the next
+// request loads it again.
 //
 // # Access
 //

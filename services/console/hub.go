@@ -3,14 +3,13 @@ package console
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
@@ -84,96 +83,100 @@ func headerOf(e *envelope.Envelope) envelope.HeaderFields {
 	return envelope.DecodeHeader(h)
 }
 
-// hub follows the bus: it keeps the last envelopes in a ring and wakes the
-// live pages when one arrives. Safe for concurrent use.
+// hub holds the last envelopes of the bus in a ring while the console is
+// looked at, and wakes the live pages when one arrives. It follows the bus
+// only on demand (follow.go): a request for its envelopes wakes it, a quiet
+// period puts it to sleep and empties the ring. Safe for concurrent use.
 type hub struct {
 	bus  *bus.Bus
 	size int
+	idle time.Duration
 	now  func() time.Time
+	log  *slog.Logger
 
 	mu      sync.Mutex
 	events  []*Event // oldest first, at most size
 	ids     map[string]bool
 	n       int64
 	changed chan struct{} // closed and replaced on every change
+
+	// The follow state, guarded by fmu; a wake holds fmu while it loads,
+	// so requests that come meanwhile wait for the one load.
+	fmu    sync.Mutex
+	fol    *follower // nil while the hub does not follow the bus
+	live   int       // live pages holding the hub awake
+	used   time.Time // the last request for the hub's envelopes
+	timer  *time.Timer
+	closed bool
 }
 
-func newHub(b *bus.Bus, size int, now func() time.Time) *hub {
-	return &hub{bus: b, size: size, now: now, ids: map[string]bool{}, changed: make(chan struct{})}
+// newHub returns a sleeping hub; a nil log discards.
+func newHub(b *bus.Bus, size int, idle time.Duration, now func() time.Time, log *slog.Logger) *hub {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &hub{bus: b, size: size, idle: idle, now: now, log: log, ids: map[string]bool{}, changed: make(chan struct{})}
 }
 
-// start subscribes to the subjects of the IN and WORK streams and loads
-// their last envelopes; stop unsubscribes. It never subscribes to rpc.*: a
-// subscriber there would hide "no responders" from every requester.
-func (h *hub) start(ctx context.Context) (stop func(), err error) {
-	var subs []*nats.Subscription
-	stop = func() {
-		for _, s := range subs {
-			_ = s.Unsubscribe()
-		}
-	}
-	for _, root := range append([]string{"in"}, bus.WorkRoots()...) {
-		subj := h.bus.Subject(root + ".>")
-		sub, err := h.bus.Conn().Subscribe(subj, func(m *nats.Msg) {
-			h.add(h.bus.Relative(m.Subject), m.Data, m.Header, h.now())
-		})
-		if err != nil {
-			stop()
-			return nil, fmt.Errorf("console: subscribe to %s: %w", subj, err)
-		}
-		subs = append(subs, sub)
-	}
-	for _, rel := range []string{"in.x", "agent.x"} { // the IN and WORK streams
-		if err := h.load(ctx, h.bus.StreamName(rel)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			stop()
-			return nil, err
-		}
-	}
-	return stop, nil
-}
-
-// load adds the last envelopes of a stream, in stream order.
+// load adds the last envelopes of a stream (at most size), in stream order,
+// to the ring, reading up to the stream's last sequence
+// (not a count: messages age out of the streams, and an operator may delete
+// some); then, in one more fetch that does not wait,
+// what the stream stored since it was asked for its last sequence: a
+// message the server routed just before the hub's subscription counted may
+// be stored a moment after that answer.
 func (h *hub) load(ctx context.Context, stream string) error {
 	st, err := h.bus.JetStream().Stream(ctx, stream)
 	if err != nil {
 		return fmt.Errorf("console: load %s: %w", stream, err)
 	}
-	last := st.CachedInfo().State.LastSeq
-	if last == 0 {
-		return nil
-	}
-	from := uint64(1)
-	if last > uint64(h.size) {
-		from = last - uint64(h.size) + 1
+	state := st.CachedInfo().State
+	from := max(state.FirstSeq, 1)
+	if state.LastSeq >= uint64(h.size) {
+		from = max(from, state.LastSeq-uint64(h.size)+1)
 	}
 	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
 	if err != nil {
 		return fmt.Errorf("console: load %s: %w", stream, err)
 	}
-	for left := last - from + 1; left > 0; {
-		batch, err := c.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(2*time.Second))
+	for next := from; state.Msgs > 0 && next <= state.LastSeq; {
+		batch, err := c.Fetch(int(min(state.LastSeq+1-next, 256)), jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
 			return fmt.Errorf("console: load %s: %w", stream, err)
 		}
-		got := uint64(0)
-		for m := range batch.Messages() {
-			got++
-			md, _ := m.Metadata()
-			at := h.now()
-			if md != nil {
-				at = md.Timestamp
-			}
-			h.add(h.bus.Relative(m.Subject()), m.Data(), m.Headers(), at)
-		}
+		seq, got := h.addBatch(batch)
 		if got == 0 {
 			break
 		}
-		left -= min(got, left)
+		next = seq + 1
 	}
+	batch, err := c.FetchNoWait(256)
+	if err != nil {
+		return fmt.Errorf("console: load %s: %w", stream, err)
+	}
+	h.addBatch(batch)
 	return nil
 }
 
-// add records an envelope (anything else, and repeats, are ignored).
+// addBatch adds a fetched batch to the ring, each message
+// at the time the stream stored it; it returns the stream sequence of the
+// last message and how many there were.
+func (h *hub) addBatch(batch jetstream.MessageBatch) (seq uint64, got int) {
+	for m := range batch.Messages() {
+		got++
+		at := h.now()
+		if md, _ := m.Metadata(); md != nil {
+			at, seq = md.Timestamp, md.Sequence.Stream
+		}
+		h.add(h.bus.Relative(m.Subject()), m.Data(), m.Headers(), at, false)
+	}
+	return seq, got
+}
+
+// add records an envelope seen at (anything else is ignored). A repeat is
+// ignored too, unless move: then the envelope moves to at (the follower
+// takes the live copies of what the hub loaded while it subscribed, so the
+// ring keeps the order they came in).
 //
 // An envelope published by bus.Publish, which validated it against the
 // schema, carries its id, thread, task, channel, role and delivery in
@@ -185,7 +188,7 @@ func (h *hub) load(ctx context.Context, stream string) error {
 // envelopes apart, and those are dropped. The hub keeps data (the NATS
 // client hands every subscriber and fetch its own copy): the caller must not
 // change it.
-func (h *hub) add(subject string, data []byte, header map[string][]string, at time.Time) {
+func (h *hub) add(subject string, data []byte, header map[string][]string, at time.Time, move bool) {
 	ev := &Event{Subject: subject, Seen: at, h: envelope.DecodeHeader(header)}
 	if ev.h.ID == "" {
 		e, ok := decode(data)
@@ -198,7 +201,10 @@ func (h *hub) add(subject string, data []byte, header map[string][]string, at ti
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ids[ev.h.ID] {
-		return
+		if !move {
+			return
+		}
+		h.events = slices.DeleteFunc(h.events, func(x *Event) bool { return x.h.ID == ev.h.ID })
 	}
 	h.n++
 	ev.N = h.n
@@ -239,6 +245,13 @@ func (h *hub) filter(limit int, keep func(*Event) bool) []*Event {
 		}
 	}
 	return out
+}
+
+// count is how many envelopes the hub holds.
+func (h *hub) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.events)
 }
 
 // byID returns the event of envelope id, or nil.

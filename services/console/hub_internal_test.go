@@ -10,17 +10,17 @@ import (
 // TestHubAddKeepsEnvelopesOnly: an envelope is kept once; a record that is
 // not an envelope (an audit line) and a repeat are not.
 func TestHubAddKeepsEnvelopesOnly(t *testing.T) {
-	h := newHub(nil, 10, time.Now)
+	h := newHub(nil, 10, time.Minute, time.Now, nil)
 	e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "hello")
 	raw, err := e.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
 	at := time.Now()
-	h.add("relay.in.github.issues", raw, nil, at)
-	h.add("relay.in.github.issues", raw, nil, at)
-	h.add("relay.audit.tool", []byte(`{"id":"x","server":"everything","tool":"echo","status":"success"}`), nil, at)
-	h.add("relay.in.github.issues", []byte(`not json`), nil, at)
+	h.add("relay.in.github.issues", raw, nil, at, false)
+	h.add("relay.in.github.issues", raw, nil, at, false)
+	h.add("relay.audit.tool", []byte(`{"id":"x","server":"everything","tool":"echo","status":"success"}`), nil, at, false)
+	h.add("relay.in.github.issues", []byte(`not json`), nil, at, false)
 	got := h.filter(10, func(*Event) bool { return true })
 	if len(got) != 1 || got[0].Env().ID != e.ID || got[0].Env().Content != "hello" || string(got[0].Raw) != string(raw) {
 		t.Fatalf("got %d events (%+v), want the one envelope %s", len(got), got, e.ID)
@@ -36,7 +36,7 @@ func TestHubAddKeepsEnvelopesOnly(t *testing.T) {
 	if _, ok := envelope.ParseFast(rawDup); ok {
 		t.Fatalf("ParseFast took %s, want it to leave a repeated field to the reference", rawDup)
 	}
-	h.add("relay.in.github.issues", rawDup, nil, at.Add(time.Second))
+	h.add("relay.in.github.issues", rawDup, nil, at.Add(time.Second), false)
 	if ev := h.byID(dup.ID); ev == nil || ev.Env().Content != "second" {
 		t.Fatalf("got %+v, want the envelope with a repeated field kept, its last content", ev)
 	}
@@ -46,7 +46,7 @@ func TestHubAddKeepsEnvelopesOnly(t *testing.T) {
 // is kept by them, and decoded on first use to the envelope it is; one whose
 // body is not the envelope its headers name shows what the headers say.
 func TestHubAddDecodesOnlyWhenShown(t *testing.T) {
-	h := newHub(nil, 10, time.Now)
+	h := newHub(nil, 10, time.Minute, time.Now, nil)
 	e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "hello")
 	e.Meta.Thread = "github:octo/hello#1"
 	e.Meta.Source = &envelope.Source{Event: "issues", DeliveryID: "d-1", Actor: "octocat"}
@@ -57,8 +57,8 @@ func TestHubAddDecodesOnlyWhenShown(t *testing.T) {
 	hdr := map[string][]string{}
 	envelope.EncodeHeader(e, hdr)
 	at := time.Now()
-	h.add("in.github.issues", raw, hdr, at)
-	h.add("in.github.issues", raw, hdr, at)
+	h.add("in.github.issues", raw, hdr, at, false)
+	h.add("in.github.issues", raw, hdr, at, false)
 	ev := h.byID(e.ID)
 	if ev == nil || len(h.filter(10, func(*Event) bool { return true })) != 1 {
 		t.Fatalf("want the envelope %s kept once by its headers", e.ID)
@@ -74,7 +74,7 @@ func TestHubAddDecodesOnlyWhenShown(t *testing.T) {
 	}
 
 	forged := map[string][]string{envelope.HeaderID: {"not-the-body"}, envelope.HeaderThread: {"t"}, envelope.HeaderChannel: {"slack"}}
-	h.add("in.slack.message", raw, forged, at)
+	h.add("in.slack.message", raw, forged, at, false)
 	got := h.byID("not-the-body").Env()
 	if got.ID != "not-the-body" || got.Content != "" || got.Meta.Thread != "t" || got.Channel != "slack" {
 		t.Fatalf("got %+v, want what the headers say, without content", got)

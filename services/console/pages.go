@@ -16,21 +16,25 @@ import (
 )
 
 // page is one of the console's pages: its title, nav entry and the data of
-// its live part, rendered by the template "{name}-live".
+// its live part, rendered by the template "{name}-live". A page whose data
+// reads the hub's envelopes (hub) wakes the hub when it is asked for, and
+// its live connection keeps the hub awake.
 type page struct {
 	Name  string
 	Title string
 	data  func(ctx context.Context, q url.Values) (map[string]any, error)
+	hub   bool
 }
 
 func (s *Service) pages() []page {
+	_, ownStory := s.story.(hubStory)
 	return []page{
-		{"overview", "Overview", s.overviewData},
-		{"events", "Events", s.eventsData},
-		{"story", "Story", s.storyData},
-		{"approvals", "Approvals", s.approvalsData},
-		{"dlq", "Dead letters", s.dlqData},
-		{"tools", "Tools, hooks and audit", s.toolsData},
+		{"overview", "Overview", s.overviewData, true},
+		{"events", "Events", s.eventsData, true},
+		{"story", "Story", s.storyData, ownStory},
+		{"approvals", "Approvals", s.approvalsData, false},
+		{"dlq", "Dead letters", s.dlqData, false},
+		{"tools", "Tools, hooks and audit", s.toolsData, true},
 	}
 }
 
@@ -91,6 +95,11 @@ func (s *Service) showPage(p page) func(http.ResponseWriter, *http.Request, *ses
 
 // fragment renders a page's live part.
 func (s *Service) fragment(ctx context.Context, p page, q url.Values, sess *session) (template.HTML, error) {
+	if p.hub {
+		if err := s.hub.follow(ctx); err != nil {
+			return "", err
+		}
+	}
 	data, err := p.data(ctx, q)
 	if err != nil {
 		return "", err
@@ -119,13 +128,22 @@ func (s *Service) render(w http.ResponseWriter, _ *http.Request, name string, se
 
 // live streams a page's live part as server-sent events: a "fragment"
 // event with the HTML whenever it changed, checked at every bus event and
-// every second.
+// every second. A page of the hub's envelopes keeps the hub following the
+// bus while it is connected.
 func (s *Service) live(p page) func(http.ResponseWriter, *http.Request, *session) {
 	return func(w http.ResponseWriter, r *http.Request, sess *session) {
 		fl, ok := w.(http.Flusher)
 		if !ok {
 			http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 			return
+		}
+		if p.hub {
+			release, err := s.hub.hold(r.Context())
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			defer release()
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("X-Accel-Buffering", "no")

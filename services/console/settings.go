@@ -2,12 +2,19 @@ package console
 
 import (
 	"net"
+	"time"
 
 	"github.com/relaystation/relay/config"
 )
 
 // DefaultAddr is the console's listen address when RELAY_CONSOLE_ADDR is unset.
 const DefaultAddr = "127.0.0.1:8081"
+
+// DefaultIdle is how long the console follows the bus after the last
+// request for its envelopes when RELAY_CONSOLE_IDLE is unset: long enough
+// for an operator going from page to page without a live page open, short
+// enough that a console looked at now and then costs the relay little.
+const DefaultIdle = 5 * time.Minute
 
 // Settings are the console's settings from the environment.
 type Settings struct {
@@ -16,16 +23,17 @@ type Settings struct {
 	Config Config
 }
 
-// ReadSettings reads RELAY_CONSOLE_ADDR, RELAY_CONSOLE_TOKEN and
-// RELAY_CONSOLE_RECENT. A
-// non-loopback address without a token is recorded in env, naming
-// RELAY_CONSOLE_TOKEN.
+// ReadSettings reads RELAY_CONSOLE_ADDR, RELAY_CONSOLE_TOKEN,
+// RELAY_CONSOLE_RECENT and RELAY_CONSOLE_IDLE. A non-loopback address
+// without a token is recorded in env, naming RELAY_CONSOLE_TOKEN.
 func ReadSettings(env *config.Env) Settings {
 	cfg := Config{
 		Addr:  env.Addr("RELAY_CONSOLE_ADDR", DefaultAddr),
 		Token: env.Secret("RELAY_CONSOLE_TOKEN"),
 		// The Events page's memory: a bounded ring of the last envelopes.
 		Recent: env.Int("RELAY_CONSOLE_RECENT", 2000, 10, 100_000),
+		// How long it keeps following the bus, unlooked at.
+		Idle: env.Duration("RELAY_CONSOLE_IDLE", DefaultIdle, time.Second, 24*time.Hour),
 	}
 	if !Loopback(cfg.Addr) && !cfg.Token.IsSet() {
 		env.Failf("RELAY_CONSOLE_TOKEN", "required: RELAY_CONSOLE_ADDR %q is not a loopback address, so the console needs a token to sign in with", cfg.Addr)
