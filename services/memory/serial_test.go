@@ -78,6 +78,18 @@ func waiting(t *testing.T, q *threadQueues, thread string, n int) {
 	}
 }
 
+// wantBatches fails unless r observed the batches want (as fmt prints
+// them) and q is left with no thread.
+func wantBatches(t *testing.T, q *threadQueues, r *recorder, want string) {
+	t.Helper()
+	if got := fmt.Sprint(r.batches); got != want {
+		t.Fatalf("got batches %s, want %s", got, want)
+	}
+	if n := q.len(); n != 0 {
+		t.Fatalf("got %d threads left, want 0", n)
+	}
+}
+
 // heldLeader makes queues of batches up to maxBatch and a recorder that
 // holds each batch at its gate, and starts a leader ("first" on thread th)
 // that has taken its batch and waits there.
@@ -209,12 +221,7 @@ func testAWaiterThatGivesUp(t *testing.T) {
 	waiting(t, q, "th", 1)
 	close(r.gate)
 	wg.Wait()
-	if fmt.Sprint(r.batches) != "[[first] [stays]]" {
-		t.Fatalf("got batches %v, want [first] then [stays]", r.batches)
-	}
-	if n := q.len(); n != 0 {
-		t.Fatalf("got %d threads left, want 0", n)
-	}
+	wantBatches(t, q, r, "[[first] [stays]]")
 }
 
 // testTheNextLeaderGivesUp uses batches of one, so each leader gives up the
@@ -226,9 +233,7 @@ func testTheNextLeaderGivesUp(t *testing.T) {
 	// With batches of one, the lead passes at every step.
 	close(r.gate)
 	wg.Wait()
-	if fmt.Sprint(r.batches) != "[[first] [second] [third]]" {
-		t.Fatalf("got batches %v, want one each in order", r.batches)
-	}
+	wantBatches(t, q, r, "[[first] [second] [third]]")
 }
 
 // testAPanicDoesNotLockTheThread panics in a leader's observe and expects the
@@ -283,12 +288,7 @@ func testAHotThreadWaitsForMore(t *testing.T) {
 	// The fourth fills the batch: the leader takes it at once.
 	wg.Go(func() { _ = q.do(t.Context(), "th", env("d"), r.observe) })
 	wg.Wait()
-	if fmt.Sprint(r.batches) != "[[first] [a b c d]]" {
-		t.Fatalf("got batches %v, want [first] then [a b c d]", r.batches)
-	}
-	if n := q.len(); n != 0 {
-		t.Fatalf("got %d threads left, want 0", n)
-	}
+	wantBatches(t, q, r, "[[first] [a b c d]]")
 }
 
 // testAHeldBatchIsTakenAfterLinger expects a held leader with nobody
@@ -298,9 +298,7 @@ func testAHeldBatchIsTakenAfterLinger(t *testing.T) {
 	if err := q.do(t.Context(), "th", env("alone"), r.observe); err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(r.batches) != "[[first] [alone]]" {
-		t.Fatalf("got batches %v, want [first] then [alone]", r.batches)
-	}
+	wantBatches(t, q, r, "[[first] [alone]]")
 }
 
 // testAHeldBatchEndsWithItsContext cancels a held leader (the linger is an
@@ -315,9 +313,7 @@ func testAHeldBatchEndsWithItsContext(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("got %v, want the held batch observed", err)
 	}
-	if fmt.Sprint(r.batches) != "[[first] [held]]" {
-		t.Fatalf("got batches %v, want [first] then [held]", r.batches)
-	}
+	wantBatches(t, q, r, "[[first] [held]]")
 }
 
 // testOnlyHotThreadsAreRemembered fills the record of batch times past its
