@@ -1,8 +1,8 @@
 // Package jsack publishes a message to JetStream and waits for its ack as
 // jetstream.JetStream.PublishMsg does (the same request, the same retries
 // while no stream answers, the same errors), but reads the usual ack,
-// {"stream":"S","seq":N} or {"stream":"S","seq":N,"duplicate":true}, without
-// encoding/json. Decoding the ack with encoding/json was more than half of
+// {"stream":"S","seq":N} or {"stream":"S","seq":N,"duplicate": true} (or
+// the form of servers before 2.10, `, "seq":`), without encoding/json. Decoding the ack with encoding/json was more than half of
 // the client's cost of a publish; every other reply goes through it as
 // before.
 package jsack
@@ -76,9 +76,10 @@ func Parse(data []byte) (jetstream.PubAck, error) {
 
 // parseFast reads exactly the ack a server writes for a stored (or
 // duplicate) message in a stream without a domain:
-// {"stream":"S","seq":N} and {"stream":"S","seq":N,"duplicate":true}, S
-// without escapes, N without sign, exponent or leading zero. It reports
-// false for anything else, which Parse leaves to encoding/json.
+// {"stream":"S","seq":N} and {"stream":"S","seq":N,"duplicate": true}
+// (servers before 2.10 write `, "seq":`; the duplicate's space is read
+// either way), S without escapes, N without sign, exponent or leading zero.
+// It reports false for anything else, which Parse leaves to encoding/json.
 func parseFast(b []byte) (jetstream.PubAck, bool) {
 	var ack jetstream.PubAck
 	rest, ok := cut(b, `{"stream":"`)
@@ -96,7 +97,10 @@ func parseFast(b []byte) (jetstream.PubAck, bool) {
 		return ack, false
 	}
 	ack.Stream = string(rest[:end])
-	if rest, ok = cut(rest[end:], `","seq":`); !ok {
+	rest = rest[end:]
+	if after, ok := cut(rest, `","seq":`); ok {
+		rest = after
+	} else if rest, ok = cut(rest, `", "seq":`); !ok { // nats-server before 2.10
 		return ack, false
 	}
 	n := 0
@@ -112,7 +116,7 @@ func parseFast(b []byte) (jetstream.PubAck, bool) {
 	}
 	switch string(rest[n:]) {
 	case `}`:
-	case `,"duplicate":true}`:
+	case `,"duplicate": true}`, `,"duplicate":true}`:
 		ack.Duplicate = true
 	default:
 		return ack, false
