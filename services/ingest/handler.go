@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/internal/httpserver"
 	"github.com/relaystation/relay/internal/telemetry"
 	"github.com/relaystation/relay/mappers"
 )
@@ -199,17 +200,23 @@ const firstChunk = 4 << 10
 
 // readBody reads the whole body, at most limit bytes, reserving its memory
 // from the in-flight budget as the bytes arrive: the buffer starts at
-// firstChunk (or the declared length, when smaller) and doubles only when
-// full, so a client holds at most twice what it actually sent, never the
-// length it declared. It returns what it reserved (to release, also on
-// error) and errBusy when the budget cannot cover the next growth. The
-// buffers come from growPool and those a body outgrows go back to it; the
-// caller gives the body back with putBuffer when nothing uses it any more.
+// firstChunk (or the declared length, when smaller), or at once at the
+// pooled size that holds what the server has already read ahead of the
+// request (httpserver.Arrived; at most twice that, and no more than the
+// declared length needs), and doubles only when full, so a client holds at
+// most twice what it actually sent, never the length it declared. It returns
+// what it reserved (to release, also on error) and errBusy when the budget
+// cannot cover the next growth. The buffers come from growPool and those a
+// body outgrows go back to it; the caller gives the body back with putBuffer
+// when nothing uses it any more.
 func (s *Service) readBody(r *http.Request, limit int64) (body []byte, reserved int64, err error) {
 	known := r.ContentLength >= 0
 	size := int64(firstChunk)
+	if ahead := 2 * int64(httpserver.Arrived(r)); ahead >= 2*firstChunk {
+		size = firstChunk << (bits.Len64(uint64(ahead/firstChunk)) - 1) // the largest pooled size up to ahead
+	}
 	if known {
-		size = min(size, r.ContentLength)
+		size = min(size, fitting(r.ContentLength))
 	}
 	size = min(size, limit+1)
 	if !s.inflight.TryAcquire(size) {
@@ -276,6 +283,19 @@ func putBuffer(buf []byte) {
 	if i, ok := poolIndex(int64(cap(buf))); ok {
 		growPool[i].Put(&buf)
 	}
+}
+
+// fitting is the size of the buffer a body of n bytes fills: n itself up to
+// firstChunk, else the smallest pooled size that holds n (n beyond them).
+func fitting(n int64) int64 {
+	if n <= firstChunk {
+		return n
+	}
+	size := int64(firstChunk) << bits.Len64(uint64((n-1)/firstChunk))
+	if _, ok := poolIndex(size); !ok {
+		return n
+	}
+	return size
 }
 
 // poolIndex is i where size is firstChunk << i, if it is a pooled size.
