@@ -68,8 +68,12 @@ func (s *Service) handler(rt *route) http.Handler {
 			h := w.Header()
 			h["Content-Type"], h["X-Content-Type-Options"] = plainText, noSniff
 			w.WriteHeader(o.status)
-			_, _ = io.WriteString(w, o.msg)
-			_, _ = io.WriteString(w, "\n")
+			if o.msg == okText {
+				_, _ = w.Write(okAnswer)
+			} else {
+				_, _ = io.WriteString(w, o.msg)
+				_, _ = io.WriteString(w, "\n")
+			}
 		}
 		s.metrics.observe(rt, o, time.Since(start))
 		if o.err != nil || s.log.Enabled(r.Context(), slog.LevelDebug) {
@@ -87,6 +91,12 @@ var (
 	plainText = []string{"text/plain; charset=utf-8"}[:1:1]
 	noSniff   = []string{"nosniff"}[:1:1]
 )
+
+// okText is the text of a 200 answer; okAnswer its bytes, written as they
+// are (the ResponseWriter has no WriteString, so a string is copied first).
+const okText = "ok"
+
+var okAnswer = []byte(okText + "\n")
 
 // serve runs one request through read, verify, map and publish.
 func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start time.Time) (o outcome) {
@@ -160,7 +170,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start
 			o.stored++
 		}
 	}
-	o.status, o.msg, o.level = http.StatusOK, "ok", slog.LevelDebug
+	o.status, o.msg, o.level = http.StatusOK, okText, slog.LevelDebug
 	if res.Reply != nil {
 		o.reply = res.Reply
 		if o.reply.Status != 0 {
@@ -266,12 +276,19 @@ var growPool [maxPooledShift + 1]sync.Pool
 // maxPooledShift bounds the pooled sizes at firstChunk << 8 (1 MiB).
 const maxPooledShift = 8
 
+// boxPool holds the empty *[]byte boxes that carry buffers in growPool, so
+// that giving a buffer back allocates no box.
+var boxPool sync.Pool
+
 // newBuffer is an empty buffer of capacity size: from growPool when size is
 // one of its sizes, else new.
 func newBuffer(size int64) []byte {
 	if i, ok := poolIndex(size); ok {
 		if b, _ := growPool[i].Get().(*[]byte); b != nil {
-			return (*b)[:0]
+			buf := (*b)[:0]
+			*b = nil
+			boxPool.Put(b)
+			return buf
 		}
 	}
 	return make([]byte, 0, size)
@@ -281,7 +298,12 @@ func newBuffer(size int64) []byte {
 // nothing). Nothing may use buf afterwards.
 func putBuffer(buf []byte) {
 	if i, ok := poolIndex(int64(cap(buf))); ok {
-		growPool[i].Put(&buf)
+		b, _ := boxPool.Get().(*[]byte)
+		if b == nil {
+			b = new([]byte)
+		}
+		*b = buf
+		growPool[i].Put(b)
 	}
 }
 
