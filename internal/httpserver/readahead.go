@@ -2,7 +2,6 @@ package httpserver
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -86,11 +85,8 @@ func (c *readAheadConn) Read(p []byte) (int, error) {
 		return c.Conn.Read(p)
 	}
 	if err := c.raw.Read(c.fill); err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) {
-			e := *op
-			e.Op = "read" // "raw-read" from RawConn; net.Conn's Read says "read"
-			return 0, &e
+		if op, ok := err.(*net.OpError); ok {
+			op.Op = "read" // "raw-read", the RawConn's own new error; net.Conn's Read says "read"
 		}
 		return 0, err
 	}
