@@ -1,24 +1,16 @@
 package httpserver
 
 import (
-	"bufio"
 	"bytes"
-	"context"
 	"errors"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/labstack/echo/v4"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // tcpPair returns the two ends of a loopback TCP connection: the client's
@@ -195,61 +187,5 @@ func TestReadAheadDeadlineThenData(t *testing.T) {
 	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := client.Read(p); n != 0 || err != io.EOF {
 		t.Errorf("client got %d bytes, %v; want EOF after CloseWrite", n, err)
-	}
-}
-
-// A request whose bytes all came in one write has arrived whole: Arrived
-// counts what is past net/http's 4 KiB buffer, and the body reads intact.
-func TestArrived(t *testing.T) {
-	t.Parallel()
-	s := New(nil, prometheus.NewRegistry())
-	type seen struct {
-		arrived int
-		body    []byte
-	}
-	got := make(chan seen, 1)
-	s.Echo.POST("/in", func(c echo.Context) error {
-		a := Arrived(c.Request())
-		body, err := io.ReadAll(c.Request().Body)
-		if err != nil {
-			return err
-		}
-		got <- seen{a, body}
-		return c.NoContent(http.StatusNoContent)
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.ServeListener(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	body := bytes.Repeat([]byte("0123456789abcdef"), 1000)
-	req := fmt.Sprintf("POST /in HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	if _, err := io.WriteString(c, req); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	r := <-got
-	if want := len(req) - 4096; r.arrived != want {
-		t.Errorf("Arrived: got %d, want %d (the request less net/http's 4 KiB)", r.arrived, want)
-	}
-	if !bytes.Equal(r.body, body) {
-		t.Errorf("got a %d-byte body, want the %d bytes sent", len(r.body), len(body))
-	}
-	if a := Arrived(httptest.NewRequest(http.MethodGet, "/", nil)); a != 0 {
-		t.Errorf("Arrived of a request no server read: got %d, want 0", a)
 	}
 }

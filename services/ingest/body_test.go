@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/relaystation/relay/internal/httpserver"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // TestReadBodyPooledGrowth: bodies of every size around the pooled buffer
@@ -129,10 +130,7 @@ func TestReadBodySizedToArrival(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.ServeListener(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
+	testenv.Go(t, "http server", func(ctx context.Context) error { return srv.ServeListener(ctx, ln) })
 
 	for _, tc := range []struct {
 		name      string
