@@ -160,6 +160,8 @@ func TestThreadKeys(t *testing.T) {
 		ch        envelope.Channel
 	}{
 		{envelope.GitHubThread("octo", "hello", 7), "github:octo/hello#7", envelope.ChannelGitHub},
+		{envelope.GitHubThread("octo", "hello", 1<<40), "github:octo/hello#1099511627776", envelope.ChannelGitHub},
+		{envelope.GitHubThread("octo", "hello", -1), "github:octo/hello#-1", envelope.ChannelGitHub},
 		{envelope.SlackThread("T1", "C2", "1.2"), "slack:T1/C2/1.2", envelope.ChannelSlack},
 		{envelope.SentryThread("acme", "123"), "sentry:acme/123", envelope.ChannelSentry},
 		{envelope.OpenProjectThread("op.example.com", 42), "openproject:op.example.com/work_packages/42", envelope.ChannelOpenProject},

@@ -3,6 +3,7 @@ package envelope
 import (
 	"crypto/sha256"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -14,7 +15,8 @@ import (
 
 // GitHubThread is "github:{owner}/{repo}#{number}".
 func GitHubThread(owner, repo string, number int) string {
-	return fmt.Sprintf("github:%s/%s#%d", owner, repo, number)
+	var n [20]byte // the number's digits, copied once by the concatenation
+	return "github:" + owner + "/" + repo + "#" + string(strconv.AppendInt(n[:0], int64(number), 10))
 }
 
 // SlackThread is "slack:{team}/{channel}/{thread_ts}".

@@ -2,14 +2,22 @@ package ingest
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
 
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/relaystation/relay/internal/httpserver"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // TestReadBodyPooledGrowth: bodies of every size around the pooled buffer
@@ -75,6 +83,103 @@ func TestPoolIndex(t *testing.T) {
 	for _, size := range []int64{0, 1, firstChunk - 1, firstChunk + 1, 3 * firstChunk, firstChunk << (maxPooledShift + 1)} {
 		if _, ok := poolIndex(size); ok {
 			t.Errorf("poolIndex(%d): got a pool, want none", size)
+		}
+	}
+}
+
+// countingBody counts the reads of a request body.
+type countingBody struct {
+	io.ReadCloser
+	reads int
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	b.reads++
+	return b.ReadCloser.Read(p)
+}
+
+// A body that has arrived whole when the handler starts is read into one
+// buffer of its pooled size at once, in two reads (net/http's buffered part,
+// then what the server read ahead), not four buffers' worth of reads and
+// copies; whatever the arrival, a body comes back intact and reserves at
+// most twice its size.
+func TestReadBodySizedToArrival(t *testing.T) {
+	t.Parallel()
+	s := &Service{inflight: semaphore.NewWeighted(1 << 20)}
+	type read struct {
+		arrived, cap, reads int
+		reserved            int64
+		intact              bool
+		err                 error
+	}
+	reads := make(chan read, 1)
+	srv := httpserver.New(nil, prometheus.NewRegistry())
+	var want []byte
+	srv.Echo.POST("/in", func(c echo.Context) error {
+		r := c.Request()
+		arrived := httpserver.Arrived(r)
+		counted := &countingBody{ReadCloser: r.Body}
+		r.Body = counted
+		body, reserved, err := s.readBody(r, 1<<20)
+		s.inflight.Release(reserved)
+		reads <- read{arrived: arrived, cap: cap(body), reads: counted.reads, reserved: reserved, intact: bytes.Equal(body, want), err: err}
+		putBuffer(body)
+		return c.NoContent(http.StatusNoContent)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Go(t, "http server", func(ctx context.Context) error { return srv.ServeListener(ctx, ln) })
+
+	for _, tc := range []struct {
+		name      string
+		size      int
+		oneWrite  bool
+		wantReads int // 0: not checked
+	}{
+		{"13.5 kB in one write", 13_521, true, 2},
+		{"2 kB in one write", 2_000, true, 1},
+		{"5 kB in one write", 5_000, true, 0},
+		{"40 kB in one write", 40_000, true, 0},
+		{"13.5 kB, headers then body", 13_521, false, 0},
+	} {
+		want = bytes.Repeat([]byte{'x'}, tc.size)
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := fmt.Sprintf("POST /in HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", tc.size)
+		if tc.oneWrite {
+			_, err = io.WriteString(c, head+string(want))
+		} else if _, err = io.WriteString(c, head); err == nil {
+			_, err = c.Write(want)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd := <-reads
+		c.Close()
+		if rd.err != nil || !rd.intact {
+			t.Fatalf("%s: got %v, intact %v; want the body", tc.name, rd.err, rd.intact)
+		}
+		if rd.reserved > int64(max(2*tc.size, firstChunk)) {
+			t.Errorf("%s: reserved %d, more than twice the body", tc.name, rd.reserved)
+		}
+		if tc.wantReads > 0 && rd.reads != tc.wantReads {
+			t.Errorf("%s: got %d reads into a %d-byte buffer (%d bytes read ahead), want %d", tc.name, rd.reads, rd.cap, rd.arrived, tc.wantReads)
+		}
+	}
+}
+
+func TestFitting(t *testing.T) {
+	t.Parallel()
+	for n, want := range map[int64]int64{
+		0: 0, 1: 1, firstChunk: firstChunk, firstChunk + 1: 2 * firstChunk, 13_521: 16 << 10,
+		firstChunk << maxPooledShift: firstChunk << maxPooledShift, firstChunk<<maxPooledShift + 1: firstChunk<<maxPooledShift + 1,
+	} {
+		if got := fitting(n); got != want {
+			t.Errorf("fitting(%d): got %d, want %d", n, got, want)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/internal/httpserver"
 	"github.com/relaystation/relay/internal/telemetry"
 	"github.com/relaystation/relay/mappers"
 )
@@ -67,8 +68,12 @@ func (s *Service) handler(rt *route) http.Handler {
 			h := w.Header()
 			h["Content-Type"], h["X-Content-Type-Options"] = plainText, noSniff
 			w.WriteHeader(o.status)
-			_, _ = io.WriteString(w, o.msg)
-			_, _ = io.WriteString(w, "\n")
+			if o.msg == okText {
+				_, _ = w.Write(okAnswer)
+			} else {
+				_, _ = io.WriteString(w, o.msg)
+				_, _ = io.WriteString(w, "\n")
+			}
 		}
 		s.metrics.observe(rt, o, time.Since(start))
 		if o.err != nil || s.log.Enabled(r.Context(), slog.LevelDebug) {
@@ -86,6 +91,12 @@ var (
 	plainText = []string{"text/plain; charset=utf-8"}[:1:1]
 	noSniff   = []string{"nosniff"}[:1:1]
 )
+
+// okText is the text of a 200 answer; okAnswer its bytes, written as they
+// are (the ResponseWriter has no WriteString, so a string is copied first).
+const okText = "ok"
+
+var okAnswer = []byte(okText + "\n")
 
 // serve runs one request through read, verify, map and publish.
 func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start time.Time) (o outcome) {
@@ -159,7 +170,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start
 			o.stored++
 		}
 	}
-	o.status, o.msg, o.level = http.StatusOK, "ok", slog.LevelDebug
+	o.status, o.msg, o.level = http.StatusOK, okText, slog.LevelDebug
 	if res.Reply != nil {
 		o.reply = res.Reply
 		if o.reply.Status != 0 {
@@ -199,17 +210,23 @@ const firstChunk = 4 << 10
 
 // readBody reads the whole body, at most limit bytes, reserving its memory
 // from the in-flight budget as the bytes arrive: the buffer starts at
-// firstChunk (or the declared length, when smaller) and doubles only when
-// full, so a client holds at most twice what it actually sent, never the
-// length it declared. It returns what it reserved (to release, also on
-// error) and errBusy when the budget cannot cover the next growth. The
-// buffers come from growPool and those a body outgrows go back to it; the
-// caller gives the body back with putBuffer when nothing uses it any more.
+// firstChunk (or the declared length, when smaller), or at once at the
+// pooled size that holds what the server has already read ahead of the
+// request (httpserver.Arrived; at most twice that, and no more than the
+// declared length needs), and doubles only when full, so a client holds at
+// most twice what it actually sent, never the length it declared. It returns
+// what it reserved (to release, also on error) and errBusy when the budget
+// cannot cover the next growth. The buffers come from growPool and those a
+// body outgrows go back to it; the caller gives the body back with putBuffer
+// when nothing uses it any more.
 func (s *Service) readBody(r *http.Request, limit int64) (body []byte, reserved int64, err error) {
 	known := r.ContentLength >= 0
 	size := int64(firstChunk)
+	if ahead := 2 * int64(httpserver.Arrived(r)); ahead >= 2*firstChunk {
+		size = firstChunk << (bits.Len64(uint64(ahead/firstChunk)) - 1) // the largest pooled size up to ahead
+	}
 	if known {
-		size = min(size, r.ContentLength)
+		size = min(size, fitting(r.ContentLength))
 	}
 	size = min(size, limit+1)
 	if !s.inflight.TryAcquire(size) {
@@ -259,12 +276,19 @@ var growPool [maxPooledShift + 1]sync.Pool
 // maxPooledShift bounds the pooled sizes at firstChunk << 8 (1 MiB).
 const maxPooledShift = 8
 
+// boxPool holds the empty *[]byte boxes that carry buffers in growPool, so
+// that giving a buffer back allocates no box.
+var boxPool sync.Pool
+
 // newBuffer is an empty buffer of capacity size: from growPool when size is
 // one of its sizes, else new.
 func newBuffer(size int64) []byte {
 	if i, ok := poolIndex(size); ok {
 		if b, _ := growPool[i].Get().(*[]byte); b != nil {
-			return (*b)[:0]
+			buf := (*b)[:0]
+			*b = nil
+			boxPool.Put(b)
+			return buf
 		}
 	}
 	return make([]byte, 0, size)
@@ -274,8 +298,26 @@ func newBuffer(size int64) []byte {
 // nothing). Nothing may use buf afterwards.
 func putBuffer(buf []byte) {
 	if i, ok := poolIndex(int64(cap(buf))); ok {
-		growPool[i].Put(&buf)
+		b, _ := boxPool.Get().(*[]byte)
+		if b == nil {
+			b = new([]byte)
+		}
+		*b = buf
+		growPool[i].Put(b)
 	}
+}
+
+// fitting is the size of the buffer a body of n bytes fills: n itself up to
+// firstChunk, else the smallest pooled size that holds n (n beyond them).
+func fitting(n int64) int64 {
+	if n <= firstChunk {
+		return n
+	}
+	size := int64(firstChunk) << bits.Len64(uint64((n-1)/firstChunk))
+	if _, ok := poolIndex(size); !ok {
+		return n
+	}
+	return size
 }
 
 // poolIndex is i where size is firstChunk << i, if it is a pooled size.

@@ -15,8 +15,9 @@
 // stores nothing new: JetStream's duplicate window drops it.
 //
 // Hostile clients: body memory is reserved from the in-flight budget as the
-// bytes arrive (the buffer doubles only when full), never the length a
-// request declares, and the body must arrive within the provider's deadline;
+// bytes arrive (the buffer starts at 4 KiB, or at what the server has already
+// read of the body, and doubles only when full), never the length a request
+// declares, and the body must arrive within the provider's deadline;
 // so connections that send headers and nothing else hold a few KiB each and
 // are cut off with 408, while valid webhooks keep being served.
 //
