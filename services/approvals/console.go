@@ -51,18 +51,28 @@ func (s *Service) consoleList(ctx context.Context, data []byte) (any, error) {
 		e := rpc.Errorf(rpc.CodeUnavailable, "list approvals: %v", err)
 		return listFailed(e), e
 	}
-	items := []approvalrpc.Item{}
+	type listed struct {
+		approvalrpc.Item
+		rev uint64 // the record's last write: the order of two alike times
+	}
+	var found []listed
 	for _, k := range keys {
-		rec, err := s.store.getKey(ctx, k)
+		rec, rev, err := s.store.getKey(ctx, k)
 		if err != nil || (!req.All && !req.Decided && rec.Status != StatusPending) || (req.Decided && rec.Status == StatusPending) {
 			continue
 		}
-		items = append(items, itemOf(rec))
+		found = append(found, listed{itemOf(rec), rev})
 	}
+	at := func(it approvalrpc.Item) time.Time { return it.CreatedAt }
 	if req.Decided {
-		slices.SortFunc(items, func(a, b approvalrpc.Item) int { return decidedAt(b).Compare(decidedAt(a)) })
-	} else {
-		slices.SortFunc(items, func(a, b approvalrpc.Item) int { return b.CreatedAt.Compare(a.CreatedAt) })
+		at = decidedAt
+	}
+	// Newest first; times are kept to the millisecond, so two in one
+	// millisecond go by which was written last.
+	slices.SortFunc(found, func(a, b listed) int { return cmp.Or(at(b.Item).Compare(at(a.Item)), cmp.Compare(b.rev, a.rev)) })
+	items := make([]approvalrpc.Item, len(found))
+	for i, f := range found {
+		items[i] = f.Item
 	}
 	total := len(items)
 	items = items[:min(total, req.Limit)]

@@ -561,7 +561,7 @@ func (s *Service) Sweep(ctx context.Context) (int, error) {
 	var n int
 	var errs []error
 	for _, k := range keys {
-		rec, err := s.store.getKey(ctx, k)
+		rec, _, err := s.store.getKey(ctx, k)
 		if err != nil {
 			continue // deleted or aged out meanwhile
 		}

@@ -227,14 +227,14 @@ func (s *store) keys(ctx context.Context) ([]string, error) {
 }
 
 // getKey reads a record by bucket key (for the sweep).
-func (s *store) getKey(ctx context.Context, k string) (*Record, error) {
+func (s *store) getKey(ctx context.Context, k string) (*Record, uint64, error) {
 	e, err := s.kv.Get(ctx, k)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var r Record
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return nil, fmt.Errorf("decode approval %s: %w", k, err)
+		return nil, 0, fmt.Errorf("decode approval %s: %w", k, err)
 	}
-	return &r, nil
+	return &r, e.Revision(), nil
 }
