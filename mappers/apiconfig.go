@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/relaystation/relay/internal/telemetry"
 )
 
 // BaseURL returns raw without a trailing slash when it is an absolute
@@ -21,12 +23,13 @@ func BaseURL(provider, setting, raw string) (string, error) {
 }
 
 // ClientOr returns c, or a client with a 30-second timeout when c is nil:
-// the default HTTP client of the outbound API clients.
+// the default HTTP client of the outbound API clients (traced, on the
+// connections they share; telemetry.HTTPClient).
 func ClientOr(c *http.Client) *http.Client {
 	if c != nil {
 		return c
 	}
-	return &http.Client{Timeout: 30 * time.Second}
+	return telemetry.HTTPClient(30 * time.Second)
 }
 
 // AnswerLost reports whether err is an *APIError of a call that succeeded

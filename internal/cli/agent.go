@@ -7,6 +7,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/telemetry"
 	"github.com/relaystation/relay/services/agent"
 )
 
@@ -39,7 +40,7 @@ func configureAgent(env *config.Env) buildFunc {
 			cfg.Tools = agent.BusTools(d.Bus.Conn(), d.Bus.Prefix(), 30*time.Second).SetWait(s.ToolsWait)
 		}
 		if cfg.Policy != nil && s.SlackToken.IsSet() {
-			opts := []slack.Option{}
+			opts := []slack.Option{slack.OptionHTTPClient(telemetry.HTTPClient(30 * time.Second))}
 			if s.SlackURL != "" {
 				opts = append(opts, slack.OptionAPIURL(s.SlackURL))
 			}

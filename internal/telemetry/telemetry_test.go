@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,4 +174,58 @@ func TestReadSettings(t *testing.T) {
 		{Name: "grpc refused", Env: map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, WantErr: []string{"OTEL_EXPORTER_OTLP_PROTOCOL"}},
 		{Name: "bad url", Env: map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, WantErr: []string{"OTEL_EXPORTER_OTLP_ENDPOINT"}},
 	})
+}
+
+// TestHTTPClientKeepsConnections: rounds of calls in flight together to one
+// host reuse the connections of the round before instead of dialling most of
+// them again (net/http's default transport keeps 2 idle per host, which here
+// would mean 16 + 9 x 14 = 142 connections).
+func TestHTTPClientKeepsConnections(t *testing.T) {
+	const inFlight, rounds = 16, 10
+	var mu sync.Mutex
+	dialled := 0
+	arrived := make(chan struct{}, inFlight)
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			dialled++
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c := telemetry.HTTPClient(10 * time.Second)
+	for range rounds {
+		var wg sync.WaitGroup
+		for range inFlight {
+			wg.Go(func() {
+				resp, err := c.Get(srv.URL)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			})
+		}
+		// Every call of the round holds its own connection before any ends.
+		for range inFlight {
+			<-arrived
+		}
+		for range inFlight {
+			release <- struct{}{}
+		}
+		wg.Wait()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if dialled < inFlight || dialled > 3*inFlight {
+		t.Fatalf("%d rounds of %d calls in flight dialled %d connections, want %d to %d", rounds, inFlight, dialled, inFlight, 3*inFlight)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
 
+	"github.com/relaystation/relay/internal/telemetry"
 	"github.com/relaystation/relay/secret"
 )
 
@@ -58,9 +59,10 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	} else {
 		opts = append(opts, option.WithAPIKey("unused"))
 	}
-	if cfg.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = telemetry.HTTPClient(0) // each request is bounded by ctx or cfg.Timeout
 	}
+	opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
 	return &OpenAI{cfg: cfg, client: openai.NewClient(opts...)}, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/option"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/telemetry"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/secret"
 )
@@ -144,9 +145,10 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	if cfg.APIKey.IsSet() {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey.Reveal()))
 	}
-	if cfg.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = telemetry.HTTPClient(0) // each request is bounded by cfg.Timeout
 	}
+	opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
 	// The key lives only in the client's options from here on, so printing
 	// the model (even with %+v, which bypasses secret.Value's Stringer inside
 	// unexported fields) cannot show it.

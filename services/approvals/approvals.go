@@ -17,6 +17,7 @@ import (
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/telemetry"
 	slackmapper "github.com/relaystation/relay/mappers/slack"
 )
 
@@ -85,7 +86,7 @@ func New(ctx context.Context, cfg Config, b *bus.Bus, api SlackAPI) (*Service, e
 		return nil, err
 	}
 	if api == nil && !cfg.ConsoleOnly() {
-		api = slack.New(cfg.BotToken.Reveal(), slack.OptionAPIURL(cfg.APIURL))
+		api = slack.New(cfg.BotToken.Reveal(), slack.OptionAPIURL(cfg.APIURL), slack.OptionHTTPClient(telemetry.HTTPClient(30*time.Second)))
 	}
 	st, err := openStore(ctx, b, cfg.Retention)
 	if err != nil {

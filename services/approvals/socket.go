@@ -18,6 +18,7 @@ import (
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/telemetry"
 	"github.com/relaystation/relay/mappers"
 	slackmapper "github.com/relaystation/relay/mappers/slack"
 	"github.com/relaystation/relay/secret"
@@ -88,7 +89,8 @@ func NewSocketMode(cfg SocketConfig, pub publisher) (*SocketMode, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	api := slack.New(cfg.BotToken.Reveal(), slack.OptionAppLevelToken(cfg.AppToken.Reveal()), slack.OptionAPIURL(cfg.APIURL))
+	api := slack.New(cfg.BotToken.Reveal(), slack.OptionAppLevelToken(cfg.AppToken.Reveal()), slack.OptionAPIURL(cfg.APIURL),
+		slack.OptionHTTPClient(telemetry.HTTPClient(30*time.Second)))
 	client := socketmode.New(api,
 		socketmode.OptionPingInterval(cfg.PingInterval),
 		socketmode.OptionLog(slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)))
