@@ -75,10 +75,7 @@ func githubRequest(t testing.TB, base, event, delivery string, body []byte) *htt
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "GitHub-Hookshot/test")
-	req.Header.Set(github.HeaderEvent, event)
-	req.Header.Set(github.HeaderDelivery, delivery)
-	req.Header.Set(github.HeaderHookID, "42")
-	req.Header.Set(github.HeaderSignature256, github.Sign([]byte(ghSecret), body))
+	github.SetHeaders(req.Header, event, delivery, "42", github.Sign([]byte(ghSecret), body))
 	return req
 }
 
