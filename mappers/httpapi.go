@@ -83,13 +83,20 @@ type APIError struct {
 }
 
 func (e *APIError) Error() string {
+	return FailureText(e.Provider+" "+e.Op, e.Status, e.Message, e.Err)
+}
+
+// FailureText describes a failed HTTP call op: "{op}: {err}" when err is
+// set, else "{op}: {status} {status text}", followed by ": {detail}" when
+// detail is not empty. *APIError and the webhook sender's errors read so.
+func FailureText(op string, status int, detail string, err error) string {
 	switch {
-	case e.Err != nil:
-		return fmt.Sprintf("%s %s: %v", e.Provider, e.Op, e.Err)
-	case e.Message != "":
-		return fmt.Sprintf("%s %s: %d %s: %s", e.Provider, e.Op, e.Status, http.StatusText(e.Status), e.Message)
+	case err != nil:
+		return fmt.Sprintf("%s: %v", op, err)
+	case detail != "":
+		return fmt.Sprintf("%s: %d %s: %s", op, status, http.StatusText(status), detail)
 	}
-	return fmt.Sprintf("%s %s: %d %s", e.Provider, e.Op, e.Status, http.StatusText(e.Status))
+	return fmt.Sprintf("%s: %d %s", op, status, http.StatusText(status))
 }
 
 func (e *APIError) Unwrap() error { return e.Err }
