@@ -148,15 +148,28 @@ func Logger(t testing.TB, level slog.Level) *slog.Logger {
 // install them, when it or node is missing.
 func NPMBin(t testing.TB, name string) string {
 	t.Helper()
+	bin := filepath.Join(".bin", name)
+	return filepath.Join(NPMModules(t, name, bin), bin)
+}
+
+// NPMModules returns the absolute path of the npm fixtures' node_modules
+// (testdata/npm/node_modules), or stops the test, saying how to install
+// them, when the file rel inside it (what names it in the message) or node
+// is missing.
+func NPMModules(t testing.TB, what, rel string) string {
+	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	p := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules", ".bin", name)
-	if _, err := os.Stat(p); err != nil {
-		Missing(t, "%s not installed; run scripts/setup.sh (npm ci in testdata/npm)", name)
+	mods, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(mods, rel)); err != nil {
+		Missing(t, "%s not installed; run scripts/setup.sh (npm ci in testdata/npm)", what)
 	}
 	if _, err := exec.LookPath("node"); err != nil {
 		Missing(t, "node is not installed")
 	}
-	return p
+	return mods
 }
 
 // FreeAddr returns a loopback address ("127.0.0.1:port") that nothing

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,14 +31,7 @@ import (
 // everything returns the stdio server-everything of testdata/npm.
 func everything(t testing.TB) mcpconfig.Server {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	bin := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules", ".bin", "mcp-server-everything")
-	if _, err := os.Stat(bin); err != nil {
-		testenv.Missing(t, "mcp-server-everything not installed; run scripts/setup.sh")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		testenv.Missing(t, "node is not installed")
-	}
+	bin := testenv.NPMBin(t, "mcp-server-everything")
 	return mcpconfig.Server{Name: "everything", Type: mcpconfig.Stdio, Command: bin, Args: []string{"stdio"},
 		ProtocolVersion: mcpconfig.DefaultProtocolVersion}
 }

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -24,34 +22,6 @@ import (
 type reloadEvent struct {
 	res tools.ReloadResult
 	err error
-}
-
-// everythingRelayBundle is a relay bundle running server-everything
-// through ${bundlePath}.
-func everythingRelayBundle(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	mods := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules")
-	mods, _ = filepath.Abs(mods)
-	if _, err := os.Stat(filepath.Join(mods, "@modelcontextprotocol", "server-everything", "dist", "index.js")); err != nil {
-		testenv.Missing(t, "server-everything not installed; run scripts/setup.sh")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		testenv.Missing(t, "node is not installed")
-	}
-	dir := filepath.Join(t.TempDir(), "ref")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	manifest := "id: ref\nversion: '1'\nmcpServers:\n  everything:\n    command: node\n" +
-		"    args: ['${bundlePath}/node_modules/@modelcontextprotocol/server-everything/dist/index.js', stdio]\n"
-	if err := os.WriteFile(filepath.Join(dir, "bundle.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(mods, filepath.Join(dir, "node_modules")); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 // startWatchedRunner starts a tool runner on the config file cfg and a
@@ -83,7 +53,7 @@ func TestConfigWatcherHotReload(t *testing.T) {
 	r, events := startWatchedRunner(t, cfg)
 
 	in := &bundle.Installer{Config: cfg, DataDir: filepath.Join(dir, "data")}
-	if _, err := in.Install(t.Context(), everythingRelayBundle(t), bundle.Options{}); err != nil {
+	if _, err := in.Install(t.Context(), toolstest.EverythingBundle(t), bundle.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if ev := nextReload(t, events, "after install"); ev.err != nil || strings.Join(ev.res.Added, ",") != "ref__everything" {
@@ -163,7 +133,7 @@ func TestInstallIntoRunningService(t *testing.T) {
 	results := bustest.Observe(t, b, "obs-bundle-result", envelope.SubjectToolResult)
 
 	in := &bundle.Installer{Config: cfg, DataDir: filepath.Join(dir, "data")}
-	if _, err := in.Install(t.Context(), everythingRelayBundle(t), bundle.Options{}); err != nil {
+	if _, err := in.Install(t.Context(), toolstest.EverythingBundle(t), bundle.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := refreshes.NextMsg(10 * time.Second); err != nil {
