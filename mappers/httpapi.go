@@ -211,6 +211,26 @@ func WithMarker(text, key string) string {
 	return strings.TrimRight(text, "\n") + "\n\n" + Marker(key)
 }
 
+// PostOnce posts text at most once for key, the way the comment clients do:
+// find looks on the provider for a post carrying the key's marker and, when
+// it finds one, PostOnce returns it without posting; otherwise post posts the
+// text with the marker appended (WithMarker). Without a key, post posts text
+// as it is and nothing is looked up.
+func PostOnce[P any](key, text string, find func(key string) (*P, error), post func(text string) (P, error)) (P, error) {
+	if key != "" {
+		found, err := find(key)
+		if err != nil {
+			var none P
+			return none, err
+		}
+		if found != nil {
+			return *found, nil
+		}
+		text = WithMarker(text, key)
+	}
+	return post(text)
+}
+
 // maxMarker bounds a marker Clip keeps (a hashed key makes one of 84 bytes).
 const maxMarker = 200
 
