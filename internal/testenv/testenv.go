@@ -5,7 +5,7 @@
 // wait for a condition with a deadline, Receive for a value on a channel
 // (Quiet for none), Go runs a service for a test,
 // FreeAddr and FreePort find a port nothing listens on, Buffer collects
-// concurrent writes.
+// concurrent writes, WriteFile writes a file a test reads.
 package testenv
 
 import (
@@ -141,6 +141,20 @@ func Go(t testing.TB, what string, run func(ctx context.Context) error) (stop fu
 // shows what the service under test said.
 func Logger(t testing.TB, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
+}
+
+// WriteFile writes content to path, making its directory first, and returns
+// path; an error stops the test. The file is readable by everyone, as files
+// a user writes usually are (0o644).
+func WriteFile(t testing.TB, path, content string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // NPMBin returns the path of an executable the npm fixtures install

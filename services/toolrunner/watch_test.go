@@ -47,9 +47,7 @@ func TestConfigWatcherHotReload(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "mcp.json")
-	if err := os.WriteFile(cfg, []byte("{\n  // nothing yet\n  \"mcpServers\": {}\n}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, cfg, "{\n  // nothing yet\n  \"mcpServers\": {}\n}\n")
 	r, events := startWatchedRunner(t, cfg)
 
 	in := &bundle.Installer{Config: cfg, DataDir: filepath.Join(dir, "data")}
@@ -71,9 +69,7 @@ func TestConfigWatcherHotReload(t *testing.T) {
 	good, _ := os.ReadFile(cfg)
 	bad := strings.Replace(string(good), `"command"`, `"comand"`, 1)
 	for range 2 {
-		if err := os.WriteFile(cfg, []byte(bad), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testenv.WriteFile(t, cfg, bad)
 	}
 	if ev := nextReload(t, events, "invalid file"); ev.err == nil || !strings.Contains(ev.err.Error(), "comand") {
 		t.Fatalf("got %+v, want the problem named", ev)
@@ -83,9 +79,7 @@ func TestConfigWatcherHotReload(t *testing.T) {
 	}
 
 	// Uninstall (after the user fixes the file) stops the server.
-	if err := os.WriteFile(cfg, good, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, cfg, string(good))
 	if _, err := in.Uninstall(t.Context(), "ref", bundle.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,9 +103,7 @@ func TestInstallIntoRunningService(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "mcp.json")
-	if err := os.WriteFile(cfg, []byte("{\"servers\": {}}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, cfg, "{\"servers\": {}}\n")
 	b := bustest.Embedded(t)
 	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['ref__everything.echo']\n"))
 	if err != nil {

@@ -5,19 +5,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
-)
 
-// writeFile writes a file (making its directory) and returns its path.
-func writeFile(t testing.TB, path, content string) string {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
+	"github.com/relaystation/relay/internal/testenv"
+)
 
 func readFile(t testing.TB, path string) string {
 	t.Helper()
@@ -41,7 +31,7 @@ func newInstaller(t testing.TB, content string) *Installer {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "mcp.json")
 	if content != "" {
-		writeFile(t, cfg, content)
+		testenv.WriteFile(t, cfg, content)
 	}
 	return &Installer{Config: cfg, DataDir: filepath.Join(dir, "data")}
 }

@@ -21,7 +21,7 @@ func everythingBundle(t testing.TB, id string) string {
 	t.Helper()
 	mods := testenv.NPMModules(t, "server-everything", "@modelcontextprotocol/server-everything/dist/index.js")
 	dir := filepath.Join(t.TempDir(), id)
-	writeFile(t, filepath.Join(dir, "bundle.json"), `{
+	testenv.WriteFile(t, filepath.Join(dir, "bundle.json"), `{
   // A relay bundle around the reference server.
   "id": "`+id+`",
   "version": "2026.8.31",
