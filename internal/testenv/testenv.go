@@ -5,7 +5,7 @@
 // wait for a condition with a deadline, Receive for a value on a channel
 // (Quiet for none), Go runs a service for a test,
 // FreeAddr and FreePort find a port nothing listens on, Buffer collects
-// concurrent writes, WriteFile writes a file a test reads.
+// concurrent writes, ReadFile and WriteFile read and write a test's files.
 package testenv
 
 import (
@@ -141,6 +141,17 @@ func Go(t testing.TB, what string, run func(ctx context.Context) error) (stop fu
 // shows what the service under test said.
 func Logger(t testing.TB, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
+}
+
+// ReadFile returns the content of the file at path; an error stops the
+// test.
+func ReadFile(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // WriteFile writes content to path, making its directory first, and returns

@@ -1,7 +1,6 @@
 package bundle
 
 import (
-	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -9,13 +8,10 @@ import (
 	"github.com/relaystation/relay/internal/testenv"
 )
 
+// readFile is testenv.ReadFile as a string.
 func readFile(t testing.TB, path string) string {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return string(testenv.ReadFile(t, path))
 }
 
 // repoRoot is the module's root directory.
