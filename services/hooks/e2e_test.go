@@ -584,7 +584,7 @@ func slackItem(t *testing.T, body []byte) mappers.Item {
 func TestNoHookOnOwnSlackPost(t *testing.T) {
 	t.Parallel()
 	r := start(t, slackEchoFile)
-	own := mapperstest.ReadFile(t, filepath.Join("..", "..", "mappers", "slack", "testdata", "events", "message_from_app.json"))
+	own := testenv.ReadFile(t, filepath.Join("..", "..", "mappers", "slack", "testdata", "events", "message_from_app.json"))
 	r.publish(t, slackItem(t, own))
 	other := bytes.ReplaceAll(own, []byte(`"app_id": "A123ABC456"`), []byte(`"app_id": "A0OTHERAPP"`))
 	other = bytes.ReplaceAll(other, []byte("Ev06ABCDE13"), []byte("Ev06ABCDE99"))
