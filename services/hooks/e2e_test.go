@@ -26,6 +26,7 @@ import (
 	"github.com/relaystation/relay/services/toolrunner"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
+	"github.com/relaystation/relay/tools/toolstest"
 )
 
 // everything returns the stdio server-everything of testdata/npm.
@@ -52,10 +53,7 @@ const policy = "roles:\n  - role: hooks\n    capabilities: ['everything.*', 'gon
 func start(t testing.TB, file string, extra ...mcpconfig.Server) *rig {
 	t.Helper()
 	b := bustest.Embedded(t)
-	pol, err := mcpconfig.ParsePolicy([]byte(policy))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := toolstest.Policy(t, policy)
 	audit := filepath.Join(t.TempDir(), "tools.jsonl")
 	tr, err := toolrunner.New(t.Context(), toolrunner.Config{Tools: tools.Config{
 		Servers: append([]mcpconfig.Server{everything(t)}, extra...), Policy: pol, AuditPath: audit,

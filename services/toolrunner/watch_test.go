@@ -15,7 +15,6 @@ import (
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/bundle"
-	"github.com/relaystation/relay/tools/mcpconfig"
 	"github.com/relaystation/relay/tools/toolstest"
 )
 
@@ -105,10 +104,7 @@ func TestInstallIntoRunningService(t *testing.T) {
 	cfg := filepath.Join(dir, "mcp.json")
 	testenv.WriteFile(t, cfg, "{\"servers\": {}}\n")
 	b := bustest.Embedded(t)
-	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['ref__everything.echo']\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := toolstest.Policy(t, "roles:\n  - role: agent\n    capabilities: ['ref__everything.echo']\n")
 	svc, err := New(t.Context(), Config{Logger: testenv.Logger(t, slog.LevelWarn), WatchConfig: true, Tools: tools.Config{
 		ConfigPath: cfg, Policy: pol, BaseEnv: tools.BaseEnvFrom(os.Environ()), HealthInterval: time.Second,
 	}}, b)

@@ -1,7 +1,7 @@
 // Package toolstest starts tool runners for the tests of the packages that
 // call tools through one: a runner built from a tools.Config, started on the
-// test's context, closed when the test ends. EverythingBundle is a bundle
-// for the tests that install one.
+// test's context, closed when the test ends. Policy parses a test's policy;
+// EverythingBundle is a bundle for the tests that install one.
 package toolstest
 
 import (
@@ -13,6 +13,7 @@ import (
 
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 // ReadyWithin is how long Ready waits for a runner's servers: starting a
@@ -52,6 +53,17 @@ func StartReady(tb testing.TB, cfg tools.Config) *tools.Runner {
 	r := Start(tb, cfg)
 	Ready(tb, r)
 	return r
+}
+
+// Policy parses yml, a tool policy (roles, budgets, bindings); a policy that
+// does not parse stops the test.
+func Policy(tb testing.TB, yml string) *mcpconfig.Policy {
+	tb.Helper()
+	p, err := mcpconfig.ParsePolicy([]byte(yml))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }
 
 // EverythingModule is server-everything's entry point inside the npm
