@@ -3,9 +3,10 @@
 // what to start; in CI (CI=true) it fails, because CI provides everything.
 // It also holds the helpers every test package shares: WaitFor and Poll
 // wait for a condition with a deadline, Receive for a value on a channel
-// (Quiet for none), Go runs a service for a test,
-// FreeAddr and FreePort find a port nothing listens on, Buffer collects
-// concurrent writes, ReadFile and WriteFile read and write a test's files.
+// (Quiet for none), Go runs a service for a test, Listen listens on a random
+// loopback port, FreeAddr and FreePort find a port nothing listens on,
+// Buffer collects concurrent writes, ReadFile and WriteFile read and write a
+// test's files.
 package testenv
 
 import (
@@ -195,6 +196,19 @@ func NPMModules(t testing.TB, what, rel string) string {
 		Missing(t, "node is not installed")
 	}
 	return mods
+}
+
+// Listen listens on a random loopback TCP port, for a server the test
+// starts; the listener is closed when the test ends (closing it sooner, as a
+// server does when it stops, is fine).
+func Listen(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	return ln
 }
 
 // FreeAddr returns a loopback address ("127.0.0.1:port") that nothing

@@ -87,10 +87,7 @@ func TestReadyNamesServersOnTheirFirstAttempt(t *testing.T) {
 	t.Parallel()
 	// A server that accepts connections and never answers keeps its first
 	// handshake open until the listener goes away.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testenv.Listen(t)
 	var conns []net.Conn
 	var mu sync.Mutex
 	go func() {
