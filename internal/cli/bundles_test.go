@@ -113,8 +113,5 @@ func TestMCPInstallIntoRunningRelay(t *testing.T) {
 // directory, with manifest as its bundle.yaml, and returns its path.
 func writeBundle(t *testing.T, name, manifest string) string {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), name)
-	must(t, os.Mkdir(dir, 0o755))
-	must(t, os.WriteFile(filepath.Join(dir, "bundle.yaml"), []byte(manifest), 0o644))
-	return dir
+	return filepath.Dir(testenv.WriteFile(t, filepath.Join(t.TempDir(), name, "bundle.yaml"), manifest))
 }
