@@ -3,7 +3,6 @@ package bus_test
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -70,15 +69,11 @@ func TestEmbeddedRestartKeepsMessages(t *testing.T) {
 
 func TestEmbeddedListenInUse(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := testenv.Listen(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err = bus.Connect(ctx, bus.Config{DataDir: t.TempDir(), Listen: l.Addr().String()})
+	_, err := bus.Connect(ctx, bus.Config{DataDir: t.TempDir(), Listen: l.Addr().String()})
 	if !errors.Is(err, bus.ErrListenInUse) {
 		t.Fatalf("got %v, want ErrListenInUse", err)
 	}

@@ -171,11 +171,7 @@ type stallRelay struct {
 
 func newStallRelay(t *testing.T, target string) *stallRelay {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
+	ln := testenv.Listen(t)
 	r := &stallRelay{url: "nats://" + ln.Addr().String()}
 	addr := strings.TrimPrefix(target, "nats://")
 	go func() {

@@ -72,14 +72,8 @@ func (e *Envelope) AppendMarshal(b []byte) ([]byte, error) {
 		b = append(b, '}')
 	}
 	if len(e.RetrievalRefs) > 0 {
-		b = append(b, `,"retrieval_refs":[`...)
-		for i, r := range e.RetrievalRefs {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, r)
-		}
-		b = append(b, ']')
+		b = append(b, `,"retrieval_refs":`...)
+		b = appendStrings(b, e.RetrievalRefs)
 	}
 	b = append(b, `,"meta":`...)
 	if b, err = e.Meta.appendJSON(b); err != nil {
@@ -312,6 +306,18 @@ var plain = func() (t [utf8.RuneSelf]bool) {
 	}
 	return t
 }()
+
+// appendStrings writes ss as a JSON array of strings ([] when empty).
+func appendStrings(b []byte, ss []string) []byte {
+	b = append(b, '[')
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, s)
+	}
+	return append(b, ']')
+}
 
 // appendString writes s as a JSON string exactly as encoding/json does
 // (HTML-safe escapes, invalid UTF-8 as U+FFFD, U+2028/2029 escaped).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/schemas"
 )
 
@@ -24,10 +25,7 @@ func TestGoldenEnvelopesValidate(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			t.Parallel()
-			raw, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			raw := testenv.ReadFile(t, f)
 			e, err := envelope.Parse(raw)
 			if err != nil {
 				t.Fatalf("got %v, want a valid envelope", err)
@@ -76,10 +74,7 @@ func normalize(v any) {
 
 func TestInvalidEnvelopesNameTheField(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("testdata/invalid/cases.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := testenv.ReadFile(t, "testdata/invalid/cases.json")
 	var cases []struct {
 		Name  string          `json:"name"`
 		Field string          `json:"field"`

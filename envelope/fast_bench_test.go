@@ -1,17 +1,15 @@
 package envelope
 
 import (
-	"os"
 	"testing"
+
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // BenchmarkParse compares the fast path with the reference on the golden
 // GitHub issue envelope.
 func BenchmarkParse(b *testing.B) {
-	raw, err := os.ReadFile("testdata/valid/github-issue-opened.json")
-	if err != nil {
-		b.Fatal(err)
-	}
+	raw := testenv.ReadFile(b, "testdata/valid/github-issue-opened.json")
 	for _, bc := range []struct {
 		name  string
 		parse func([]byte) (*Envelope, error)

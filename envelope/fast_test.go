@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // goldenEnvelopes returns the golden envelopes of this package and of every
@@ -19,18 +21,12 @@ func goldenEnvelopes(t testing.TB) map[string][]byte {
 	out := make(map[string][]byte)
 	own, _ := filepath.Glob("testdata/valid/*.json")
 	for _, p := range own {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := testenv.ReadFile(t, p)
 		out[p] = b
 	}
 	mapped, _ := filepath.Glob("../mappers/*/testdata/golden/*.json")
 	for _, p := range mapped {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := testenv.ReadFile(t, p)
 		var g struct {
 			Envelope json.RawMessage `json:"envelope"`
 		}

@@ -83,13 +83,20 @@ type APIError struct {
 }
 
 func (e *APIError) Error() string {
+	return FailureText(e.Provider+" "+e.Op, e.Status, e.Message, e.Err)
+}
+
+// FailureText describes a failed HTTP call op: "{op}: {err}" when err is
+// set, else "{op}: {status} {status text}", followed by ": {detail}" when
+// detail is not empty. *APIError and the webhook sender's errors read so.
+func FailureText(op string, status int, detail string, err error) string {
 	switch {
-	case e.Err != nil:
-		return fmt.Sprintf("%s %s: %v", e.Provider, e.Op, e.Err)
-	case e.Message != "":
-		return fmt.Sprintf("%s %s: %d %s: %s", e.Provider, e.Op, e.Status, http.StatusText(e.Status), e.Message)
+	case err != nil:
+		return fmt.Sprintf("%s: %v", op, err)
+	case detail != "":
+		return fmt.Sprintf("%s: %d %s: %s", op, status, http.StatusText(status), detail)
 	}
-	return fmt.Sprintf("%s %s: %d %s", e.Provider, e.Op, e.Status, http.StatusText(e.Status))
+	return fmt.Sprintf("%s: %d %s", op, status, http.StatusText(status))
 }
 
 func (e *APIError) Unwrap() error { return e.Err }
@@ -202,6 +209,26 @@ const MarkerPrefix = "<!-- relay:"
 // WithMarker is text with the key's marker appended on its own paragraph.
 func WithMarker(text, key string) string {
 	return strings.TrimRight(text, "\n") + "\n\n" + Marker(key)
+}
+
+// PostOnce posts text at most once for key, the way the comment clients do:
+// find looks on the provider for a post carrying the key's marker and, when
+// it finds one, PostOnce returns it without posting; otherwise post posts the
+// text with the marker appended (WithMarker). Without a key, post posts text
+// as it is and nothing is looked up.
+func PostOnce[P any](key, text string, find func(key string) (*P, error), post func(text string) (P, error)) (P, error) {
+	if key != "" {
+		found, err := find(key)
+		if err != nil {
+			var none P
+			return none, err
+		}
+		if found != nil {
+			return *found, nil
+		}
+		text = WithMarker(text, key)
+	}
+	return post(text)
 }
 
 // maxMarker bounds a marker Clip keeps (a hashed key makes one of 84 bytes).

@@ -3,7 +3,6 @@ package memory_test
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -21,15 +20,7 @@ import (
 // session store and the embedded long-term store.
 func newMemory(t *testing.T) *memory.Memory {
 	t.Helper()
-	b := bustest.Embedded(t)
-	ss, err := session.NewKV(t.Context(), b.JetStream(), session.KVConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lt, err := longterm.NewEmbedded(longterm.EmbeddedConfig{Dir: filepath.Join(t.TempDir(), "memory"), Dimensions: 384})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ss, lt := memtest.Stores(t, bustest.Embedded(t), session.KVConfig{}, 384)
 	m, err := memory.New(memory.Config{Sessions: ss, LongTerm: lt, Embedder: embed.NewLocal(384),
 		Scrubber: pii.New([]string{"Ann Lee"})})
 	if err != nil {

@@ -57,10 +57,7 @@ func TestAuditLogWritesOneLinePerRecord(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testenv.ReadFile(t, path)
 	var want []byte
 	for i := range recs {
 		line, _ := json.Marshal(&recs[i])
@@ -143,10 +140,7 @@ func TestAuditLogKeepsEveryRecordInOrder(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testenv.ReadFile(t, path)
 	next := make([]int, writers)
 	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 	for _, line := range lines {
@@ -174,10 +168,7 @@ func TestAuditLogWritesFullBatchAtOnce(t *testing.T) {
 	t.Parallel()
 	l, path := newAuditLog(t, time.Hour) // no background flush in this test
 	lines := func() int {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := testenv.ReadFile(t, path)
 		return bytes.Count(b, []byte("\n"))
 	}
 	for i := range auditFlushRecords {

@@ -314,9 +314,7 @@ func startUnready(t testing.TB, cfg Config) *Runner {
 // server running in dir (see serveHelper).
 func steer(t *testing.T, dir, name, content string) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, filepath.Join(dir, name), content)
 }
 
 // recorder collects what a callback of the runner receives (notices,

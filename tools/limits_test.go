@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/rpc"
 	"github.com/relaystation/relay/internal/testenv"
@@ -123,6 +124,29 @@ func TestMemoryLimitsSlotWait(t *testing.T) {
 	}
 }
 
+// sharedRunner starts a runner of the helper server h in dir that keeps its
+// executions in shared, as the runners of one bus share a LimitStore;
+// process, when not empty, is its Config.Process.
+func sharedRunner(t *testing.T, dir string, shared LimitStore, process string) *Runner {
+	t.Helper()
+	cfg := fastConfig(t, helperServer(t, "h", dir))
+	cfg.Policy = policy(t, allowAll)
+	cfg.Limits = shared
+	cfg.Process = process
+	return startRunner(t, cfg)
+}
+
+// serveOn answers r's request/reply subjects on a connection of its own to
+// b until the test ends.
+func serveOn(t *testing.T, b *bus.Bus, r *Runner) {
+	t.Helper()
+	stop, err := Serve(t.Context(), bustest.Connect(t, b).Conn(), b.Prefix(), r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stop() })
+}
+
 // TestCancelReachesTheOwningRunner: two runners share a LimitStore and
 // serve on one bus; a cancel that reaches the runner not running the
 // execution is forwarded to its owner, and ActiveRemote lists it from either.
@@ -131,19 +155,9 @@ func TestCancelReachesTheOwningRunner(t *testing.T) {
 	b := bustest.Embedded(t)
 	shared := NewMemoryLimits()
 	dir := t.TempDir()
-	runners := make([]*Runner, 2)
-	for i := range runners {
-		cfg := fastConfig(t, helperServer(t, "h", dir))
-		cfg.Policy = policy(t, allowAll)
-		cfg.Limits = shared
-		runners[i] = startRunner(t, cfg)
-		stop, err := Serve(t.Context(), bustest.Connect(t, b).Conn(), b.Prefix(), runners[i], nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = stop() })
-	}
-	owner, other := runners[0], runners[1]
+	owner, other := sharedRunner(t, dir, shared, ""), sharedRunner(t, dir, shared, "")
+	serveOn(t, b, owner)
+	serveOn(t, b, other)
 	done := make(chan *Result, 1)
 	go func() {
 		done <- owner.Call(t.Context(), Request{CallID: "remote-slow", Tool: "h.slow", Args: map[string]any{"ms": 20000}, Caller: Caller{Role: "agent"}})
@@ -173,20 +187,9 @@ func TestCancelOfAProcessExecution(t *testing.T) {
 	b := bustest.Embedded(t)
 	shared := NewMemoryLimits()
 	dir := t.TempDir()
-	cfg := fastConfig(t, helperServer(t, "h", dir))
-	cfg.Policy = policy(t, allowAll)
-	cfg.Limits = shared
-	served := startRunner(t, cfg)
-	stop, err := Serve(t.Context(), bustest.Connect(t, b).Conn(), b.Prefix(), served, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = stop() })
-	cfg = fastConfig(t, helperServer(t, "h", dir))
-	cfg.Policy = policy(t, allowAll)
-	cfg.Limits = shared
-	cfg.Process = "relay mcp call (pid 42 on host-a)"
-	cli := startRunner(t, cfg)
+	serveOn(t, b, sharedRunner(t, dir, shared, ""))
+	const process = "relay mcp call (pid 42 on host-a)"
+	cli := sharedRunner(t, dir, shared, process)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan *Result, 1)
 	go func() {
@@ -196,10 +199,10 @@ func TestCancelOfAProcessExecution(t *testing.T) {
 	nc := b.Conn()
 	testenv.WaitFor(t, 10*time.Second, "the execution listed over the bus", func() bool {
 		es, err := ActiveRemote(t.Context(), nc, b.Prefix())
-		return err == nil && len(es) == 1 && es[0].ID == "cli-slow" && es[0].Process == cfg.Process
+		return err == nil && len(es) == 1 && es[0].ID == "cli-slow" && es[0].Process == process
 	})
 	var re *rpc.Error
-	err = CancelRemote(t.Context(), nc, b.Prefix(), "cli-slow", "bob")
+	err := CancelRemote(t.Context(), nc, b.Prefix(), "cli-slow", "bob")
 	if !errors.As(err, &re) || !strings.Contains(re.Message, "runs in relay mcp call (pid 42 on host-a)") || !strings.Contains(re.Message, "interrupt") || strings.Contains(re.Message, "runner") {
 		t.Errorf("cancel of a CLI execution: got %v, want an error naming the process and how to stop it", err)
 	}

@@ -219,9 +219,7 @@ func TestEverythingStreamableHTTP(t *testing.T) {
 func TestFilesystemToolErrors(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	if err := os.WriteFile(filepath.Join(root, "a.txt"), []byte("alpha\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, filepath.Join(root, "a.txt"), "alpha\n")
 	srv := mcpconfig.Server{Name: "fs", Type: mcpconfig.Stdio, Command: testenv.NPMBin(t, "mcp-server-filesystem"), Args: []string{root},
 		ProtocolVersion: mcpconfig.DefaultProtocolVersion}
 	cfg := fastConfig(t, srv)

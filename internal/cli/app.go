@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -338,12 +340,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-12s %s\n", s.name, s.summary)
 	}
 	fmt.Fprintln(w, "\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(commands)) {
 		fmt.Fprintf(w, "  %-12s %s\n", n+" "+commands[n].usage, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nSettings come from environment variables; see the README.")

@@ -4,14 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/tools/toolstest"
 )
 
 func TestMCPInstallUninstallBundles(t *testing.T) {
@@ -67,17 +66,7 @@ func TestMCPInstallUninstallBundles(t *testing.T) {
 // ready in `relay mcp list` without a restart, and leaves on uninstall.
 func TestMCPInstallIntoRunningRelay(t *testing.T) {
 	t.Parallel()
-	_, file, _, _ := runtime.Caller(0)
-	mods, _ := filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules"))
-	if _, err := os.Stat(filepath.Join(mods, "@modelcontextprotocol", "server-everything", "dist", "index.js")); err != nil {
-		testenv.Missing(t, "server-everything not installed; run scripts/setup.sh")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		testenv.Missing(t, "node is not installed")
-	}
-	b := writeBundle(t, "ref", "id: ref\nversion: '1'\nmcpServers:\n  everything:\n    command: node\n"+
-		"    args: ['${bundlePath}/node_modules/@modelcontextprotocol/server-everything/dist/index.js', stdio]\n")
-	must(t, os.Symlink(mods, filepath.Join(b, "node_modules")))
+	b := toolstest.EverythingBundle(t)
 	env := embeddedEnv(t)
 	env["RELAY_MCP_CONFIG"] = writeTemp(t, "mcp.json", "{\n  // bundles go here\n  \"mcpServers\": {}\n}\n")
 	defer serveReady(t, env, nil, 30*time.Second)()
@@ -124,8 +113,5 @@ func TestMCPInstallIntoRunningRelay(t *testing.T) {
 // directory, with manifest as its bundle.yaml, and returns its path.
 func writeBundle(t *testing.T, name, manifest string) string {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), name)
-	must(t, os.Mkdir(dir, 0o755))
-	must(t, os.WriteFile(filepath.Join(dir, "bundle.yaml"), []byte(manifest), 0o644))
-	return dir
+	return filepath.Dir(testenv.WriteFile(t, filepath.Join(t.TempDir(), name, "bundle.yaml"), manifest))
 }

@@ -225,10 +225,7 @@ func openedIssue(payload []byte, number int, scenario string) (body []byte, targ
 func githubWebhook(ctx context.Context, base, secret, event, delivery string, body []byte) *http.Request {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhooks/github", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(github.HeaderEvent, event)
-	req.Header.Set(github.HeaderDelivery, delivery)
-	req.Header.Set(github.HeaderHookID, "42")
-	req.Header.Set(github.HeaderSignature256, github.Sign([]byte(secret), body))
+	github.SetHeaders(req.Header, event, delivery, "42", github.Sign([]byte(secret), body))
 	return req
 }
 

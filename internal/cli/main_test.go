@@ -77,9 +77,7 @@ func serveReady(t *testing.T, env map[string]string, stderr io.Writer, d time.Du
 // and returns its path.
 func writeTemp(t testing.TB, name, content string) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	must(t, os.WriteFile(path, []byte(content), 0o600))
-	return path
+	return testenv.WriteFile(t, filepath.Join(t.TempDir(), name), content)
 }
 
 // freeAddr is testenv.FreeAddr, under the name this package's tests know.

@@ -270,13 +270,9 @@ func TestMCPRemoteSubcommandsIgnoreBrokenLocalFiles(t *testing.T) {
 // standard logger is the process's, routed by the last Run.
 func TestEnvFileWarningIsARelayLogLine(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "server.env"), []byte("GREETING=hello ${UNDEFINED_IN_THE_FILE}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, filepath.Join(dir, "server.env"), "GREETING=hello ${UNDEFINED_IN_THE_FILE}\n")
 	cfg := filepath.Join(dir, "mcp.json")
-	if err := os.WriteFile(cfg, []byte(`{"servers": {"s": {"command": "/nonexistent/server", "envFile": "server.env"}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, cfg, `{"servers": {"s": {"command": "/nonexistent/server", "envFile": "server.env"}}}`)
 	env := map[string]string{"RELAY_MCP_CONFIG": cfg, "RELAY_DATA_DIR": t.TempDir(), "RELAY_LOG_FORMAT": "json",
 		"NATS_URL": "nats://127.0.0.1:" + strings.Split(freeAddr(t), ":")[1]}
 	_, _, errs := cliRunner(t, env)("mcp", "test", "s")

@@ -3,13 +3,13 @@ package cli
 import (
 	"bytes"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // serviceSettings names, per registered service, a setting the service owns
@@ -65,10 +65,7 @@ func TestMainStaysThin(t *testing.T) {
 	}
 	lines := 0
 	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := testenv.ReadFile(t, f)
 		lines += bytes.Count(b, []byte("\n"))
 	}
 	if lines >= 400 {

@@ -157,10 +157,7 @@ func (s *soakSender) offer() {
 
 func (s *soakSender) send() error {
 	req, _ := http.NewRequest(http.MethodPost, s.url, bytes.NewReader(s.body))
-	req.Header.Set(github.HeaderEvent, "issues")
-	req.Header.Set(github.HeaderDelivery, uuid.NewString())
-	req.Header.Set(github.HeaderHookID, "1")
-	req.Header.Set(github.HeaderSignature256, s.sig)
+	github.SetHeaders(req.Header, "issues", uuid.NewString(), "1", s.sig)
 	s.sent.Add(1)
 	resp, err := s.client.Do(req)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
@@ -119,10 +120,7 @@ func TestComposeFile(t *testing.T) {
 
 func TestDockerfile(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile(filepath.Join(root(t), "Dockerfile"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := testenv.ReadFile(t, filepath.Join(root(t), "Dockerfile"))
 	df := string(b)
 	if strings.Count(df, "\nFROM ") < 1 || strings.Count(df, "FROM ") < 2 {
 		t.Error("Dockerfile is not multi-stage")
@@ -143,10 +141,7 @@ func TestEnvExampleMatchesREADME(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	readme, err := os.ReadFile(filepath.Join(root(t), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	readme := testenv.ReadFile(t, filepath.Join(root(t), "README.md"))
 	example := map[string]bool{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

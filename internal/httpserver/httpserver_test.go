@@ -18,14 +18,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relaystation/relay/internal/httpserver"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 func listen(t *testing.T) (net.Listener, string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testenv.Listen(t)
 	return ln, "http://" + ln.Addr().String()
 }
 
@@ -89,10 +87,7 @@ func TestOpsListener(t *testing.T) {
 	}
 
 	s.SeparateOps()
-	opsLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	opsLn := testenv.Listen(t)
 	addr := opsLn.Addr().String()
 	_ = opsLn.Close()
 	serve(t, func(ctx context.Context) error { return s.ServeOps(ctx, addr) })

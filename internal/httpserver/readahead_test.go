@@ -11,18 +11,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // tcpPair returns the two ends of a loopback TCP connection: the client's
 // and the server's, the server's as Accept returned it.
 func tcpPair(t *testing.T) (client, server net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testenv.Listen(t)
 	defer ln.Close()
-	client, err = net.Dial("tcp", ln.Addr().String())
+	client, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

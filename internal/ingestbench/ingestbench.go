@@ -340,12 +340,7 @@ func Webhook(client *http.Client, url string, key []byte) func(context.Context) 
 // empty), and returns the answer's status.
 func Send(ctx context.Context, client *http.Client, url, sig string) (int, error) {
 	return do(ctx, client, url, func(h http.Header) {
-		h.Set(github.HeaderEvent, "issues")
-		h.Set(github.HeaderDelivery, uuid.NewString())
-		h.Set(github.HeaderHookID, "1")
-		if sig != "" {
-			h.Set(github.HeaderSignature256, sig)
-		}
+		github.SetHeaders(h, "issues", uuid.NewString(), "1", sig)
 	})
 }
 

@@ -72,10 +72,7 @@ func TestClientScenarios(t *testing.T) {
 		t.Fatal(err)
 	}
 	baseline := filepath.Join(bin, "..", "..", "baseline.yml")
-	raw, err := os.ReadFile(baseline)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := testenv.ReadFile(t, baseline)
 	for _, scenario := range []string{"initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry"} {
 		t.Run(scenario, func(t *testing.T) {
 			t.Parallel()
@@ -119,10 +116,7 @@ func readChecks(t *testing.T, dir string) []check {
 	files, _ := filepath.Glob(filepath.Join(dir, "*", "checks.json"))
 	var out []check
 	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := testenv.ReadFile(t, f)
 		var cs []check
 		if err := json.Unmarshal(b, &cs); err != nil {
 			t.Fatalf("%s: %v", f, err)

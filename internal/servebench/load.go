@@ -88,10 +88,7 @@ func (s *sender) send(ctx context.Context) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(github.HeaderEvent, "issues")
-	req.Header.Set(github.HeaderDelivery, uuid.NewString())
-	req.Header.Set(github.HeaderHookID, "1")
-	req.Header.Set(github.HeaderSignature256, sig)
+	github.SetHeaders(req.Header, "issues", uuid.NewString(), "1", sig)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return err

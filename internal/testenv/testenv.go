@@ -3,9 +3,10 @@
 // what to start; in CI (CI=true) it fails, because CI provides everything.
 // It also holds the helpers every test package shares: WaitFor and Poll
 // wait for a condition with a deadline, Receive for a value on a channel
-// (Quiet for none), Go runs a service for a test,
-// FreeAddr and FreePort find a port nothing listens on, Buffer collects
-// concurrent writes.
+// (Quiet for none), Go runs a service for a test, Listen listens on a random
+// loopback port, FreeAddr and FreePort find a port nothing listens on,
+// Buffer collects concurrent writes, ReadFile and WriteFile read and write a
+// test's files.
 package testenv
 
 import (
@@ -143,20 +144,71 @@ func Logger(t testing.TB, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: level}))
 }
 
+// ReadFile returns the content of the file at path; an error stops the
+// test.
+func ReadFile(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// WriteFile writes content to path, making its directory first, and returns
+// path; an error stops the test. The file is readable by everyone, as files
+// a user writes usually are (0o644).
+func WriteFile(t testing.TB, path, content string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // NPMBin returns the path of an executable the npm fixtures install
 // (testdata/npm/node_modules/.bin/name), or stops the test, saying how to
 // install them, when it or node is missing.
 func NPMBin(t testing.TB, name string) string {
 	t.Helper()
+	bin := filepath.Join(".bin", name)
+	return filepath.Join(NPMModules(t, name, bin), bin)
+}
+
+// NPMModules returns the absolute path of the npm fixtures' node_modules
+// (testdata/npm/node_modules), or stops the test, saying how to install
+// them, when the file rel inside it (what names it in the message) or node
+// is missing.
+func NPMModules(t testing.TB, what, rel string) string {
+	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	p := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules", ".bin", name)
-	if _, err := os.Stat(p); err != nil {
-		Missing(t, "%s not installed; run scripts/setup.sh (npm ci in testdata/npm)", name)
+	mods, err := filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(mods, rel)); err != nil {
+		Missing(t, "%s not installed; run scripts/setup.sh (npm ci in testdata/npm)", what)
 	}
 	if _, err := exec.LookPath("node"); err != nil {
 		Missing(t, "node is not installed")
 	}
-	return p
+	return mods
+}
+
+// Listen listens on a random loopback TCP port, for a server the test
+// starts; the listener is closed when the test ends (closing it sooner, as a
+// server does when it stops, is fine).
+func Listen(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	return ln
 }
 
 // FreeAddr returns a loopback address ("127.0.0.1:port") that nothing

@@ -3,14 +3,14 @@ package github_test
 import (
 	"testing"
 
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers"
-	"github.com/relaystation/relay/mappers/mapperstest"
 )
 
 // issuesOpened is a real 13.5 kB issues webhook, signed.
 func issuesOpened(b *testing.B) *mappers.Request {
 	b.Helper()
-	r := request("issues", "d", mapperstest.ReadFile(b, "testdata/payloads/issues.opened.json"))
+	r := request("issues", "d", testenv.ReadFile(b, "testdata/payloads/issues.opened.json"))
 	b.SetBytes(int64(len(r.Body)))
 	return r
 }

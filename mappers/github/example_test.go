@@ -20,10 +20,7 @@ func Example() {
 		`"repository":{"full_name":"octo/hello","html_url":"https://github.com/octo/hello"},"sender":{"login":"alice","type":"User"}}`)
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
-	h.Set(github.HeaderEvent, "issues")
-	h.Set(github.HeaderDelivery, "72d3162e-cc78-11e3-81ab-4c9367dc0958")
-	h.Set(github.HeaderHookID, "123")
-	h.Set(github.HeaderSignature256, github.Sign([]byte("webhook-secret"), body))
+	github.SetHeaders(h, "issues", "72d3162e-cc78-11e3-81ab-4c9367dc0958", "123", github.Sign([]byte("webhook-secret"), body))
 	r := &mappers.Request{Header: h, Body: body, Received: time.Now()}
 
 	if err := p.Verify(r); err != nil {

@@ -30,10 +30,7 @@ func newProvider() *github.Provider {
 func request(event, delivery string, body []byte) *mappers.Request {
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
-	h.Set(github.HeaderEvent, event)
-	h.Set(github.HeaderDelivery, delivery)
-	h.Set(github.HeaderHookID, "123456")
-	h.Set(github.HeaderSignature256, github.Sign([]byte(testSecret), body))
+	github.SetHeaders(h, event, delivery, "123456", github.Sign([]byte(testSecret), body))
 	return &mappers.Request{Header: h, Body: body, Received: received}
 }
 

@@ -94,21 +94,14 @@ type Comment struct {
 // nothing is created. Give since a time safely before the first attempt (the
 // envelope's timestamp minus a margin). Errors are *PostError.
 func (c *Commenter) PostComment(ctx context.Context, owner, repo string, number int, body, key string, since time.Time) (Comment, error) {
-	if key != "" {
-		found, err := c.FindComment(ctx, owner, repo, number, key, since)
+	find := func(key string) (*Comment, error) { return c.FindComment(ctx, owner, repo, number, key, since) }
+	return mappers.PostOnce(key, body, find, func(body string) (Comment, error) {
+		cm, resp, err := c.client.Issues.CreateComment(ctx, owner, repo, number, &gh.IssueComment{Body: gh.String(body)})
 		if err != nil {
-			return Comment{}, err
+			return Comment{}, classify(fmt.Sprintf("create comment on %s/%s#%d", owner, repo, number), resp, err)
 		}
-		if found != nil {
-			return *found, nil
-		}
-		body = mappers.WithMarker(body, key)
-	}
-	cm, resp, err := c.client.Issues.CreateComment(ctx, owner, repo, number, &gh.IssueComment{Body: gh.String(body)})
-	if err != nil {
-		return Comment{}, classify(fmt.Sprintf("create comment on %s/%s#%d", owner, repo, number), resp, err)
-	}
-	return Comment{ID: cm.GetID(), URL: cm.GetHTMLURL()}, nil
+		return Comment{ID: cm.GetID(), URL: cm.GetHTMLURL()}, nil
+	})
 }
 
 // FindComment returns the comment carrying key's marker among the comments

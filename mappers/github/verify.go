@@ -20,6 +20,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"net/http"
 	"strings"
 
 	"github.com/relaystation/relay/mappers"
@@ -145,4 +146,16 @@ func Sign(key, body []byte) string {
 	mac := hmac.New(sha256.New, key)
 	mac.Write(body)
 	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// SetHeaders sets on h the headers GitHub sends with a webhook: the event,
+// the delivery id, the hook id and, when sig is not empty, the
+// X-Hub-Signature-256 value sig (see Sign). Tests and load generators use it.
+func SetHeaders(h http.Header, event, delivery, hookID, sig string) {
+	h.Set(HeaderEvent, event)
+	h.Set(HeaderDelivery, delivery)
+	h.Set(HeaderHookID, hookID)
+	if sig != "" {
+		h.Set(HeaderSignature256, sig)
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers"
 )
 
@@ -53,16 +54,6 @@ func Stem(path string) string {
 	return s
 }
 
-// ReadFile returns the contents of path, failing tb if it cannot be read.
-func ReadFile(tb testing.TB, path string) []byte {
-	tb.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
-}
-
 // Payloads reads every file matching the glob pattern, failing tb if none
 // matches or one cannot be read.
 func Payloads(tb testing.TB, pattern string) []Payload {
@@ -73,7 +64,7 @@ func Payloads(tb testing.TB, pattern string) []Payload {
 	}
 	out := make([]Payload, 0, len(files))
 	for _, f := range files {
-		out = append(out, Payload{Path: f, Name: filepath.Base(f), Body: ReadFile(tb, f)})
+		out = append(out, Payload{Path: f, Name: filepath.Base(f), Body: testenv.ReadFile(tb, f)})
 	}
 	return out
 }

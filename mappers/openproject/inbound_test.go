@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/openproject"
@@ -40,7 +41,7 @@ func signed(body []byte) *mappers.Request {
 
 func payload(t testing.TB, file string) []byte {
 	t.Helper()
-	return mapperstest.ReadFile(t, filepath.Join("testdata", "payloads", file))
+	return testenv.ReadFile(t, filepath.Join("testdata", "payloads", file))
 }
 
 func TestGolden(t *testing.T) {

@@ -103,27 +103,20 @@ type activity struct {
 // activity carries the key's marker it is returned with Existing set. Errors
 // are *PostError.
 func (c *Commenter) PostComment(ctx context.Context, id int, markdown, key string) (Comment, error) {
-	if key != "" {
-		found, err := c.FindComment(ctx, id, key)
-		if err != nil {
+	find := func(key string) (*Comment, error) { return c.FindComment(ctx, id, key) }
+	return mappers.PostOnce(key, markdown, find, func(markdown string) (Comment, error) {
+		body, _ := json.Marshal(map[string]any{"comment": map[string]string{"raw": markdown}})
+		var a activity
+		u := c.activitiesURL(id) + "?notify=" + strconv.FormatBool(c.notify)
+		if err := c.api.Do(ctx, http.MethodPost, u, body, &a); err != nil {
+			if mappers.AnswerLost(err) {
+				c.log.Warn("comment created but the answer did not decode", "work_package", id, "err", err)
+				return Comment{}, nil
+			}
 			return Comment{}, err
 		}
-		if found != nil {
-			return *found, nil
-		}
-		markdown = mappers.WithMarker(markdown, key)
-	}
-	body, _ := json.Marshal(map[string]any{"comment": map[string]string{"raw": markdown}})
-	var a activity
-	u := c.activitiesURL(id) + "?notify=" + strconv.FormatBool(c.notify)
-	if err := c.api.Do(ctx, http.MethodPost, u, body, &a); err != nil {
-		if mappers.AnswerLost(err) {
-			c.log.Warn("comment created but the answer did not decode", "work_package", id, "err", err)
-			return Comment{}, nil
-		}
-		return Comment{}, err
-	}
-	return Comment{ID: a.ID, URL: a.Links.Self.Href}, nil
+		return Comment{ID: a.ID, URL: a.Links.Self.Href}, nil
+	})
 }
 
 // FindComment returns the activity of work package id carrying key's marker, or nil.

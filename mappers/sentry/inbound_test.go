@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/sentry"
@@ -34,7 +35,7 @@ func signed(resource string, body []byte) *mappers.Request {
 // file name up to the first dot.
 func payload(t testing.TB, file string) (resource string, body []byte) {
 	t.Helper()
-	return mapperstest.Stem(file), mapperstest.ReadFile(t, filepath.Join("testdata", "payloads", file))
+	return mapperstest.Stem(file), testenv.ReadFile(t, filepath.Join("testdata", "payloads", file))
 }
 
 func TestGolden(t *testing.T) {

@@ -91,26 +91,19 @@ type note struct {
 // comment carries the key's marker it is returned with Existing set. Errors
 // are *PostError.
 func (c *Commenter) PostComment(ctx context.Context, issueID, text, key string) (Comment, error) {
-	if key != "" {
-		found, err := c.FindComment(ctx, issueID, key)
-		if err != nil || found != nil {
-			if found != nil {
-				return *found, nil
+	find := func(key string) (*Comment, error) { return c.FindComment(ctx, issueID, key) }
+	return mappers.PostOnce(key, text, find, func(text string) (Comment, error) {
+		body, _ := json.Marshal(map[string]string{"text": text})
+		var n note
+		if err := c.api.Do(ctx, http.MethodPost, c.notesURL(issueID), body, &n); err != nil {
+			if mappers.AnswerLost(err) {
+				c.log.Warn("comment created but the answer did not decode", "issue", issueID, "err", err)
+				return Comment{}, nil
 			}
 			return Comment{}, err
 		}
-		text = mappers.WithMarker(text, key)
-	}
-	body, _ := json.Marshal(map[string]string{"text": text})
-	var n note
-	if err := c.api.Do(ctx, http.MethodPost, c.notesURL(issueID), body, &n); err != nil {
-		if mappers.AnswerLost(err) {
-			c.log.Warn("comment created but the answer did not decode", "issue", issueID, "err", err)
-			return Comment{}, nil
-		}
-		return Comment{}, err
-	}
-	return Comment{ID: n.ID}, nil
+		return Comment{ID: n.ID}, nil
+	})
 }
 
 // FindComment returns the comment with key's marker among the issue's most

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers"
 	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/slack"
@@ -39,7 +40,7 @@ func signed(route string, body []byte) *mappers.Request {
 // body reads a payload file and shapes it as Slack sends it on route.
 func body(t testing.TB, route, path string) []byte {
 	t.Helper()
-	raw := mapperstest.ReadFile(t, path)
+	raw := testenv.ReadFile(t, path)
 	if route == slack.RouteInteractions {
 		var c bytes.Buffer
 		if err := json.Compact(&c, raw); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	slackapi "github.com/slack-go/slack"
 
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers/mapperstest"
 	"github.com/relaystation/relay/mappers/slack"
 	"github.com/relaystation/relay/secret"
@@ -475,10 +476,7 @@ func ExampleMrkdwn() {
 }
 
 func BenchmarkMrkdwn(b *testing.B) {
-	in, err := os.ReadFile(filepath.Join("testdata", "outbound", "answer.md"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	in := testenv.ReadFile(b, filepath.Join("testdata", "outbound", "answer.md"))
 	b.SetBytes(int64(len(in)))
 	b.ReportAllocs()
 	for b.Loop() {
@@ -488,10 +486,7 @@ func BenchmarkMrkdwn(b *testing.B) {
 
 // BenchmarkFormatParts formats a 100 kB answer into Slack messages.
 func BenchmarkFormatParts(b *testing.B) {
-	in, err := os.ReadFile(filepath.Join("testdata", "outbound", "answer.md"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	in := testenv.ReadFile(b, filepath.Join("testdata", "outbound", "answer.md"))
 	long := strings.Repeat(string(in)+"\n\n", 100_000/len(in)+1)
 	b.SetBytes(int64(len(long)))
 	b.ReportAllocs()

@@ -290,13 +290,7 @@ type SendError struct {
 }
 
 func (e *SendError) Error() string {
-	switch {
-	case e.Err != nil:
-		return fmt.Sprintf("%s: %v", e.Op, e.Err)
-	case e.Body != "":
-		return fmt.Sprintf("%s: %d %s: %s", e.Op, e.Status, http.StatusText(e.Status), clip.To(e.Body, 200))
-	}
-	return fmt.Sprintf("%s: %d %s", e.Op, e.Status, http.StatusText(e.Status))
+	return mappers.FailureText(e.Op, e.Status, clip.To(e.Body, 200), e.Err)
 }
 
 func (e *SendError) Unwrap() error { return e.Err }

@@ -1,7 +1,8 @@
 // Package memtest holds test helpers for the memory packages and the memory
-// worker. Proxy is a TCP proxy for fault tests: it forwards a local port
-// to a real server (Redis, Postgres) and can take the link down (closing every
-// connection and refusing new ones) and bring it back on the same port.
+// worker. Stores opens the embedded stores on a test's bus. Proxy is a TCP
+// proxy for fault tests: it forwards a local port to a real server (Redis,
+// Postgres) and can take the link down (closing every connection and
+// refusing new ones) and bring it back on the same port.
 package memtest
 
 import (

@@ -9,21 +9,13 @@ import (
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/memory"
 	"github.com/relaystation/relay/memory/embed"
-	"github.com/relaystation/relay/memory/longterm"
+	"github.com/relaystation/relay/memory/memtest"
 	"github.com/relaystation/relay/memory/session"
 )
 
 func newMemory(t testing.TB) *memory.Memory {
 	t.Helper()
-	b := bustest.Embedded(t)
-	ss, err := session.NewKV(t.Context(), b.JetStream(), session.KVConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lt, err := longterm.NewEmbedded(longterm.EmbeddedConfig{Dir: t.TempDir(), Dimensions: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ss, lt := memtest.Stores(t, bustest.Embedded(t), session.KVConfig{}, 64)
 	m, err := memory.New(memory.Config{Sessions: ss, LongTerm: lt, Embedder: embed.NewLocal(64)})
 	if err != nil {
 		t.Fatal(err)

@@ -669,14 +669,8 @@ func (v *kvSession) appendJSON(b []byte) ([]byte, error) {
 		b = append(b, ']')
 	}
 	if len(v.Seen) > 0 {
-		b = append(b, `,"seen":[`...)
-		for i, id := range v.Seen {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = envelope.AppendString(b, id)
-		}
-		b = append(b, ']')
+		b = append(b, `,"seen":`...)
+		b = envelope.AppendStrings(b, v.Seen)
 	}
 	return append(b, '}'), nil
 }

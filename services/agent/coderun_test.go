@@ -23,6 +23,7 @@ import (
 	"github.com/relaystation/relay/services/toolrunner"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
+	"github.com/relaystation/relay/tools/toolstest"
 )
 
 // runPolicy gives the agent every tool, the oncall role (its members: a
@@ -118,10 +119,7 @@ func (h *runHarness) nextPost(t *testing.T) *envelope.Envelope {
 func startToolRunner(t *testing.T, b *bus.Bus, policy string, names ...string) *mcpconfig.Policy {
 	t.Helper()
 	bin := testenv.NPMBin(t, "mcp-server-everything")
-	pol, err := mcpconfig.ParsePolicy([]byte(policy))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := toolstest.Policy(t, policy)
 	var servers []mcpconfig.Server
 	for _, name := range names {
 		servers = append(servers, mcpconfig.Server{Name: name, Type: mcpconfig.Stdio, Command: bin, Args: []string{"stdio"}, ProtocolVersion: mcpconfig.DefaultProtocolVersion})

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"errors"
-	"log/slog"
 	"net/http"
 	"testing"
 	"time"
@@ -45,10 +44,7 @@ func TestDoneButUnpublishedCompleted(t *testing.T) {
 	t.Parallel()
 	for _, delivered := range []uint64{1, 2} {
 		h := setup(t, []reply{say("never asked")})
-		svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testenv.Logger(t, slog.LevelWarn)}, h.b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		svc := h.idle(t, 0)
 		task := newTestTask(githubIssueOpened())
 		task.Status, task.Step, task.Answer = StatusDone, 2, "The answer that was never published."
 		task.Calls = []Call{{ID: "s1-0", LLMID: "call_1", Func: "everything__echo", Tool: echoTool.Name, Done: true}}
@@ -80,10 +76,7 @@ func TestLaterStepCallsCompleted(t *testing.T) {
 	task := newTestTask(githubIssueOpened())
 	task.Status, task.Step = StatusWaiting, 2
 	task.Calls = []Call{{ID: "s2-0", LLMID: "call_2", Func: "everything__echo", Tool: echoTool.Name, Args: map[string]any{"message": "again"}}}
-	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testenv.Logger(t, slog.LevelWarn)}, h.b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := h.idle(t, 0)
 	storeTask(t, svc, task)
 	if err := svc.handleResult(t.Context(), resultMsg(task.ID, "s1-0", 2)); err != nil {
 		t.Fatalf("handleResult: %v", err)
@@ -111,10 +104,7 @@ func TestLaterStepCallsCompleted(t *testing.T) {
 func TestLease(t *testing.T) {
 	t.Parallel()
 	h := setup(t, []reply{say("Taken over.")})
-	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testenv.Logger(t, slog.LevelWarn)}, h.b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := h.idle(t, 0)
 	holder := &bus.Message{Consumer: ConsumerInbound, StreamSeq: 7, Delivered: 1}
 	other := &bus.Message{Consumer: ConsumerResults, StreamSeq: 8, Delivered: 1}
 
@@ -174,10 +164,7 @@ func TestLeaseRenewedWhileThinking(t *testing.T) {
 	h := setup(t, []reply{slow}, withConfig(func(c *Config) { c.LeaseTTL = time.Second }))
 	origin := githubIssueOpened()
 	h.publish(t, envelope.SubjectInbound+".github.issues", origin)
-	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testenv.Logger(t, slog.LevelWarn), LeaseTTL: time.Second}, h.b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := h.idle(t, time.Second)
 	id := TaskID(origin.ID)
 	var first time.Time
 	testenv.WaitFor(t, 10*time.Second, "the task leased", func() bool {
@@ -212,10 +199,7 @@ func TestLeaseRenewedWhileThinking(t *testing.T) {
 func TestReplayedTriggerResumesTask(t *testing.T) {
 	t.Parallel()
 	h := setup(t, []reply{say("Resumed.")})
-	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testenv.Logger(t, slog.LevelWarn)}, h.b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := h.idle(t, 0)
 	origin := githubIssueOpened()
 	task := newTestTask(origin)
 	task.Lease = &Lease{Owner: "dead-process/1", Holder: ConsumerInbound + ":7", Until: time.Now().Add(-time.Second)}

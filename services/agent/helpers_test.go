@@ -342,6 +342,18 @@ func (h *harness) start(t testing.TB) (stop func()) {
 	return stop
 }
 
+// idle returns another agent on h's bus that does not run: a test calls its
+// handlers directly, as a second process (or one that crashed and came back)
+// would handle a delivery. leaseTTL, when not zero, is its lease's length.
+func (h *harness) idle(t testing.TB, leaseTTL time.Duration) *Service {
+	t.Helper()
+	svc, err := New(t.Context(), Config{Model: h.llm.model(t), Logger: testenv.Logger(t, slog.LevelWarn), LeaseTTL: leaseTTL}, h.b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
 func (h *harness) publish(t testing.TB, subject string, e *envelope.Envelope) {
 	t.Helper()
 	if _, err := h.b.Publish(t.Context(), subject, e, bus.WithMsgID("test:"+e.ID+":"+fmt.Sprint(time.Now().UnixNano()))); err != nil {

@@ -1,28 +1,22 @@
 package agent
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/relaystation/relay/config/configtest"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 func TestReadSettings(t *testing.T) {
 	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.md")
-	if err := os.WriteFile(policy, []byte("  Be brief.\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, policy, "  Be brief.\n")
 	tools := filepath.Join(t.TempDir(), "tools.yaml")
-	if err := os.WriteFile(tools, []byte("roles:\n  - role: oncall\n    capabilities: [everything.read]\n    members: {slack: [U0ONCALL]}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, tools, "roles:\n  - role: oncall\n    capabilities: [everything.read]\n    members: {slack: [U0ONCALL]}\n")
 	empty := filepath.Join(t.TempDir(), "empty.yaml")
-	if err := os.WriteFile(empty, []byte("roles:\n  - role: none\n    capabilities: []\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, empty, "roles:\n  - role: none\n    capabilities: []\n")
 	configtest.Run(t, ReadSettings, []configtest.Case[Settings]{
 		{Name: "defaults: model off", Env: map[string]string{}, Check: func(s Settings) bool {
 			return s.LLM.BaseURL == "" && s.Config.MaxSteps == 8 && s.Config.Refs == 5 && s.Config.Role == "agent" &&

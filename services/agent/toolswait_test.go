@@ -9,6 +9,7 @@ import (
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
+	"github.com/relaystation/relay/tools/toolstest"
 )
 
 // The first listing after a start waits for the tool runner's first
@@ -17,10 +18,7 @@ func TestBusToolsWaitsForFirstDiscovery(t *testing.T) {
 	t.Parallel()
 	bin := testenv.NPMBin(t, "mcp-server-everything")
 	b := bustest.Embedded(t)
-	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['*.*']\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := toolstest.Policy(t, "roles:\n  - role: agent\n    capabilities: ['*.*']\n")
 	r, err := tools.New(tools.Config{Policy: pol, Servers: []mcpconfig.Server{{
 		Name: "everything", Type: mcpconfig.Stdio, Command: bin, Args: []string{"stdio"}, ProtocolVersion: mcpconfig.DefaultProtocolVersion,
 	}}})

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,19 +26,13 @@ import (
 	"github.com/relaystation/relay/services/toolrunner"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
+	"github.com/relaystation/relay/tools/toolstest"
 )
 
 // everything returns the stdio server-everything of testdata/npm.
 func everything(t testing.TB) mcpconfig.Server {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	bin := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules", ".bin", "mcp-server-everything")
-	if _, err := os.Stat(bin); err != nil {
-		testenv.Missing(t, "mcp-server-everything not installed; run scripts/setup.sh")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		testenv.Missing(t, "node is not installed")
-	}
+	bin := testenv.NPMBin(t, "mcp-server-everything")
 	return mcpconfig.Server{Name: "everything", Type: mcpconfig.Stdio, Command: bin, Args: []string{"stdio"},
 		ProtocolVersion: mcpconfig.DefaultProtocolVersion}
 }
@@ -61,10 +53,7 @@ const policy = "roles:\n  - role: hooks\n    capabilities: ['everything.*', 'gon
 func start(t testing.TB, file string, extra ...mcpconfig.Server) *rig {
 	t.Helper()
 	b := bustest.Embedded(t)
-	pol, err := mcpconfig.ParsePolicy([]byte(policy))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := toolstest.Policy(t, policy)
 	audit := filepath.Join(t.TempDir(), "tools.jsonl")
 	tr, err := toolrunner.New(t.Context(), toolrunner.Config{Tools: tools.Config{
 		Servers: append([]mcpconfig.Server{everything(t)}, extra...), Policy: pol, AuditPath: audit,
@@ -593,7 +582,7 @@ func slackItem(t *testing.T, body []byte) mappers.Item {
 func TestNoHookOnOwnSlackPost(t *testing.T) {
 	t.Parallel()
 	r := start(t, slackEchoFile)
-	own := mapperstest.ReadFile(t, filepath.Join("..", "..", "mappers", "slack", "testdata", "events", "message_from_app.json"))
+	own := testenv.ReadFile(t, filepath.Join("..", "..", "mappers", "slack", "testdata", "events", "message_from_app.json"))
 	r.publish(t, slackItem(t, own))
 	other := bytes.ReplaceAll(own, []byte(`"app_id": "A123ABC456"`), []byte(`"app_id": "A0OTHERAPP"`))
 	other = bytes.ReplaceAll(other, []byte("Ev06ABCDE13"), []byte("Ev06ABCDE99"))

@@ -3,7 +3,6 @@ package hooks
 import (
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -260,10 +259,7 @@ func TestContextFromGoldenEnvelopes(t *testing.T) {
 			"ref": "refs/tags/simple-tag", "tag": "simple-tag", "sha": "6113728f27ae82c7b1a177c8d03f9e96e0adf246"}},
 	}
 	for _, tc := range cases {
-		raw, err := os.ReadFile(tc.file)
-		if err != nil {
-			t.Fatal(err)
-		}
+		raw := testenv.ReadFile(t, tc.file)
 		var g struct {
 			Envelope json.RawMessage `json:"envelope"`
 			Items    []struct {

@@ -73,9 +73,7 @@ func TestConsumerFiltersTriggerSubjects(t *testing.T) {
 	t.Parallel()
 	b := bustest.Embedded(t)
 	path := filepath.Join(t.TempDir(), "hooks.yaml")
-	if err := os.WriteFile(path, []byte(triggerFile("github.issues.opened", "github.issues.labeled", "sentry.issue.created")), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, path, triggerFile("github.issues.opened", "github.issues.labeled", "sentry.issue.created"))
 	f, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -100,9 +98,7 @@ func TestConsumerFiltersTriggerSubjects(t *testing.T) {
 		t.Fatalf("after an in.slack.message envelope: got %+v, want nothing pending or delivered", ci)
 	}
 
-	if err := os.WriteFile(path, []byte(triggerFile("slack.message")), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, path, triggerFile("slack.message"))
 	testenv.WaitFor(t, 10*time.Second, "the filter to follow the edit", func() bool {
 		ci := info()
 		return ci != nil && slices.Equal(filter(ci), []string{b.Subject("in.slack.message")})
@@ -204,15 +200,11 @@ func mustOf(t *testing.T) func(error) {
 // written is not a change to put in force (it would drop every hook).
 func TestDigestIgnoresEmptyFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "hooks.yaml")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, path, "")
 	if d := digest(path); d != nil {
 		t.Errorf("digest of an empty file: got %x, want nil", d)
 	}
-	if err := os.WriteFile(path, []byte("hooks: []\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, path, "hooks: []\n")
 	if d := digest(path); d == nil {
 		t.Error("digest of `hooks: []`: got nil, want a digest")
 	}

@@ -126,10 +126,7 @@ func TestReadBodySizedToArrival(t *testing.T) {
 		putBuffer(body)
 		return c.NoContent(http.StatusNoContent)
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testenv.Listen(t)
 	testenv.Go(t, "http server", func(ctx context.Context) error { return srv.ServeListener(ctx, ln) })
 
 	for _, tc := range []struct {

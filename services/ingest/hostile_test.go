@@ -17,6 +17,7 @@ import (
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/httpserver"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers/sentry"
 	"github.com/relaystation/relay/services/ingest"
 )
@@ -32,10 +33,7 @@ func serveGateway(t testing.TB, cfg ingest.Config, opts ...bustest.Option) strin
 	}
 	srv := httpserver.New(nil, prometheus.NewRegistry())
 	svc.Mount(srv.Echo)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testenv.Listen(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.ServeListener(ctx, ln) }()

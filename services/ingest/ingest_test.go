@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -53,10 +52,7 @@ func startGateway(t *testing.T, pub ingest.Publisher, cfg ingest.Config, provide
 	}
 	srv := httpserver.New(nil, reg)
 	svc.Mount(srv.Echo)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testenv.Listen(t)
 	testenv.Go(t, "Run", svc.Run)
 	testenv.Go(t, "http server", func(ctx context.Context) error { return srv.ServeListener(ctx, ln) })
 	return &gateway{url: "http://" + ln.Addr().String(), reg: reg, svc: svc}
@@ -75,10 +71,7 @@ func githubRequest(t testing.TB, base, event, delivery string, body []byte) *htt
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "GitHub-Hookshot/test")
-	req.Header.Set(github.HeaderEvent, event)
-	req.Header.Set(github.HeaderDelivery, delivery)
-	req.Header.Set(github.HeaderHookID, "42")
-	req.Header.Set(github.HeaderSignature256, github.Sign([]byte(ghSecret), body))
+	github.SetHeaders(req.Header, event, delivery, "42", github.Sign([]byte(ghSecret), body))
 	return req
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,7 +17,7 @@ import (
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/memory"
 	"github.com/relaystation/relay/memory/embed"
-	"github.com/relaystation/relay/memory/longterm"
+	"github.com/relaystation/relay/memory/memtest"
 	"github.com/relaystation/relay/memory/session"
 	svc "github.com/relaystation/relay/services/memory"
 )
@@ -46,14 +45,7 @@ func BenchmarkHotThread(b *testing.B) {
 	}
 	bb := bustest.Embedded(b)
 	ctx := context.Background()
-	kv, err := session.NewKV(ctx, bb.JetStream(), session.KVConfig{Bucket: "bench_sessions"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	lt, err := longterm.NewEmbedded(longterm.EmbeddedConfig{Dir: filepath.Join(b.TempDir(), "memory"), Dimensions: dims})
-	if err != nil {
-		b.Fatal(err)
-	}
+	kv, lt := memtest.Stores(b, bb, session.KVConfig{Bucket: "bench_sessions"}, dims)
 	m, err := memory.New(memory.Config{Sessions: kv, LongTerm: lt, Embedder: embed.NewLocal(dims)})
 	if err != nil {
 		b.Fatal(err)

@@ -2,7 +2,6 @@ package memory_test
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,7 +10,7 @@ import (
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/memory"
 	"github.com/relaystation/relay/memory/embed"
-	"github.com/relaystation/relay/memory/longterm"
+	"github.com/relaystation/relay/memory/memtest"
 	"github.com/relaystation/relay/memory/session"
 	svc "github.com/relaystation/relay/services/memory"
 )
@@ -22,14 +21,7 @@ import (
 func TestHotThread(t *testing.T) {
 	t.Parallel()
 	b := bustest.Embedded(t)
-	kv, err := session.NewKV(t.Context(), b.JetStream(), session.KVConfig{Options: session.Options{MaxTurns: 1000}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lt, err := longterm.NewEmbedded(longterm.EmbeddedConfig{Dir: filepath.Join(t.TempDir(), "memory"), Dimensions: dims})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv, lt := memtest.Stores(t, b, session.KVConfig{Options: session.Options{MaxTurns: 1000}}, dims)
 	// FoldAt high enough that every turn stays, so the test can count them.
 	m, err := memory.New(memory.Config{Sessions: kv, LongTerm: lt, Embedder: embed.NewLocal(dims), FoldAt: 1 << 20})
 	if err != nil {

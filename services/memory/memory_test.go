@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -51,14 +50,7 @@ func start(t *testing.T, b *bus.Bus, st stores) *memory.Memory {
 
 func embeddedStores(t *testing.T, b *bus.Bus) stores {
 	t.Helper()
-	ss, err := session.NewKV(t.Context(), b.JetStream(), session.KVConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lt, err := longterm.NewEmbedded(longterm.EmbeddedConfig{Dir: filepath.Join(t.TempDir(), "memory"), Dimensions: dims})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ss, lt := memtest.Stores(t, b, session.KVConfig{}, dims)
 	return stores{ss, lt}
 }
 

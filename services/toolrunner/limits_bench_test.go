@@ -10,7 +10,7 @@ import (
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/tools"
-	"github.com/relaystation/relay/tools/mcpconfig"
+	"github.com/relaystation/relay/tools/toolstest"
 )
 
 // BenchmarkSharedLimits compares, in one run on the same in-process MCP
@@ -71,10 +71,7 @@ func BenchmarkSharedLimits(b *testing.B) {
 
 func benchRunner(b *testing.B, url string, lim tools.LimitStore) *tools.Runner {
 	b.Helper()
-	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['svc.*']\nbudgets:\n  svc.echo: {daily_quota: 1000000000}\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
+	pol := toolstest.Policy(b, "roles:\n  - role: agent\n    capabilities: ['svc.*']\nbudgets:\n  svc.echo: {daily_quota: 1000000000}\n")
 	pol.Limits.PerSession = 1 << 30 // counted, never reached
 	return svcRunner(b, url, pol, lim, nil)
 }

@@ -25,10 +25,7 @@ func limitRunner(t *testing.T, b *bus.Bus, url, policy string, now func() time.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['svc.*']\n" + policy))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := toolstest.Policy(t, "roles:\n  - role: agent\n    capabilities: ['svc.*']\n"+policy)
 	return svcRunner(t, url, pol, lim, now)
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
+	"github.com/relaystation/relay/tools/toolstest"
 )
 
 // The request/reply code of tool runners before nats.go/micro, kept here to
@@ -244,10 +245,7 @@ func TestRefreshReachesEveryRunner(t *testing.T) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	b := bustest.Embedded(t)
-	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['v.*']\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := toolstest.Policy(t, "roles:\n  - role: agent\n    capabilities: ['v.*']\n")
 	var runners []*Service
 	for range 2 {
 		svc, err := New(t.Context(), Config{Logger: testenv.Logger(t, slog.LevelWarn), Tools: tools.Config{

@@ -1,27 +1,23 @@
 package toolrunner
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/relaystation/relay/config/configtest"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 func TestReadSettings(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	mcpJSON := filepath.Join(dir, "mcp.json")
-	if err := os.WriteFile(mcpJSON, []byte(`{"mcpServers": {"echo": {"command": "echo-server", "args": ["--stdio"]}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, mcpJSON, `{"mcpServers": {"echo": {"command": "echo-server", "args": ["--stdio"]}}}`)
 	// A binding naming a server mcp.json lacks stops startup.
 	unbound := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(unbound, []byte("bindings:\n  - slack: {channel: C0OPS}\n    servers: [echo, jira]\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, unbound, "bindings:\n  - slack: {channel: C0OPS}\n    servers: [echo, jira]\n")
 	configtest.Run(t, ReadSettings, []configtest.Case[*Settings]{
 		{Name: "servers, audit and redacted secrets", Env: map[string]string{
 			"RELAY_MCP_CONFIG":          mcpJSON,

@@ -25,6 +25,7 @@ import (
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
+	"github.com/relaystation/relay/tools/toolstest"
 )
 
 type msgIn struct {
@@ -65,10 +66,7 @@ func start(t *testing.T, extra ...mcpconfig.Server) *fixture {
 	t.Helper()
 	url, writes := mcpServer(t)
 	b := bustest.Embedded(t)
-	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['svc.*', 'dead.*']\n  - role: reader\n    capabilities: ['svc.echo']\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := toolstest.Policy(t, "roles:\n  - role: agent\n    capabilities: ['svc.*', 'dead.*']\n  - role: reader\n    capabilities: ['svc.echo']\n")
 	auditPath := filepath.Join(t.TempDir(), "tools.jsonl")
 	servers := append([]mcpconfig.Server{{Name: "svc", Type: mcpconfig.HTTP, URL: url, ProtocolVersion: mcpconfig.DefaultProtocolVersion}}, extra...)
 	svc, err := New(t.Context(), Config{Logger: testenv.Logger(t, slog.LevelWarn), NoticeChannel: opsChannel, Tools: tools.Config{
@@ -89,10 +87,7 @@ func TestReadyNamesServersOnTheirFirstAttempt(t *testing.T) {
 	t.Parallel()
 	// A server that accepts connections and never answers keeps its first
 	// handshake open until the listener goes away.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testenv.Listen(t)
 	var conns []net.Conn
 	var mu sync.Mutex
 	go func() {

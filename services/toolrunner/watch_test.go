@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -17,41 +15,12 @@ import (
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/bundle"
-	"github.com/relaystation/relay/tools/mcpconfig"
 	"github.com/relaystation/relay/tools/toolstest"
 )
 
 type reloadEvent struct {
 	res tools.ReloadResult
 	err error
-}
-
-// everythingRelayBundle is a relay bundle running server-everything
-// through ${bundlePath}.
-func everythingRelayBundle(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	mods := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "npm", "node_modules")
-	mods, _ = filepath.Abs(mods)
-	if _, err := os.Stat(filepath.Join(mods, "@modelcontextprotocol", "server-everything", "dist", "index.js")); err != nil {
-		testenv.Missing(t, "server-everything not installed; run scripts/setup.sh")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		testenv.Missing(t, "node is not installed")
-	}
-	dir := filepath.Join(t.TempDir(), "ref")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	manifest := "id: ref\nversion: '1'\nmcpServers:\n  everything:\n    command: node\n" +
-		"    args: ['${bundlePath}/node_modules/@modelcontextprotocol/server-everything/dist/index.js', stdio]\n"
-	if err := os.WriteFile(filepath.Join(dir, "bundle.yaml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(mods, filepath.Join(dir, "node_modules")); err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 // startWatchedRunner starts a tool runner on the config file cfg and a
@@ -77,13 +46,11 @@ func TestConfigWatcherHotReload(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "mcp.json")
-	if err := os.WriteFile(cfg, []byte("{\n  // nothing yet\n  \"mcpServers\": {}\n}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, cfg, "{\n  // nothing yet\n  \"mcpServers\": {}\n}\n")
 	r, events := startWatchedRunner(t, cfg)
 
 	in := &bundle.Installer{Config: cfg, DataDir: filepath.Join(dir, "data")}
-	if _, err := in.Install(t.Context(), everythingRelayBundle(t), bundle.Options{}); err != nil {
+	if _, err := in.Install(t.Context(), toolstest.EverythingBundle(t), bundle.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if ev := nextReload(t, events, "after install"); ev.err != nil || strings.Join(ev.res.Added, ",") != "ref__everything" {
@@ -101,9 +68,7 @@ func TestConfigWatcherHotReload(t *testing.T) {
 	good, _ := os.ReadFile(cfg)
 	bad := strings.Replace(string(good), `"command"`, `"comand"`, 1)
 	for range 2 {
-		if err := os.WriteFile(cfg, []byte(bad), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testenv.WriteFile(t, cfg, bad)
 	}
 	if ev := nextReload(t, events, "invalid file"); ev.err == nil || !strings.Contains(ev.err.Error(), "comand") {
 		t.Fatalf("got %+v, want the problem named", ev)
@@ -113,9 +78,7 @@ func TestConfigWatcherHotReload(t *testing.T) {
 	}
 
 	// Uninstall (after the user fixes the file) stops the server.
-	if err := os.WriteFile(cfg, good, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, cfg, string(good))
 	if _, err := in.Uninstall(t.Context(), "ref", bundle.Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -139,14 +102,9 @@ func TestInstallIntoRunningService(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "mcp.json")
-	if err := os.WriteFile(cfg, []byte("{\"servers\": {}}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, cfg, "{\"servers\": {}}\n")
 	b := bustest.Embedded(t)
-	pol, err := mcpconfig.ParsePolicy([]byte("roles:\n  - role: agent\n    capabilities: ['ref__everything.echo']\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := toolstest.Policy(t, "roles:\n  - role: agent\n    capabilities: ['ref__everything.echo']\n")
 	svc, err := New(t.Context(), Config{Logger: testenv.Logger(t, slog.LevelWarn), WatchConfig: true, Tools: tools.Config{
 		ConfigPath: cfg, Policy: pol, BaseEnv: tools.BaseEnvFrom(os.Environ()), HealthInterval: time.Second,
 	}}, b)
@@ -163,7 +121,7 @@ func TestInstallIntoRunningService(t *testing.T) {
 	results := bustest.Observe(t, b, "obs-bundle-result", envelope.SubjectToolResult)
 
 	in := &bundle.Installer{Config: cfg, DataDir: filepath.Join(dir, "data")}
-	if _, err := in.Install(t.Context(), everythingRelayBundle(t), bundle.Options{}); err != nil {
+	if _, err := in.Install(t.Context(), toolstest.EverythingBundle(t), bundle.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := refreshes.NextMsg(10 * time.Second); err != nil {

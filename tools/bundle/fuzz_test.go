@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // FuzzInstallUninstall: whatever mcp.json a user has, an install either
@@ -30,11 +32,11 @@ func FuzzInstallUninstall(f *testing.F) {
 	}
 	dir := f.TempDir()
 	manifest := filepath.Join(dir, "fz", "bundle.yaml")
-	writeFile(f, manifest, "id: fz\nversion: '1'\nmcpServers:\n  s:\n    command: node\n    args: [s.js]\n")
+	testenv.WriteFile(f, manifest, "id: fz\nversion: '1'\nmcpServers:\n  s:\n    command: node\n    args: [s.js]\n")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in := newInstaller(t, "")
 		if len(data) > 0 {
-			writeFile(t, in.Config, string(data))
+			testenv.WriteFile(t, in.Config, string(data))
 		}
 		_, err := in.Install(t.Context(), manifest, Options{})
 		if err != nil {
@@ -87,7 +89,7 @@ func FuzzLoadRelay(f *testing.F) {
 			name = "bundle.json"
 		}
 		p := filepath.Join(t.TempDir(), name)
-		writeFile(t, p, string(data))
+		testenv.WriteFile(t, p, string(data))
 		b, err := LoadRelay(p)
 		if err != nil {
 			return
@@ -119,7 +121,7 @@ func TestAliasBombRefused(t *testing.T) {
 	}
 	y.WriteString("id: bomb\nversion: '1'\nmcpServers:\n  s: {command: node, args: *l8}\n")
 	p := filepath.Join(t.TempDir(), "bundle.yaml")
-	writeFile(t, p, y.String())
+	testenv.WriteFile(t, p, y.String())
 	if _, err := LoadRelay(p); err == nil {
 		t.Fatal("an alias bomb loaded")
 	}

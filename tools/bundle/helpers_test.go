@@ -1,31 +1,17 @@
 package bundle
 
 import (
-	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/relaystation/relay/internal/testenv"
 )
 
-// writeFile writes a file (making its directory) and returns its path.
-func writeFile(t testing.TB, path, content string) string {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
+// readFile is testenv.ReadFile as a string.
 func readFile(t testing.TB, path string) string {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return string(testenv.ReadFile(t, path))
 }
 
 // repoRoot is the module's root directory.
@@ -41,7 +27,7 @@ func newInstaller(t testing.TB, content string) *Installer {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "mcp.json")
 	if content != "" {
-		writeFile(t, cfg, content)
+		testenv.WriteFile(t, cfg, content)
 	}
 	return &Installer{Config: cfg, DataDir: filepath.Join(dir, "data")}
 }

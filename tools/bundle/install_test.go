@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
@@ -31,7 +32,7 @@ const commented = `// Servers for the relay.
 func relayBundle(t testing.TB, id, body string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), id)
-	writeFile(t, filepath.Join(dir, "bundle.yaml"), body)
+	testenv.WriteFile(t, filepath.Join(dir, "bundle.yaml"), body)
 	return dir
 }
 
@@ -243,7 +244,7 @@ func TestUninstallRefusesEditedServer(t *testing.T) {
 	// The user moves ed__a to the end and edits ed__b.
 	data := readFile(t, in.Config)
 	edited := strings.Replace(data, `"python3"`, `"python3.12"`, 1)
-	writeFile(t, in.Config, edited)
+	testenv.WriteFile(t, in.Config, edited)
 	_, err := in.Uninstall(t.Context(), "ed", Options{})
 	var ee *EditedError
 	if !errors.As(err, &ee) || ee.Server != "ed__b" {
@@ -271,7 +272,7 @@ func TestUninstallFindsReorderedServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The user moves the bundle's server before their own, reformatted.
-	writeFile(t, in.Config, "{\"mcpServers\": {\n\"ro__a\": { \"command\" : \"node\" },\n\"mine\": {\"command\": \"x\"}}}\n")
+	testenv.WriteFile(t, in.Config, "{\"mcpServers\": {\n\"ro__a\": { \"command\" : \"node\" },\n\"mine\": {\"command\": \"x\"}}}\n")
 	if _, err := in.Uninstall(t.Context(), "ro", Options{}); err != nil {
 		t.Fatal(err)
 	}

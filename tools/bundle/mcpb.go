@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -251,13 +253,8 @@ func (in *Installer) userConfig(m mcpbManifest, dir string, set map[string]strin
 	}
 	home, _ := os.UserHomeDir()
 	vars := map[string]string{"__dirname": dir, "HOME": home, "pathSeparator": string(filepath.Separator), "/": string(filepath.Separator)}
-	keys := make([]string, 0, len(m.UserConfig))
-	for k := range m.UserConfig {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var errs []string
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(m.UserConfig)) {
 		uc := m.UserConfig[k]
 		v, given := set[k]
 		switch {

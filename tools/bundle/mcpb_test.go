@@ -66,8 +66,8 @@ const greetManifest = `{
 func greetDir(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "greeter")
-	writeFile(t, filepath.Join(dir, "manifest.json"), greetManifest)
-	writeFile(t, filepath.Join(dir, "server", "index.js"), greetServer)
+	testenv.WriteFile(t, filepath.Join(dir, "manifest.json"), greetManifest)
+	testenv.WriteFile(t, filepath.Join(dir, "server", "index.js"), greetServer)
 	return dir
 }
 
@@ -218,7 +218,7 @@ func TestMCPBUpgradeRemovesOldVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	v2 := greetDir(t)
-	writeFile(t, filepath.Join(v2, "manifest.json"), strings.Replace(greetManifest, `"version": "1.0.0"`, `"version": "1.1.0"`, 1))
+	testenv.WriteFile(t, filepath.Join(v2, "manifest.json"), strings.Replace(greetManifest, `"version": "1.0.0"`, `"version": "1.1.0"`, 1))
 	res, err := in.Install(t.Context(), v2, set)
 	if err != nil {
 		t.Fatal(err)

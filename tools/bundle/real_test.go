@@ -19,15 +19,9 @@ import (
 // (its node_modules links to testdata/npm/node_modules).
 func everythingBundle(t testing.TB, id string) string {
 	t.Helper()
-	mods, _ := filepath.Abs(filepath.Join(repoRoot(), "testdata", "npm", "node_modules"))
-	if _, err := os.Stat(filepath.Join(mods, "@modelcontextprotocol", "server-everything", "dist", "index.js")); err != nil {
-		testenv.Missing(t, "server-everything not installed; run scripts/setup.sh (npm ci in testdata/npm)")
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		testenv.Missing(t, "node is not installed")
-	}
+	mods := testenv.NPMModules(t, "server-everything", "@modelcontextprotocol/server-everything/dist/index.js")
 	dir := filepath.Join(t.TempDir(), id)
-	writeFile(t, filepath.Join(dir, "bundle.json"), `{
+	testenv.WriteFile(t, filepath.Join(dir, "bundle.json"), `{
   // A relay bundle around the reference server.
   "id": "`+id+`",
   "version": "2026.8.31",

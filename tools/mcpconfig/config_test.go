@@ -2,7 +2,6 @@ package mcpconfig
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -157,13 +156,9 @@ func TestLoad(t *testing.T) {
 	if _, err := Load(filepath.Join(dir, "mcp.json"), Options{}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("missing file: got %v, want ErrNotFound", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "srv.env"), []byte("# c\nexport A=1\nB=\"two words\"\n\nC='x=y'\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, filepath.Join(dir, "srv.env"), "# c\nexport A=1\nB=\"two words\"\n\nC='x=y'\n")
 	path := filepath.Join(dir, "mcp.json")
-	if err := os.WriteFile(path, []byte(`{"servers": {"a": {"command": "x", "envFile": "srv.env", "env": {"A": "over"}}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, path, `{"servers": {"a": {"command": "x", "envFile": "srv.env", "env": {"A": "over"}}}}`)
 	got, err := Load(path, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -174,9 +169,7 @@ func TestLoad(t *testing.T) {
 			t.Errorf("env %s: got %q, want %q", k, got[0].Env[k], v)
 		}
 	}
-	if err := os.WriteFile(path, []byte(`{"servers": {"a": {"type": "http"}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, path, `{"servers": {"a": {"type": "http"}}}`)
 	_, err = Load(path, Options{})
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("got %v, want an error naming %s", err, path)

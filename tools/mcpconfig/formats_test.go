@@ -3,11 +3,12 @@ package mcpconfig
 import (
 	"errors"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 // The files below are written the way each client writes them.
@@ -107,9 +108,7 @@ func TestErrorsNameLineAndColumn(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "mcp.json")
 	doc := "{\n  // servers\n  \"servers\": {\n    \"a\": {\"command\": \"x\"},\n    \"b\": {\"command\": \"x\",\n           \"comand\": \"y\"}\n  }\n}\n"
-	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, path, doc)
 	_, err := Load(path, Options{Lookup: lookup(nil)})
 	var ve *ValidationError
 	if !errors.As(err, &ve) {
@@ -122,9 +121,7 @@ func TestErrorsNameLineAndColumn(t *testing.T) {
 		t.Errorf("got %q, want %q", err, want)
 	}
 	// A syntax error has its place too.
-	if err := os.WriteFile(path, []byte("{\n  \"servers\": {\n    \"a\": {\"command\": \"x\"}}\n  oops\n}"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testenv.WriteFile(t, path, "{\n  \"servers\": {\n    \"a\": {\"command\": \"x\"}}\n  oops\n}")
 	_, err = Load(path, Options{})
 	if !errors.As(err, &ve) || ve.Line != 4 {
 		t.Errorf("got %v, want a syntax error on line 4", err)

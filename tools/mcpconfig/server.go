@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -337,12 +339,7 @@ func UnixSocket(u *url.URL) (sock, httpPath string) {
 // env reads the env object: strings (with ${VAR} meaning ${env:VAR}),
 // numbers and booleans.
 func (e *entry) env(raw map[string]any, s *Server) {
-	keys := make([]string, 0, len(raw))
-	for k := range raw {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(raw)) {
 		if !envNameRE.MatchString(k) {
 			e.fail("env."+k, "not a valid environment variable name")
 			continue

@@ -1,14 +1,19 @@
 // Package toolstest starts tool runners for the tests of the packages that
 // call tools through one: a runner built from a tools.Config, started on the
-// test's context, closed when the test ends.
+// test's context, closed when the test ends. Policy parses a test's policy;
+// EverythingBundle is a bundle for the tests that install one.
 package toolstest
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 // ReadyWithin is how long Ready waits for a runner's servers: starting a
@@ -48,4 +53,41 @@ func StartReady(tb testing.TB, cfg tools.Config) *tools.Runner {
 	r := Start(tb, cfg)
 	Ready(tb, r)
 	return r
+}
+
+// Policy parses yml, a tool policy (roles, budgets, bindings); a policy that
+// does not parse stops the test.
+func Policy(tb testing.TB, yml string) *mcpconfig.Policy {
+	tb.Helper()
+	p, err := mcpconfig.ParsePolicy([]byte(yml))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// EverythingModule is server-everything's entry point inside the npm
+// fixtures' node_modules (testenv.NPMModules).
+const EverythingModule = "@modelcontextprotocol/server-everything/dist/index.js"
+
+// EverythingBundle is a relay bundle directory "ref" (a bundle.yaml, id ref)
+// whose server "everything" runs server-everything with node through
+// ${bundlePath}: its node_modules links to the npm fixtures'. The test stops
+// when they or node are missing.
+func EverythingBundle(tb testing.TB) string {
+	tb.Helper()
+	mods := testenv.NPMModules(tb, "server-everything", EverythingModule)
+	dir := filepath.Join(tb.TempDir(), "ref")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	manifest := "id: ref\nversion: '1'\nmcpServers:\n  everything:\n    command: node\n" +
+		"    args: ['${bundlePath}/node_modules/" + EverythingModule + "', stdio]\n"
+	if err := os.WriteFile(filepath.Join(dir, "bundle.yaml"), []byte(manifest), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Symlink(mods, filepath.Join(dir, "node_modules")); err != nil {
+		tb.Fatal(err)
+	}
+	return dir
 }
