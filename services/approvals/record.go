@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -130,7 +132,23 @@ var (
 // store keeps records in a key-value bucket with revision-checked updates.
 type store struct {
 	kv jetstream.KeyValue
+
+	// written holds the records this process wrote last, with their
+	// revisions, so that the next change of one (a suggestion's record is
+	// written three times in a row: created, claimed, posted) starts from it
+	// instead of reading it back. The revision check of the write keeps that
+	// safe: if anyone wrote since, the write fails and the record is read.
+	mu      sync.Mutex
+	written map[string]writtenRecord
 }
+
+type writtenRecord struct {
+	rec Record
+	rev uint64
+}
+
+// maxWritten bounds store.written; when it is full it starts again empty.
+const maxWritten = 1024
 
 func openStore(ctx context.Context, b *bus.Bus, retention time.Duration) (*store, error) {
 	name := Bucket(b.Prefix())
@@ -138,7 +156,36 @@ func openStore(ctx context.Context, b *bus.Bus, retention time.Duration) (*store
 	if err != nil {
 		return nil, err
 	}
-	return &store{kv: kv}, nil
+	return &store{kv: kv, written: make(map[string]writtenRecord)}, nil
+}
+
+// lastWritten is the task's record as this process last wrote it, if it
+// still knows it.
+func (s *store) lastWritten(task string) (*Record, uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.written[task]
+	if !ok {
+		return nil, 0, false
+	}
+	r := w.rec
+	return &r, w.rev, true
+}
+
+// wrote remembers r as the task's record at rev (forgets it when r is nil).
+func (s *store) wrote(task string, r *Record, rev uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r == nil {
+		delete(s.written, task)
+		return
+	}
+	if len(s.written) >= maxWritten {
+		clear(s.written)
+	}
+	c := *r
+	c.SuggestionIDs = slices.Clone(r.SuggestionIDs)
+	s.written[task] = writtenRecord{rec: c, rev: rev}
 }
 
 var keyRE = regexp.MustCompile(`^[-_=.a-zA-Z0-9]{1,128}$`)
@@ -172,11 +219,18 @@ func (s *store) get(ctx context.Context, task string) (*Record, uint64, error) {
 // the result with a revision check, retrying on conflict. fn returns the record
 // to write (which may be a new one), or errNoChange to leave it, or another
 // error to stop. mutate returns the record as stored afterwards.
+//
+// It starts from the record as this process last wrote it, when it knows it;
+// only a write can go by that (its revision check fails if the record changed
+// since): fn's errNoChange or error is decided again on the record read.
 func (s *store) mutate(ctx context.Context, task string, fn func(r *Record) (*Record, error)) (*Record, error) {
 	for range 20 {
-		cur, rev, err := s.get(ctx, task)
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return nil, err
+		var err error
+		cur, rev, known := s.lastWritten(task)
+		if !known {
+			if cur, rev, err = s.get(ctx, task); err != nil && !errors.Is(err, ErrNotFound) {
+				return nil, err
+			}
 		}
 		var next *Record
 		if cur != nil {
@@ -185,6 +239,10 @@ func (s *store) mutate(ctx context.Context, task string, fn func(r *Record) (*Re
 			next, err = fn(&c)
 		} else {
 			next, err = fn(nil)
+		}
+		if err != nil && known {
+			s.wrote(task, nil, 0) // decide that on the record as it is stored
+			continue
 		}
 		if errors.Is(err, errNoChange) {
 			return cur, nil
@@ -196,17 +254,21 @@ func (s *store) mutate(ctx context.Context, task string, fn func(r *Record) (*Re
 		if err != nil {
 			return nil, fmt.Errorf("encode approval %s: %w", task, err)
 		}
+		var wrote uint64
 		if cur == nil {
-			_, err = s.kv.Create(ctx, key(task), b)
+			wrote, err = s.kv.Create(ctx, key(task), b)
 		} else {
-			_, err = s.kv.Update(ctx, key(task), b, rev)
+			wrote, err = s.kv.Update(ctx, key(task), b, rev)
 		}
 		switch {
 		case err == nil:
+			s.wrote(task, next, wrote)
 			return next, nil
 		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			s.wrote(task, nil, 0)
 			continue // somebody else wrote first: read again and re-decide
 		default:
+			s.wrote(task, nil, 0)
 			return nil, fmt.Errorf("write approval %s: %w", task, err)
 		}
 	}
