@@ -2,9 +2,9 @@
 // jetstream.JetStream.PublishMsg does (the same request, the same retries
 // while no stream answers, the same errors), but reads the usual ack,
 // {"stream":"S","seq":N} or {"stream":"S","seq":N,"duplicate": true} (or
-// the form of servers before 2.10, `, "seq":`), without encoding/json. Decoding the ack with encoding/json was more than half of
-// the client's cost of a publish; every other reply goes through it as
-// before.
+// the form of servers before 2.10, `, "seq":`), without encoding/json.
+// Decoding the ack with encoding/json was more than half of the client's
+// cost of a publish; every other reply goes through it as before.
 package jsack
 
 import (

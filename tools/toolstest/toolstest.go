@@ -78,14 +78,8 @@ func EverythingBundle(tb testing.TB) string {
 	tb.Helper()
 	mods := testenv.NPMModules(tb, "server-everything", EverythingModule)
 	dir := filepath.Join(tb.TempDir(), "ref")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	manifest := "id: ref\nversion: '1'\nmcpServers:\n  everything:\n    command: node\n" +
-		"    args: ['${bundlePath}/node_modules/" + EverythingModule + "', stdio]\n"
-	if err := os.WriteFile(filepath.Join(dir, "bundle.yaml"), []byte(manifest), 0o644); err != nil {
-		tb.Fatal(err)
-	}
+	testenv.WriteFile(tb, filepath.Join(dir, "bundle.yaml"), "id: ref\nversion: '1'\nmcpServers:\n  everything:\n    command: node\n"+
+		"    args: ['${bundlePath}/node_modules/"+EverythingModule+"', stdio]\n")
 	if err := os.Symlink(mods, filepath.Join(dir, "node_modules")); err != nil {
 		tb.Fatal(err)
 	}
