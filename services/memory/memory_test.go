@@ -106,10 +106,17 @@ func TestWorkerEmbedded(t *testing.T) {
 	if !roles["user"] || !roles["assistant"] || !roles["tool"] || sc.Tokens == 0 {
 		t.Fatalf("turns %+v: want user, assistant and tool turns and a token estimate", sc.Turns)
 	}
-	refs, err := client.Retrieve(ctx, memory.Query{Text: "why does the api crash on start", K: 3, Thread: th})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The long-term memory is written after the answer's turn (Memory.ObserveAll
+	// appends the turns first), so the session may be complete before it.
+	var refs []memory.Ref
+	testenv.Poll(t, 15*time.Second, func() (bool, string) {
+		var err error
+		refs, err = client.Retrieve(ctx, memory.Query{Text: "why does the api crash on start", K: 3, Thread: th})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(refs) > 0, "no long-term memory retrieved yet"
+	})
 	if len(refs) != 1 || refs[0].ID != answer.ID || refs[0].Score <= 0 {
 		t.Fatalf("got refs %+v, want the long-term memory", refs)
 	}
