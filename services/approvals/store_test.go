@@ -23,16 +23,19 @@ func (c *countingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEnt
 	return c.KeyValue.Get(ctx, key)
 }
 
-// TestMutateGoesOnFromItsOwnWrite: a store changes a record it wrote last
-// without reading it back, and never goes by that past another writer: a
-// write decided on it fails and is decided again on the stored record, and so
-// is a "no change" decided on it.
-func TestMutateGoesOnFromItsOwnWrite(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
+// twoStores are two stores on one bucket, changing one record: mine, whose
+// reads are counted, and other, a second writer.
+type twoStores struct {
+	t           *testing.T
+	mine, other *store
+	reads       *countingKV
+	task        string
+}
+
+func newTwoStores(t *testing.T) *twoStores {
 	b := bustest.Embedded(t)
 	open := func() (*store, *countingKV) {
-		st, err := openStore(ctx, b, time.Hour)
+		st, err := openStore(t.Context(), b, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,81 +43,98 @@ func TestMutateGoesOnFromItsOwnWrite(t *testing.T) {
 		st.kv = c
 		return st, c
 	}
-	mine, reads := open()
-	other, _ := open()
-	const task = "task-1"
-	set := func(st *store, text string, status Status) {
-		t.Helper()
-		if _, err := st.mutate(ctx, task, func(r *Record) (*Record, error) {
-			if r == nil {
-				r = &Record{TaskID: task, Round: 1}
-			}
-			r.Text, r.Status = text, status
-			return r, nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// onlyPending writes text when the record is pending, else changes nothing.
-	onlyPending := func(text string) *Record {
-		t.Helper()
-		rec, err := mine.mutate(ctx, task, func(r *Record) (*Record, error) {
-			if r.Status != StatusPending {
-				return nil, errNoChange
-			}
-			r.Text = text
-			return r, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rec
-	}
-	stored := func() *Record {
-		t.Helper()
-		r, _, err := other.get(ctx, task)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	ts := &twoStores{t: t, task: "task-1"}
+	ts.mine, ts.reads = open()
+	ts.other, _ = open()
+	return ts
+}
 
-	set(mine, "a", StatusPending)
-	before := reads.reads.Load()
-	set(mine, "b", StatusPending)
-	if n := reads.reads.Load() - before; n != 0 {
+// set writes the record through st with text and status.
+func (ts *twoStores) set(st *store, text string, status Status) {
+	ts.t.Helper()
+	if _, err := st.mutate(ts.t.Context(), ts.task, func(r *Record) (*Record, error) {
+		if r == nil {
+			r = &Record{TaskID: ts.task, Round: 1}
+		}
+		r.Text, r.Status = text, status
+		return r, nil
+	}); err != nil {
+		ts.t.Fatal(err)
+	}
+}
+
+// onlyPending writes text through mine when the record is pending, else
+// changes nothing; it returns what mutate returned.
+func (ts *twoStores) onlyPending(text string) *Record {
+	ts.t.Helper()
+	rec, err := ts.mine.mutate(ts.t.Context(), ts.task, func(r *Record) (*Record, error) {
+		if r.Status != StatusPending {
+			return nil, errNoChange
+		}
+		r.Text = text
+		return r, nil
+	})
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	return rec
+}
+
+// stored is the record as the other store reads it from the bucket.
+func (ts *twoStores) stored() *Record {
+	ts.t.Helper()
+	r, _, err := ts.other.get(ts.t.Context(), ts.task)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	return r
+}
+
+// TestMutateGoesOnFromItsOwnWrite: a store changes a record it wrote last
+// without reading it back, and never goes by that past another writer: a
+// write decided on it fails and is decided again on the stored record, and so
+// is a "no change" decided on it.
+func TestMutateGoesOnFromItsOwnWrite(t *testing.T) {
+	t.Parallel()
+	ts := newTwoStores(t)
+	mine, other := ts.mine, ts.other
+
+	ts.set(mine, "a", StatusPending)
+	before := ts.reads.reads.Load()
+	ts.set(mine, "b", StatusPending)
+	if n := ts.reads.reads.Load() - before; n != 0 {
 		t.Errorf("changing its own last write read the record %d times, want 0", n)
 	}
 
 	// Another writer decides; the pending-only change must not go through.
-	set(other, "b", StatusRejected)
-	if rec := onlyPending("c"); rec.Status != StatusRejected || rec.Text != "b" {
+	ts.set(other, "b", StatusRejected)
+	if rec := ts.onlyPending("c"); rec.Status != StatusRejected || rec.Text != "b" {
 		t.Errorf("after another writer rejected: mutate returned %q %q, want rejected b", rec.Status, rec.Text)
 	}
-	if r := stored(); r.Status != StatusRejected || r.Text != "b" {
+	if r := ts.stored(); r.Status != StatusRejected || r.Text != "b" {
 		t.Errorf("stored %q %q, want rejected b", r.Status, r.Text)
 	}
 
 	// This store last wrote it rejected; another writer opens it again. A "no
 	// change" decided on its own write would miss that.
-	set(mine, "b", StatusRejected)
-	set(other, "b", StatusPending)
-	if rec := onlyPending("d"); rec.Text != "d" {
+	ts.set(mine, "b", StatusRejected)
+	ts.set(other, "b", StatusPending)
+	if rec := ts.onlyPending("d"); rec.Text != "d" {
 		t.Errorf("after another writer reopened it: mutate returned %q, want d", rec.Text)
 	}
-	if r := stored(); r.Status != StatusPending || r.Text != "d" {
+	if r := ts.stored(); r.Status != StatusPending || r.Text != "d" {
 		t.Errorf("stored %q %q, want pending d", r.Status, r.Text)
 	}
 
 	// A record deleted behind it is created again, not updated at a stale revision.
-	if err := other.kv.Delete(ctx, key(task)); err != nil {
+	if err := other.kv.Delete(t.Context(), key(ts.task)); err != nil {
 		t.Fatal(err)
 	}
-	set(mine, "e", StatusPending)
-	if r := stored(); r.Text != "e" {
+	ts.set(mine, "e", StatusPending)
+	if r := ts.stored(); r.Text != "e" {
 		t.Errorf("after a delete: stored %q, want e", r.Text)
 	}
-	if _, err := mine.mutate(ctx, "task-2", func(*Record) (*Record, error) { return nil, errors.New("stop") }); err == nil {
+	if _, err := mine.mutate(t.Context(), "task-2", func(*Record) (*Record, error) { return nil, errors.New("stop") }); err == nil {
 		t.Error("an error of fn was not returned")
 	}
 }
