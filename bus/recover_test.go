@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/secret"
@@ -54,18 +55,10 @@ func (n *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.
 
 func (n *natsServer) start() {
 	n.t.Helper()
-	srv, err := server.NewServer(&server.Options{
+	n.srv = bustest.StartServer(n.t, &server.Options{
 		Host: "127.0.0.1", Port: n.port, JetStream: true, StoreDir: n.store, NoSigs: true, NoLog: true,
 		Authorization: n.token,
 	})
-	if err != nil {
-		n.t.Fatalf("nats server: %v", err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		n.t.Fatalf("nats server not ready on %d", n.port)
-	}
-	n.srv = srv
 }
 
 func (n *natsServer) stop() {

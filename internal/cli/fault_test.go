@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/internal/procs"
 	"github.com/relaystation/relay/internal/testenv"
@@ -570,12 +571,7 @@ func startNATS(t *testing.T) *restartableNATS {
 }
 
 func (n *restartableNATS) start(t *testing.T) {
-	s, err := server.NewServer(n.opts)
-	must(t, err)
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready after 10s")
-	}
+	s := bustest.StartServer(t, n.opts)
 	n.mu.Lock()
 	n.srv = s
 	n.mu.Unlock()

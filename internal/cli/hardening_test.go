@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/config"
 )
 
@@ -137,14 +138,8 @@ func startNATSAt(t *testing.T, addr, store string) *server.Server {
 	t.Helper()
 	host, portStr, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(portStr)
-	ns, err := server.NewServer(&server.Options{Host: host, Port: port, JetStream: true, StoreDir: store,
+	return bustest.StartServer(t, &server.Options{Host: host, Port: port, JetStream: true, StoreDir: store,
 		NoSigs: true, NoLog: true, Username: "relay", Password: "pa55w0rd-in-url"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
-	return ns
 }
 
 // webhooksAroundRestart restarts NATS under load: webhooks keep coming
