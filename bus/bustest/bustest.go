@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -69,23 +68,6 @@ func External(t testing.TB, opts ...Option) *bus.Bus {
 		b.Close()
 	})
 	return b
-}
-
-// StartServer starts an in-process NATS server with opts and waits until it
-// accepts connections; it is shut down when the test ends. A test may shut
-// it down earlier and start another on the same port and store directory.
-func StartServer(t testing.TB, opts *server.Options) *server.Server {
-	t.Helper()
-	ns, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatalf("nats server: %v", err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatalf("nats server on %s:%d not ready after 10s", opts.Host, opts.Port)
-	}
-	return ns
 }
 
 // connect applies opts to cfg and connects, giving up after 20 seconds.
