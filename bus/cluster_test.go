@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/testenv"
 )
 
@@ -37,23 +38,12 @@ func startCluster(t testing.TB, n int) *cluster {
 				routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
 			}
 		}
-		ns, err := server.NewServer(&server.Options{
+		c.nodes = append(c.nodes, bustest.StartServer(t, &server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true,
 			JetStream: true, StoreDir: t.TempDir(),
 			Cluster: server.ClusterOpts{Name: "relay", Host: "127.0.0.1", Port: routePorts[i]},
 			Routes:  routes,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ns.Start()
-		t.Cleanup(ns.Shutdown)
-		c.nodes = append(c.nodes, ns)
-	}
-	for _, ns := range c.nodes {
-		if !ns.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("node %s not ready", ns.Name())
-		}
+		}))
 	}
 	return c
 }

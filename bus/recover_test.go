@@ -14,35 +14,19 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/secret"
 )
 
-// natsServer is a JetStream server on a fixed loopback port and store, so a
-// test can stop it and start it again where clients expect it.
-type natsServer struct {
-	t     testing.TB
-	port  int
-	store string
-	token string
-	srv   *server.Server
-}
-
-func newNATSServer(t testing.TB) *natsServer {
-	t.Helper()
-	n := &natsServer{t: t, port: testenv.FreePort(t), store: t.TempDir()}
-	t.Cleanup(n.stop)
-	return n
-}
-
 // startedNATS starts a server and connects a bus with prefix to it, closed
 // when the test ends.
-func startedNATS(t *testing.T, prefix string) (*natsServer, *bus.Bus) {
+func startedNATS(t *testing.T, prefix string) (*bustest.Restartable, *bus.Bus) {
 	t.Helper()
-	ns := newNATSServer(t)
-	ns.start()
-	b, err := bus.Connect(t.Context(), bus.Config{URL: ns.url(), Prefix: prefix, Name: t.Name()})
+	ns := bustest.NewRestartable(t, server.Options{})
+	ns.Start()
+	b, err := bus.Connect(t.Context(), bus.Config{URL: ns.URL(), Prefix: prefix, Name: t.Name()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,38 +34,12 @@ func startedNATS(t *testing.T, prefix string) (*natsServer, *bus.Bus) {
 	return ns, b
 }
 
-func (n *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
-
-func (n *natsServer) start() {
-	n.t.Helper()
-	srv, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: n.port, JetStream: true, StoreDir: n.store, NoSigs: true, NoLog: true,
-		Authorization: n.token,
-	})
-	if err != nil {
-		n.t.Fatalf("nats server: %v", err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		n.t.Fatalf("nats server not ready on %d", n.port)
-	}
-	n.srv = srv
-}
-
-func (n *natsServer) stop() {
-	if n.srv != nil {
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
-		n.srv = nil
-	}
-}
-
 // A process started while NATS is down does not exit: it is not ready, then
 // connects and serves once the server comes up.
 func TestStartsBeforeServer(t *testing.T) {
 	t.Parallel()
-	ns := newNATSServer(t)
-	b, err := bus.Open(bus.Config{URL: ns.url(), Prefix: "wait", Name: t.Name()})
+	ns := bustest.NewRestartable(t, server.Options{})
+	b, err := bus.Open(bus.Config{URL: ns.URL(), Prefix: "wait", Name: t.Name()})
 	if err != nil {
 		t.Fatalf("Open with the server down: got %v, want a bus that waits", err)
 	}
@@ -98,7 +56,7 @@ func TestStartsBeforeServer(t *testing.T) {
 		t.Fatalf("WaitReady with the server down: got %v, want a deadline error", err)
 	}
 
-	ns.start()
+	ns.Start()
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 	defer cancel()
 	if err := b.WaitReady(ctx); err != nil {
@@ -113,9 +71,9 @@ func TestStartsBeforeServer(t *testing.T) {
 // Operator commands fail at once instead of waiting for a server.
 func TestFailFast(t *testing.T) {
 	t.Parallel()
-	ns := newNATSServer(t)
+	ns := bustest.NewRestartable(t, server.Options{})
 	start := time.Now()
-	_, err := bus.Connect(t.Context(), bus.Config{URL: "nats://u:hunter2@127.0.0.1:" + fmt.Sprint(ns.port), FailFast: true})
+	_, err := bus.Connect(t.Context(), bus.Config{URL: "nats://u:hunter2@" + ns.Addr(), FailFast: true})
 	if err == nil {
 		t.Fatal("got nil, want an error with no server")
 	}
@@ -169,10 +127,10 @@ func TestServerRestartUnderLoad(t *testing.T) {
 		}
 	}()
 	testenv.WaitFor(t, 10*time.Second, "publishing before the restart", func() bool { return published.Load() >= 200 })
-	ns.stop()
+	ns.Stop()
 	testenv.WaitFor(t, 10*time.Second, "the bus to notice", func() bool { return b.Ready(t.Context()) != nil })
 	before := published.Load()
-	ns.start()
+	ns.Start()
 	testenv.WaitFor(t, 20*time.Second, "publishing after the restart", func() bool { return published.Load() >= before+200 })
 	stop()
 	<-done

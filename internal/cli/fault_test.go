@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/internal/procs"
 	"github.com/relaystation/relay/internal/testenv"
@@ -86,7 +87,7 @@ func TestFaults(t *testing.T) {
 // deployment is the split deployment under test.
 type deployment struct {
 	t       *testing.T
-	nats    *restartableNATS
+	nats    *bustest.Restartable
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	slack   *fakes.Slack
@@ -104,11 +105,12 @@ func newDeployment(t *testing.T, p faultParams) *deployment {
 		bin = relayBinary(t)
 	}
 	t.Logf("relay binary %s", bin)
-	d := &deployment{t: t, nats: startNATS(t), slack: fakes.NewSlack(t), gh: fakes.NewGitHub(t), clicked: map[int]time.Time{}}
+	d := &deployment{t: t, nats: bustest.NewRestartable(t, server.Options{}), slack: fakes.NewSlack(t), gh: fakes.NewGitHub(t), clicked: map[int]time.Time{}}
+	d.nats.Start()
 	// The e2e model, answering after a model's latency, so kills meet tasks
 	// mid-step.
 	llm := fakes.NewLLM(t, func(r *fakes.ChatRequest) fakes.Reply { time.Sleep(p.think); return script(r) })
-	env := faultEnv(t, d.slack, d.gh, llm, d.nats.url)
+	env := faultEnv(t, d.slack, d.gh, llm, d.nats.URL())
 	for _, w := range []struct {
 		cmd string
 		n   int
@@ -130,7 +132,7 @@ func newDeployment(t *testing.T, p faultParams) *deployment {
 			}
 		}
 	})
-	nc, err := nats.Connect(d.nats.url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	nc, err := nats.Connect(d.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	must(t, err)
 	t.Cleanup(nc.Close)
 	d.nc = nc
@@ -349,9 +351,9 @@ func (d *deployment) chaos(t *testing.T, p faultParams) (kills, restarts int) {
 		time.Sleep(p.every/2 + rand.N(p.every))
 		if !natsDone && time.Since(start) >= p.natsAt {
 			natsDone = true
-			d.nats.stop()
+			d.nats.Stop()
 			time.Sleep(p.natsDown)
-			d.nats.start(t)
+			d.nats.Start()
 			restarts++
 			continue
 		}
@@ -547,49 +549,6 @@ func (w *worker) stop() {
 		w.proc.Stop(20 * time.Second)
 		w.proc = nil
 	}
-}
-
-// restartableNATS is a JetStream server on a fixed port and store directory,
-// so it can be stopped and started again as a restarted server would be.
-type restartableNATS struct {
-	opts *server.Options
-	url  string
-	mu   sync.Mutex
-	srv  *server.Server
-}
-
-func startNATS(t *testing.T) *restartableNATS {
-	port, err := strconv.Atoi(freeAddr(t)[len("127.0.0.1:"):])
-	must(t, err)
-	n := &restartableNATS{opts: &server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true}}
-	n.url = fmt.Sprintf("nats://127.0.0.1:%d", port)
-	n.start(t)
-	t.Cleanup(n.stop)
-	return n
-}
-
-func (n *restartableNATS) start(t *testing.T) {
-	s, err := server.NewServer(n.opts)
-	must(t, err)
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready after 10s")
-	}
-	n.mu.Lock()
-	n.srv = s
-	n.mu.Unlock()
-}
-
-func (n *restartableNATS) stop() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.srv == nil {
-		return
-	}
-	n.srv.Shutdown()
-	n.srv.WaitForShutdown()
-	n.srv = nil
 }
 
 func tail(s string, n int) string {

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/config"
 )
 
@@ -34,17 +34,15 @@ func getStatus(url string) int {
 // password in NATS_URL never reaches the log.
 func TestServeWaitsForNATS(t *testing.T) {
 	t.Parallel()
-	natsAddr := freeAddr(t)
-	w := startIngestWithoutNATS(t, natsAddr)
+	ns := bustest.NewRestartable(t, server.Options{Username: "relay", Password: "pa55w0rd-in-url"})
+	w := startIngestWithoutNATS(t, ns.Addr())
 	w.checkWaiting(t)
 
-	store := t.TempDir()
-	startNATS := func() *server.Server { return startNATSAt(t, natsAddr, store) }
-	ns := startNATS()
+	ns.Start()
 	waitHTTP(t, w.base+"/readyz", http.StatusOK, 20*time.Second)
 
-	ok := w.webhooksAroundRestart(t, ns, startNATS)
-	stored := storedIDs(t, "nats://relay:pa55w0rd-in-url@"+natsAddr)
+	ok := w.webhooksAroundRestart(t, ns)
+	stored := storedIDs(t, "nats://relay:pa55w0rd-in-url@"+ns.Addr())
 	for _, id := range ok {
 		if !stored[id] {
 			t.Errorf("webhook %s was answered 200 but is not stored", id)
@@ -131,26 +129,10 @@ func (w *waitingIngest) checkWaiting(t *testing.T) {
 	}
 }
 
-// startNATSAt starts a JetStream server on addr that stores in store and
-// wants the password the ingest worker's NATS_URL carries.
-func startNATSAt(t *testing.T, addr, store string) *server.Server {
-	t.Helper()
-	host, portStr, _ := net.SplitHostPort(addr)
-	port, _ := strconv.Atoi(portStr)
-	ns, err := server.NewServer(&server.Options{Host: host, Port: port, JetStream: true, StoreDir: store,
-		NoSigs: true, NoLog: true, Username: "relay", Password: "pa55w0rd-in-url"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
-	return ns
-}
-
 // webhooksAroundRestart restarts NATS under load: webhooks keep coming
 // before, during and after the restart, and the gateway answers 200 again
 // after it. It returns the ids of the webhooks answered 200.
-func (w *waitingIngest) webhooksAroundRestart(t *testing.T, ns *server.Server, startNATS func() *server.Server) []string {
+func (w *waitingIngest) webhooksAroundRestart(t *testing.T, ns *bustest.Restartable) []string {
 	t.Helper()
 	var ok []string
 	send := func(i int) int {
@@ -167,12 +149,11 @@ func (w *waitingIngest) webhooksAroundRestart(t *testing.T, ns *server.Server, s
 	for ; i < 50; i++ {
 		send(i)
 	}
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	ns.Stop()
 	for ; i < 53; i++ {
 		send(i) // 503 while NATS is down
 	}
-	startNATS()
+	ns.Start()
 	deadline := time.Now().Add(20 * time.Second)
 	for ; send(i) != http.StatusOK; i++ {
 		if time.Now().After(deadline) {

@@ -268,6 +268,49 @@ func CheckGoldenItems(t testing.TB, path string, doc Doc, subject, msgIDPrefix s
 	}
 }
 
+// Mapped is what a mapping test expects of an item: Thread, Role and
+// Channel are compared whole, Content is a part the envelope's content must
+// hold, and MsgID, URL and Actor are checked only when set.
+type Mapped struct {
+	Thread  string
+	Content string
+	Role    envelope.Role
+	Channel envelope.Channel
+	MsgID   string
+	URL     string
+	Actor   string
+}
+
+// CheckMapped compares it with want and returns its envelope's
+// meta.source, stopping t when there is none.
+func CheckMapped(t testing.TB, it mappers.Item, want Mapped) *envelope.Source {
+	t.Helper()
+	e := it.Envelope
+	if e.Meta.Thread != want.Thread {
+		t.Errorf("got thread %q, want %q", e.Meta.Thread, want.Thread)
+	}
+	if !strings.Contains(e.Content, want.Content) {
+		t.Errorf("got content %q, want it to contain %q", e.Content, want.Content)
+	}
+	if e.Role != want.Role || e.Channel != want.Channel {
+		t.Errorf("got role %q channel %q, want %q %s", e.Role, e.Channel, want.Role, want.Channel)
+	}
+	if want.MsgID != "" && it.MsgID != want.MsgID {
+		t.Errorf("got msg id %q, want %q", it.MsgID, want.MsgID)
+	}
+	src := e.Meta.Source
+	if src == nil {
+		t.Fatal("got no meta.source")
+	}
+	if want.URL != "" && src.URL != want.URL {
+		t.Errorf("got url %q, want %q", src.URL, want.URL)
+	}
+	if want.Actor != "" && src.Actor != want.Actor {
+		t.Errorf("got actor %q, want %q", src.Actor, want.Actor)
+	}
+	return src
+}
+
 // ErrSignature stands for "a *mappers.SignatureError" in the want column of
 // verify tables (see CheckVerifyErr).
 var ErrSignature = errors.New("a *mappers.SignatureError")

@@ -100,31 +100,13 @@ func TestMapping(t *testing.T) {
 		t.Run(tt.file+"/base="+tt.base, func(t *testing.T) {
 			t.Parallel()
 			it := mapperstest.MapOne(t, newProvider(t, tt.base), signed(payload(t, tt.file)))
-			e := it.Envelope
-			if e.Meta.Thread != tt.thread {
-				t.Errorf("got thread %q, want %q", e.Meta.Thread, tt.thread)
-			}
-			if !strings.Contains(e.Content, tt.content) {
-				t.Errorf("got content %q, want it to contain %q", e.Content, tt.content)
-			}
-			if e.Role != envelope.RoleUser || e.Channel != envelope.ChannelOpenProject {
-				t.Errorf("got role %q channel %q", e.Role, e.Channel)
-			}
-			if tt.msgID != "" && it.MsgID != tt.msgID {
-				t.Errorf("got msg id %q, want %q", it.MsgID, tt.msgID)
-			}
-			src := e.Meta.Source
-			if src == nil || src.DeliveryID != it.MsgID {
-				t.Fatalf("got source %+v, want delivery id %q", src, it.MsgID)
-			}
-			if tt.url != "" && src.URL != tt.url {
-				t.Errorf("got url %q, want %q", src.URL, tt.url)
+			src := mapperstest.CheckMapped(t, it, mapperstest.Mapped{Thread: tt.thread, Content: tt.content,
+				Role: envelope.RoleUser, Channel: envelope.ChannelOpenProject, MsgID: tt.msgID, URL: tt.url, Actor: tt.actor})
+			if src.DeliveryID != it.MsgID {
+				t.Errorf("got source %+v, want delivery id %q", src, it.MsgID)
 			}
 			if tt.base == "" && src.URL != "" {
 				t.Errorf("got url %q without a base URL, want none", src.URL)
-			}
-			if tt.actor != "" && src.Actor != tt.actor {
-				t.Errorf("got actor %q, want %q", src.Actor, tt.actor)
 			}
 		})
 	}

@@ -103,25 +103,10 @@ func TestMapping(t *testing.T) {
 			t.Parallel()
 			resource, body := payload(t, tt.file)
 			it := mapperstest.MapOne(t, newProvider(tt.org), signed(resource, body))
-			e := it.Envelope
-			if e.Meta.Thread != tt.thread {
-				t.Errorf("got thread %q, want %q", e.Meta.Thread, tt.thread)
-			}
-			if !strings.Contains(e.Content, tt.content) {
-				t.Errorf("got content %q, want it to contain %q", e.Content, tt.content)
-			}
-			if e.Role != tt.role || e.Channel != envelope.ChannelSentry {
-				t.Errorf("got role %q channel %q, want %q sentry", e.Role, e.Channel, tt.role)
-			}
-			src := e.Meta.Source
-			if src == nil || src.Event != resource || src.DeliveryID != it.MsgID {
-				t.Fatalf("got source %+v, want event %q and delivery id %q", src, resource, it.MsgID)
-			}
-			if tt.url != "" && src.URL != tt.url {
-				t.Errorf("got url %q, want %q", src.URL, tt.url)
-			}
-			if tt.actor != "" && src.Actor != tt.actor {
-				t.Errorf("got actor %q, want %q", src.Actor, tt.actor)
+			src := mapperstest.CheckMapped(t, it, mapperstest.Mapped{Thread: tt.thread, Content: tt.content,
+				Role: tt.role, Channel: envelope.ChannelSentry, URL: tt.url, Actor: tt.actor})
+			if src.Event != resource || src.DeliveryID != it.MsgID {
+				t.Errorf("got source %+v, want event %q and delivery id %q", src, resource, it.MsgID)
 			}
 			if tt.stem != "" && !strings.HasPrefix(it.MsgID, tt.stem) {
 				t.Errorf("got msg id %q, want prefix %q", it.MsgID, tt.stem)

@@ -153,26 +153,16 @@ func (tt mappingCase) check(t *testing.T, it mappers.Item) {
 	if it.Subject != tt.subject {
 		t.Errorf("got subject %q, want %q", it.Subject, tt.subject)
 	}
-	if e.Meta.Thread != tt.thread {
-		t.Errorf("got thread %q, want %q", e.Meta.Thread, tt.thread)
-	}
-	if tt.msgID != "" && it.MsgID != tt.msgID {
-		t.Errorf("got msg id %q, want %q", it.MsgID, tt.msgID)
-	}
-	if !strings.Contains(e.Content, tt.content) {
-		t.Errorf("got content %q, want it to contain %q", e.Content, tt.content)
-	}
-	if e.Role != tt.role || e.Channel != envelope.ChannelSlack {
-		t.Errorf("got role %q channel %q, want %q slack", e.Role, e.Channel, tt.role)
-	}
+	src := mapperstest.CheckMapped(t, it, mapperstest.Mapped{Thread: tt.thread, Content: tt.content,
+		Role: tt.role, Channel: envelope.ChannelSlack, MsgID: tt.msgID})
 	if e.Meta.TaskID != tt.task {
 		t.Errorf("got task %q, want %q", e.Meta.TaskID, tt.task)
 	}
-	if e.Meta.MCPVersion != envelope.Version || e.Meta.Source == nil {
-		t.Fatalf("got mcp_version %q source %v", e.Meta.MCPVersion, e.Meta.Source)
+	if e.Meta.MCPVersion != envelope.Version {
+		t.Errorf("got mcp_version %q, want %q", e.Meta.MCPVersion, envelope.Version)
 	}
-	if tt.sourceAction != "" && e.Meta.Source.Action != tt.sourceAction {
-		t.Errorf("got source action %q, want %q", e.Meta.Source.Action, tt.sourceAction)
+	if tt.sourceAction != "" && src.Action != tt.sourceAction {
+		t.Errorf("got source action %q, want %q", src.Action, tt.sourceAction)
 	}
 	m := slackMeta(t, e)
 	if m["bot"] != tt.bot || m["edit"] != tt.edit {

@@ -16,7 +16,6 @@ import (
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/memory"
-	"github.com/relaystation/relay/memory/embed"
 	"github.com/relaystation/relay/memory/memtest"
 	"github.com/relaystation/relay/memory/session"
 	svc "github.com/relaystation/relay/services/memory"
@@ -46,14 +45,7 @@ func BenchmarkHotThread(b *testing.B) {
 	bb := bustest.Embedded(b)
 	ctx := context.Background()
 	kv, lt := memtest.Stores(b, bb, session.KVConfig{Bucket: "bench_sessions"}, dims)
-	m, err := memory.New(memory.Config{Sessions: kv, LongTerm: lt, Embedder: embed.NewLocal(dims)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	w, err := svc.New(svc.Config{DisableRPC: true, Concurrency: benchConcurrency()}, bb, m)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, w := newWorker(b, bb, memory.Config{Sessions: kv, LongTerm: lt}, svc.Config{DisableRPC: true, Concurrency: benchConcurrency()})
 	th := envelope.GitHubThread("octo-org", "hello-world", 1347)
 	hb := &hotBench{b: b, bus: bb, worker: w, thread: th}
 

@@ -9,7 +9,6 @@ import (
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/memory"
-	"github.com/relaystation/relay/memory/embed"
 	"github.com/relaystation/relay/memory/memtest"
 	"github.com/relaystation/relay/memory/session"
 	svc "github.com/relaystation/relay/services/memory"
@@ -23,14 +22,7 @@ func TestHotThread(t *testing.T) {
 	b := bustest.Embedded(t)
 	kv, lt := memtest.Stores(t, b, session.KVConfig{Options: session.Options{MaxTurns: 1000}}, dims)
 	// FoldAt high enough that every turn stays, so the test can count them.
-	m, err := memory.New(memory.Config{Sessions: kv, LongTerm: lt, Embedder: embed.NewLocal(dims), FoldAt: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := svc.New(svc.Config{Concurrency: 8, DisableRPC: true}, b, m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s := newWorker(t, b, memory.Config{Sessions: kv, LongTerm: lt, FoldAt: 1 << 20}, svc.Config{Concurrency: 8, DisableRPC: true})
 	th := envelope.GitHubThread("acme", "api", 42)
 	subjects := []string{"in.github.issue_comment", envelope.SubjectToolCall, envelope.SubjectToolResult, "agent.answer"}
 	const n = 200

@@ -35,17 +35,27 @@ type stores struct {
 // start runs the worker on b with the given stores until the test ends.
 func start(t *testing.T, b *bus.Bus, st stores) *memory.Memory {
 	t.Helper()
-	m, err := memory.New(memory.Config{Sessions: st.sessions, LongTerm: st.longterm, Embedder: embed.NewLocal(dims)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := svc.New(svc.Config{NakDelays: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond},
-		MaxDeliver: 100, HandlerTimeout: 5 * time.Second}, b, m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, s := newWorker(t, b, memory.Config{Sessions: st.sessions, LongTerm: st.longterm},
+		svc.Config{NakDelays: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond},
+			MaxDeliver: 100, HandlerTimeout: 5 * time.Second})
 	testenv.Go(t, "Run", s.Run)
 	return m
+}
+
+// newWorker builds the memory of mc, with the local embedder of dims, and
+// the worker of cfg on b over it, not started.
+func newWorker(tb testing.TB, b *bus.Bus, mc memory.Config, cfg svc.Config) (*memory.Memory, *svc.Service) {
+	tb.Helper()
+	mc.Embedder = embed.NewLocal(dims)
+	m, err := memory.New(mc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := svc.New(cfg, b, m)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m, s
 }
 
 func embeddedStores(t *testing.T, b *bus.Bus) stores {

@@ -11,7 +11,6 @@ import (
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/memory"
-	"github.com/relaystation/relay/memory/embed"
 	"github.com/relaystation/relay/memory/remote"
 	svc "github.com/relaystation/relay/services/memory"
 )
@@ -22,14 +21,7 @@ func TestRunOwnsTheService(t *testing.T) {
 	t.Parallel()
 	b := bustest.Embedded(t)
 	st := embeddedStores(t, b)
-	m, err := memory.New(memory.Config{Sessions: st.sessions, LongTerm: st.longterm, Embedder: embed.NewLocal(dims)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := svc.New(svc.Config{}, b, m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, w := newWorker(t, b, memory.Config{Sessions: st.sessions, LongTerm: st.longterm}, svc.Config{})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
