@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/jsack"
 	"github.com/relaystation/relay/secret"
 )
 
@@ -66,9 +67,14 @@ type Config struct {
 	// Default 15 minutes; at least 10 minutes, which covers Slack's and
 	// GitHub's retry schedules.
 	DuplicateWindow time.Duration
-	// PublishTimeout bounds Publish when the caller's context has no deadline.
-	// Default 5s.
-	PublishTimeout time.Duration
+	// RequestTimeout bounds each request to JetStream: a publish, a
+	// consumer's setup, and a read or write of a bucket opened through the
+	// bus (OpenBucket, or jsack.Bucket on JetStream()). The caller's deadline
+	// wins when it is earlier; a later one does not lengthen the wait, so a
+	// request whose reply was lost when the connection dropped (nats.go does
+	// not fail the requests in flight on a reconnect) holds its caller, and a
+	// handler's delivery, no longer than this. Default 5s.
+	RequestTimeout time.Duration
 	// MaxAsyncPending bounds PublishAsync's unacknowledged publishes. Default 256.
 	MaxAsyncPending int
 	// Metrics, when set, records publish and consume counts and latencies.
@@ -93,7 +99,7 @@ func (c *Config) setDefaults() {
 	c.DeadLetterRetention = cmp.Or(c.DeadLetterRetention, 30*24*time.Hour)
 	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, 15*time.Minute)
 	c.MaxAsyncPending = cmp.Or(c.MaxAsyncPending, 256)
-	c.PublishTimeout = cmp.Or(c.PublishTimeout, 5*time.Second)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, 5*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -192,7 +198,7 @@ func Open(cfg Config) (*Bus, error) {
 		return nil, fmt.Errorf("connect to nats %s: %w", secret.RedactURLs(url), err)
 	}
 	b.nc = nc
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxAsyncPending))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxAsyncPending), jetstream.WithDefaultTimeout(cfg.RequestTimeout))
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -447,12 +453,10 @@ func checkSubject(abs string) error {
 	return nil
 }
 
-// withTimeout applies the default publish timeout when ctx has no deadline.
+// withTimeout bounds one request by RequestTimeout (ctx's deadline, when
+// earlier, stays).
 func (b *Bus) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, b.cfg.PublishTimeout)
+	return jsack.Bound(ctx, b.cfg.RequestTimeout)
 }
 
 var _ = envelope.Version

@@ -120,13 +120,13 @@ var stallWait = jetstream.WithStallWait(asyncStallWait)
 // publishAsync publishes msg, waiting while the client holds MaxAsyncPending
 // unacknowledged publishes. The client wakes a stalled publisher as soon as
 // an ack frees a slot, so the wait is not a poll; the stall wait only bounds
-// how long it goes without looking at ctx. The wait ends at ctx's deadline,
-// or PublishTimeout after the call when ctx has none; no timer or context is
-// made unless the publisher actually has to wait.
+// how long it goes without looking at ctx. The wait ends RequestTimeout
+// after the call, or at ctx's deadline when that is earlier; no timer or
+// context is made unless the publisher actually has to wait.
 func (b *Bus) publishAsync(ctx context.Context, msg *nats.Msg) (jetstream.PubAckFuture, error) {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(b.cfg.PublishTimeout)
+	deadline := time.Now().Add(b.cfg.RequestTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
 	for {
 		if err := ctx.Err(); err != nil {

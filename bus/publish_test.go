@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
@@ -262,6 +263,57 @@ func TestPublishConcurrentBodiesIntact(t *testing.T) {
 		}
 		if string(m.Data) != string(body) {
 			t.Fatalf("message %d: got body %.80q..., want %.80q...", seq, m.Data, body)
+		}
+	}
+}
+
+// TestRequestsEndAtRequestTimeout holds back every reply of the server, as
+// when a request was written to a server that stopped before answering it
+// (nats.go does not fail such a request when it reconnects): a publish and
+// each request of a bucket opened through the bus end at the bus's
+// RequestTimeout, although the caller's own deadline is much later. A
+// handler's one-minute deadline must not keep its delivery in progress for
+// a minute after the server is back.
+func TestRequestsEndAtRequestTimeout(t *testing.T) {
+	t.Parallel()
+	srv := bustest.Embedded(t)
+	relay := newStallRelay(t, srv.ClientURL())
+	b, err := bus.Connect(t.Context(), bus.Config{URL: relay.url, Name: t.Name(), RequestTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	kv, err := b.OpenBucket(t.Context(), "held", "replies held back", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := kv.Put(t.Context(), "k", []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	relay.hold()
+	defer relay.release()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for _, r := range []struct {
+		name string
+		do   func() error
+	}{
+		{"publish", func() error { _, err := b.Publish(ctx, "in.github.issues", newEnv("held")); return err }},
+		{"get", func() error { _, err := kv.Get(ctx, "k"); return err }},
+		{"get revision", func() error { _, err := kv.GetRevision(ctx, "k", rev); return err }},
+		{"put", func() error { _, err := kv.Put(ctx, "k", []byte("2")); return err }},
+		{"update", func() error { _, err := kv.Update(ctx, "k", []byte("2"), rev); return err }},
+		{"create", func() error { _, err := kv.Create(ctx, "new", []byte("1")); return err }},
+		{"delete", func() error { return kv.Delete(ctx, "k") }},
+		{"purge", func() error { return kv.Purge(ctx, "k") }},
+		{"status", func() error { _, err := kv.Status(ctx); return err }},
+	} {
+		err := r.do()
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) || ctx.Err() != nil {
+			t.Fatalf("%s with the replies held back: got %v (the caller's context: %v); want the request's own timeout, "+
+				"the caller's context still live", r.name, err, ctx.Err())
 		}
 	}
 }

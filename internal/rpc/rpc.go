@@ -38,6 +38,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/relaystation/relay/internal/jsack"
 )
 
 // Error codes in the Nats-Service-Error-Code header, after HTTP statuses as
@@ -108,8 +110,10 @@ type Requester interface {
 	RequestWithContext(ctx context.Context, subj string, data []byte) (*nats.Msg, error)
 }
 
-// Call sends req as JSON to subject and returns the reply's body. When ctx
-// has no deadline, timeout bounds the request. A reply carrying micro's error
+// Call sends req as JSON to subject and returns the reply's body. A
+// positive timeout bounds the request even when ctx's deadline is later (a
+// reply lost when the connection dropped is never failed by nats.go); 0
+// leaves it to ctx (a request that waits for a person). A reply carrying micro's error
 // headers returns its body and an *Error; a reply from a relay before micro
 // never carries them, so its body (with the error inside, the old way) is
 // returned with a nil error for the caller to decode. No subscriber on
@@ -119,9 +123,9 @@ func Call(ctx context.Context, nc Requester, subject string, req any, timeout ti
 	if err != nil {
 		return nil, fmt.Errorf("request %s: %w", subject, err)
 	}
-	if _, ok := ctx.Deadline(); !ok && timeout > 0 {
+	if timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
+		ctx, cancel = jsack.Bound(ctx, timeout)
 		defer cancel()
 	}
 	msg, err := nc.RequestWithContext(ctx, subject, data)

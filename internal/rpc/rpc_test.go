@@ -145,9 +145,15 @@ func TestCallTimeout(t *testing.T) {
 			return body{}, nil
 		}})
 	defer close(release)
-	_, err := Call(t.Context(), bustest.Connect(t, b).Conn(), subj, "x", 50*time.Millisecond, target)
+	// The caller's deadline is far later: the call's own timeout ends it.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	_, err := Call(ctx, bustest.Connect(t, b).Conn(), subj, "x", 50*time.Millisecond, target)
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, target.Err) || !strings.Contains(err.Error(), "no reply from the echo worker in time") {
 		t.Fatalf("got %v, want a timeout that is not a no-responders error", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the call waited for the caller's deadline, not its own timeout")
 	}
 }
 

@@ -245,7 +245,7 @@ type Client struct {
 }
 
 // NewClient returns a client for the workers of the bus with prefix; timeout
-// bounds a request when ctx has no deadline (default 10s).
+// bounds each request, or ctx's deadline when that is earlier (default 10s).
 func NewClient(nc *nats.Conn, prefix string, timeout time.Duration) *Client {
 	if timeout <= 0 {
 		timeout = 10 * time.Second

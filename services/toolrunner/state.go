@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/internal/jsack"
 	"github.com/relaystation/relay/tools"
 )
 
@@ -39,7 +40,7 @@ func OpenState(ctx context.Context, b *bus.Bus) (*KVState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open state bucket %s: %w", StateBucket(b.Prefix()), err)
 	}
-	return &KVState{kv: kv}, nil
+	return &KVState{kv: jsack.Bucket(b.JetStream(), kv)}, nil
 }
 
 const (
