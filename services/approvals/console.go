@@ -261,7 +261,7 @@ func (s *Service) consoleAudit(ctx context.Context, rec *Record, user, action st
 	} else if action != approvalrpc.ActionEdit {
 		return // finish announced and audited it
 	}
-	s.publishAudit(ctx, fmt.Sprintf("audit:console:%s:%s:%d", action, rec.ApprovalID(), len(rec.Text)), auditRecord{
+	_ = s.publishAudit(ctx, fmt.Sprintf("audit:console:%s:%s:%d", action, rec.ApprovalID(), len(rec.Text)), auditRecord{
 		Action: action, TaskID: rec.TaskID, Round: rec.Round, User: user, Allowed: true, Status: string(rec.Status),
 		Target: rec.Target.String(), At: s.now(),
 	}, threadOf(rec))

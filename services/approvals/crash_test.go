@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/slack-go/slack"
 
+	"github.com/relaystation/relay/bus"
+	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/services/approvals"
 )
@@ -132,5 +136,59 @@ func TestApproveDuringCrashedClaim(t *testing.T) {
 	}
 	if n := len(h.slack.Calls("chat.postMessage")); n != 1 {
 		t.Errorf("posted %d approval messages, want 1", n)
+	}
+}
+
+// TestDecisionAuditRetried: a decision whose audit record cannot be published
+// (here the worker's NATS user may not publish on audit subjects, so the
+// publish goes unanswered until the bus's request timeout) is not taken as
+// announced: the click's delivery is tried again, and a worker that can
+// publish it finishes the announcement. The decision is announced and audited
+// once each, and the answer published once.
+func TestDecisionAuditRetried(t *testing.T) {
+	t.Parallel()
+	ns := bustest.StartServer(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{
+			{Username: "full", Password: "full"},
+			{Username: "noaudit", Password: "noaudit", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Deny: []string{"relay.audit.>"}}}},
+		}})
+	connect := func(user string) *bus.Bus {
+		b, err := bus.Connect(t.Context(), bus.Config{URL: fmt.Sprintf("nats://%s:%s@%s", user, user, ns.Addr()), Name: t.Name() + "-" + user,
+			RequestTimeout: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(b.Close)
+		return b
+	}
+	h := newHarnessOn(t, connect("noaudit"), nil)
+	task, _, ts := h.firstApproval("Draft.")
+	h.interact(click(approver, approvals.ActionApprove, task, ts))
+	testenv.WaitFor(t, 20*time.Second, "the click to fail and be delivered again", func() bool {
+		c, err := h.bus.JetStream().Consumer(t.Context(), h.bus.StreamName("in.x"), "approvals-actions")
+		return err == nil && c.CachedInfo().NumRedelivered > 0 && len(h.streamMsgs("approval.decided")) == 1
+	})
+	if rec, err := record(t, h, task); err != nil || rec.Announced {
+		t.Fatalf("record %+v (%v): want it decided, not announced, while its audit cannot be published", rec, err)
+	}
+
+	h.stop()
+	h.bus = connect("full")
+	h.start()
+	testenv.WaitFor(t, 20*time.Second, "the decision's audit record", func() bool { return len(h.streamMsgs("audit.approvals")) > 0 })
+	h.drained()
+	if rec, err := record(t, h, task); err != nil || !rec.Announced {
+		t.Fatalf("record %+v (%v): want it announced", rec, err)
+	}
+	var audited []string
+	for _, e := range h.streamMsgs("audit.approvals") {
+		audited = append(audited, e.Content)
+	}
+	if len(audited) != 1 || !strings.Contains(audited[0], "approved on task "+task) {
+		t.Errorf("audit records %q: want the approval's, once", audited)
+	}
+	if n, m := len(h.streamMsgs("approval.decided")), len(h.streamMsgs("out.github")); n != 1 || m != 1 {
+		t.Errorf("%d decisions announced and %d answers published, want 1 and 1", n, m)
 	}
 }

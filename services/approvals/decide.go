@@ -433,12 +433,14 @@ func (s *Service) announce(ctx context.Context, rec *Record) error {
 	if _, err := s.bus.Publish(ctx, SubjectDecided, e, bus.WithMsgID("decided:"+rec.ApprovalID())); err != nil {
 		return err
 	}
-	s.publishAudit(ctx, "audit:decided:"+rec.ApprovalID(), auditRecord{
+	// A decision's audit record is part of its announcement: when it cannot
+	// be published, the record stays unannounced and the delivery is tried
+	// again (both publishes carry message ids, so a retry adds neither twice).
+	return s.publishAudit(ctx, "audit:decided:"+rec.ApprovalID(), auditRecord{
 		Action: string(rec.Status), TaskID: rec.TaskID, Round: rec.Round, User: rec.DecidedBy, Status: string(rec.Status),
 		Reason: rec.Reason, Target: rec.Target.String(), SlackChannel: rec.SlackChannel, SlackTS: rec.SlackTS,
 		Allowed: true, At: s.now(),
 	}, threadOf(rec))
-	return nil
 }
 
 // threadOf is the thread key of the suggestion that started the round.
@@ -471,29 +473,33 @@ type auditRecord struct {
 // audit records an action taken on behalf of user by an interaction.
 func (s *Service) audit(ctx context.Context, e *envelope.Envelope, rec *Record, user, action, reason string, log *slog.Logger) {
 	log.Info("approval audit", "audit_action", action, "reason", reason)
-	s.publishAudit(ctx, "audit:"+action+":"+e.ID, auditRecord{
+	_ = s.publishAudit(ctx, "audit:"+action+":"+e.ID, auditRecord{
 		Action: action, TaskID: rec.TaskID, Round: rec.Round, User: user, Allowed: true, Status: string(rec.Status),
 		Reason: reason, Target: rec.Target.String(), SlackChannel: rec.SlackChannel, SlackTS: rec.SlackTS,
 		EnvelopeID: e.ID, At: s.now(),
 	}, e.Meta.Thread)
 }
 
-func (s *Service) publishAudit(ctx context.Context, msgID string, r auditRecord, thread string) {
+// publishAudit publishes an audit record on audit.approvals. One that cannot
+// be published is written to the log instead, and its error returned.
+func (s *Service) publishAudit(ctx context.Context, msgID string, r auditRecord, thread string) error {
 	e := envelope.New(envelope.ChannelInternal, envelope.RoleSystem,
 		fmt.Sprintf("approvals audit: %s on task %s by %s (allowed: %t)", r.Action, r.TaskID, r.User, r.Allowed))
 	e.Meta.TaskID = r.TaskID
 	e.Meta.Thread = thread
 	e.Meta.Encode(MetaAudit, r)
-	if _, err := s.bus.Publish(ctx, SubjectAudit, e, bus.WithMsgID(msgID)); err != nil {
+	_, err := s.bus.Publish(ctx, SubjectAudit, e, bus.WithMsgID(msgID))
+	if err != nil {
 		s.log.Warn("audit record not published; kept in this log", "task_id", r.TaskID, "audit_action", r.Action,
 			"user", r.User, "allowed", r.Allowed, "err", err)
 	}
+	return err
 }
 
 // refuse answers a non-approver with an ephemeral refusal and audits it.
 func (s *Service) refuse(ctx context.Context, e *envelope.Envelope, rec *Record, user, channel, action string, log *slog.Logger) {
 	log.Warn("refused: not an approver", "slack_channel", channel)
-	s.publishAudit(ctx, "audit:refused:"+e.ID, auditRecord{
+	_ = s.publishAudit(ctx, "audit:refused:"+e.ID, auditRecord{
 		Action: action, TaskID: rec.TaskID, Round: rec.Round, User: user, Allowed: false, Status: string(rec.Status),
 		Reason: "not an approver", Target: rec.Target.String(), SlackChannel: rec.SlackChannel, SlackTS: rec.SlackTS,
 		EnvelopeID: e.ID, At: s.now(),
