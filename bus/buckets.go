@@ -16,6 +16,7 @@ import (
 // JetStream does, and its error names the bucket. Its writes (Put, Create,
 // Update) go straight to the bucket's stream, their acks read without
 // encoding/json (jsack.Bucket); their results and errors are jetstream's.
+// Each of its requests waits at most the bus's RequestTimeout.
 func (b *Bus) OpenBucket(ctx context.Context, name, description string, ttl time.Duration) (jetstream.KeyValue, error) {
 	kv, err := b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      name,
