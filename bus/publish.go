@@ -84,8 +84,8 @@ func (b *Bus) Publish(ctx context.Context, subject string, e *envelope.Envelope,
 // PublishAsync validates e and publishes it without waiting for the ack, for
 // producers that keep many publishes in flight. While Config.MaxAsyncPending
 // publishes are unacknowledged it waits for one of them to be acked: this
-// back-pressure is bounded by ctx (by the bus's publish timeout when ctx has
-// no deadline), and running out of it is an error wrapping ErrUnavailable and
+// back-pressure is bounded by the bus's request timeout (ctx's deadline when
+// earlier), and running out of it is an error wrapping ErrUnavailable and
 // the context's error, never the client's "stalled" error. The future
 // reports the ack or the error; PublishAsyncComplete tells when every publish
 // was acked.

@@ -117,7 +117,8 @@ var ErrNoRunner = errors.New("no tool runner answering")
 // runnerTarget names the tool runner in client errors.
 var runnerTarget = rpc.Target{Service: "tool runner", Start: "`relay toolrunner` or `relay serve`", Err: ErrNoRunner}
 
-// remoteTimeout bounds a request whose ctx has no deadline.
+// remoteTimeout bounds each request to the tool runners (ctx's deadline
+// when earlier).
 const remoteTimeout = 5 * time.Second
 
 // ListRemote asks a running tool runner for the tools role may call.
