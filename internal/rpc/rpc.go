@@ -113,11 +113,11 @@ type Requester interface {
 // Call sends req as JSON to subject and returns the reply's body. A
 // positive timeout bounds the request even when ctx's deadline is later (a
 // reply lost when the connection dropped is never failed by nats.go); 0
-// leaves it to ctx (a request that waits for a person). A reply carrying micro's error
-// headers returns its body and an *Error; a reply from a relay before micro
-// never carries them, so its body (with the error inside, the old way) is
-// returned with a nil error for the caller to decode. No subscriber on
-// subject is a *NoRespondersError, at once.
+// leaves it to ctx (a request that waits for a person). A reply carrying
+// micro's error headers returns its body and an *Error; a reply from a relay
+// before micro never carries them, so its body (with the error inside, the
+// old way) is returned with a nil error for the caller to decode. No
+// subscriber on subject is a *NoRespondersError, at once.
 func Call(ctx context.Context, nc Requester, subject string, req any, timeout time.Duration, to Target) ([]byte, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
