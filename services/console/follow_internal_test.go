@@ -104,12 +104,26 @@ func TestHubFollowsOnlyWhenAsked(t *testing.T) {
 	}
 	must(t, h.follow(t.Context()))
 	wantRing(t, h, want)
-	if got, subs := b.Conn().NumSubscriptions(), 1+len(bus.WorkRoots()); got != base+subs {
-		t.Fatalf("following: %d subscriptions, want %d (%d more)", got, base+subs, subs)
-	}
+	// The hub's own subscriptions: one per subject root of the two streams.
+	// (The connection's count is not compared here: the fetches that loaded
+	// the ring end their inbox subscriptions from a goroutine of nats.go's
+	// after the last message is handed over, so one may still be counted.)
 	h.fmu.Lock()
 	subs := slices.Clone(h.fol.subs)
 	h.fmu.Unlock()
+	var subjects []string
+	for _, s := range subs {
+		if s.IsValid() {
+			subjects = append(subjects, s.Subject)
+		}
+	}
+	var wantSubjects []string
+	for _, root := range append([]string{"in"}, bus.WorkRoots()...) {
+		wantSubjects = append(wantSubjects, b.Subject(root+".>"))
+	}
+	if !slices.Equal(subjects, wantSubjects) {
+		t.Fatalf("following: subscribed to %v, want %v", subjects, wantSubjects)
+	}
 
 	for range 3 { // published while it follows, each asked for at once
 		want = append(want, publish(t, b, "audit.tool", 1)...)
@@ -118,14 +132,19 @@ func TestHubFollowsOnlyWhenAsked(t *testing.T) {
 	}
 
 	quietFor(h)
-	if following(h) || h.count() != 0 || b.Conn().NumSubscriptions() != base {
-		t.Fatalf("after the quiet period: following %v, %d envelopes, %d subscriptions; want none and %d", following(h), h.count(), b.Conn().NumSubscriptions(), base)
+	if following(h) || h.count() != 0 {
+		t.Fatalf("after the quiet period: following %v, %d envelopes; want none", following(h), h.count())
 	}
 	for _, s := range subs {
 		if s.IsValid() {
 			t.Errorf("the subscription to %s is still valid after the quiet period", s.Subject)
 		}
 	}
+	// Nothing else the hub opened stays either (nats.go's fetches end their
+	// own subscriptions a moment after their last message).
+	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("the connection back to its %d subscriptions", base), func() bool {
+		return b.Conn().NumSubscriptions() == base
+	})
 
 	want = append(want, publish(t, b, "in.github.issues", 2)...)
 	must(t, h.follow(t.Context()))
