@@ -46,18 +46,18 @@ type follower struct {
 }
 
 // run adds f's messages to h's ring until f.stop is closed. It starts once
-// the hub has loaded the streams, and what came meanwhile moves the copies
-// the hub loaded into the order it came in: IN is read before WORK, so an
-// envelope found in WORK may have been published after one that came too
-// late for IN. A sync request is answered once the messages the channel
-// held are added.
+// the hub has loaded the streams, and first adds what came meanwhile
+// (hub.addMeanwhile: IN is read before WORK, so an envelope found in WORK may
+// have been published after one that came too late for IN). A sync request
+// is answered once the messages the channel held are added.
 func (f *follower) run(h *hub) {
 	defer close(f.done)
-	for n := len(f.msgs); n > 0; n-- {
-		m := <-f.msgs
-		h.add(h.bus.Relative(m.Subject), m.Data, m.Header, h.now(), true)
+	meanwhile := make([]*nats.Msg, len(f.msgs))
+	for i := range meanwhile {
+		meanwhile[i] = <-f.msgs
 	}
-	add := func(m *nats.Msg) { h.add(h.bus.Relative(m.Subject), m.Data, m.Header, h.now(), false) }
+	h.addMeanwhile(meanwhile)
+	add := func(m *nats.Msg) { h.add(h.bus.Relative(m.Subject), m.Data, m.Header, h.now()) }
 	for {
 		select {
 		case m := <-f.msgs:

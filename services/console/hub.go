@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
@@ -168,15 +169,13 @@ func (h *hub) addBatch(batch jetstream.MessageBatch) (seq uint64, got int) {
 		if md, _ := m.Metadata(); md != nil {
 			at, seq = md.Timestamp, md.Sequence.Stream
 		}
-		h.add(h.bus.Relative(m.Subject()), m.Data(), m.Headers(), at, false)
+		h.add(h.bus.Relative(m.Subject()), m.Data(), m.Headers(), at)
 	}
 	return seq, got
 }
 
-// add records an envelope seen at (anything else is ignored). A repeat is
-// ignored too, unless move: then the envelope moves to at (the follower
-// takes the live copies of what the hub loaded while it subscribed, so the
-// ring keeps the order they came in).
+// add records an envelope seen at (anything else is ignored); a repeat is
+// ignored too.
 //
 // An envelope published by bus.Publish, which validated it against the
 // schema, carries its id, thread, task, channel, role and delivery in
@@ -188,27 +187,38 @@ func (h *hub) addBatch(batch jetstream.MessageBatch) (seq uint64, got int) {
 // envelopes apart, and those are dropped. The hub keeps data (the NATS
 // client hands every subscriber and fetch its own copy): the caller must not
 // change it.
-func (h *hub) add(subject string, data []byte, header map[string][]string, at time.Time, move bool) {
+func (h *hub) add(subject string, data []byte, header map[string][]string, at time.Time) {
+	if ev, ok := newEvent(subject, data, header, at); ok {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.insert(ev)
+	}
+}
+
+// newEvent is the event of a message seen at, or false when the message is
+// not an envelope.
+func newEvent(subject string, data []byte, header map[string][]string, at time.Time) (*Event, bool) {
 	ev := &Event{Subject: subject, Seen: at, h: envelope.DecodeHeader(header)}
 	if ev.h.ID == "" {
 		e, ok := decode(data)
 		if !ok {
-			return
+			return nil, false
 		}
 		ev.env, ev.h = e, headerOf(e)
 	}
 	ev.Raw = data
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	return ev, true
+}
+
+// insert puts ev in the ring at its time, unless the ring holds its
+// envelope already. h.mu is held.
+func (h *hub) insert(ev *Event) {
 	if h.ids[ev.h.ID] {
-		if !move {
-			return
-		}
-		h.events = slices.DeleteFunc(h.events, func(x *Event) bool { return x.h.ID == ev.h.ID })
+		return
 	}
 	h.n++
 	ev.N = h.n
-	i, _ := slices.BinarySearchFunc(h.events, at, func(x *Event, t time.Time) int { return x.Seen.Compare(t) + boolInt(x.Seen.Equal(t)) })
+	i, _ := slices.BinarySearchFunc(h.events, ev.Seen, func(x *Event, t time.Time) int { return x.Seen.Compare(t) + boolInt(x.Seen.Equal(t)) })
 	h.events = slices.Insert(h.events, i, ev)
 	h.ids[ev.h.ID] = true
 	for len(h.events) > h.size {
@@ -217,6 +227,46 @@ func (h *hub) add(subject string, data []byte, header map[string][]string, at ti
 	}
 	close(h.changed)
 	h.changed = make(chan struct{})
+}
+
+// addMeanwhile adds the messages the subscriptions delivered while the hub
+// loaded the streams, in the order they came. A message the load found keeps
+// the time the stream stored it. One the load did not find was published
+// after the load read its stream, so after every envelope the ring holds
+// that did not come this way (those were published before the
+// subscriptions were all in place), and before the loaded ones that came
+// after it: it is put right after the envelope that came before it, at that
+// envelope's time (its own stored time is not known), or after the others.
+// (The subscriptions start one subject root after another: an envelope
+// published meanwhile on a root not yet subscribed comes only from the
+// load, so a loaded envelope must not move to the time its copy came.)
+func (h *hub) addMeanwhile(msgs []*nats.Msg) {
+	evs := make([]*Event, 0, len(msgs))
+	came := make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		if ev, ok := newEvent(h.bus.Relative(m.Subject), m.Data, m.Header, time.Time{}); ok {
+			evs = append(evs, ev)
+			came[ev.h.ID] = true
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var last time.Time
+	for _, e := range h.events {
+		if !came[e.h.ID] && e.Seen.After(last) {
+			last = e.Seen
+		}
+	}
+	for _, ev := range evs {
+		if h.ids[ev.h.ID] {
+			if i := slices.IndexFunc(h.events, func(x *Event) bool { return x.h.ID == ev.h.ID }); i >= 0 && h.events[i].Seen.After(last) {
+				last = h.events[i].Seen
+			}
+			continue
+		}
+		ev.Seen = last
+		h.insert(ev)
+	}
 }
 
 // boolInt keeps equal timestamps in arrival order (insert after them).

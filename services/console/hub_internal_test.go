@@ -1,9 +1,13 @@
 package console
 
 import (
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 )
 
@@ -17,10 +21,10 @@ func TestHubAddKeepsEnvelopesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Now()
-	h.add("relay.in.github.issues", raw, nil, at, false)
-	h.add("relay.in.github.issues", raw, nil, at, false)
-	h.add("relay.audit.tool", []byte(`{"id":"x","server":"everything","tool":"echo","status":"success"}`), nil, at, false)
-	h.add("relay.in.github.issues", []byte(`not json`), nil, at, false)
+	h.add("relay.in.github.issues", raw, nil, at)
+	h.add("relay.in.github.issues", raw, nil, at)
+	h.add("relay.audit.tool", []byte(`{"id":"x","server":"everything","tool":"echo","status":"success"}`), nil, at)
+	h.add("relay.in.github.issues", []byte(`not json`), nil, at)
 	got := h.filter(10, func(*Event) bool { return true })
 	if len(got) != 1 || got[0].Env().ID != e.ID || got[0].Env().Content != "hello" || string(got[0].Raw) != string(raw) {
 		t.Fatalf("got %d events (%+v), want the one envelope %s", len(got), got, e.ID)
@@ -36,7 +40,7 @@ func TestHubAddKeepsEnvelopesOnly(t *testing.T) {
 	if _, ok := envelope.ParseFast(rawDup); ok {
 		t.Fatalf("ParseFast took %s, want it to leave a repeated field to the reference", rawDup)
 	}
-	h.add("relay.in.github.issues", rawDup, nil, at.Add(time.Second), false)
+	h.add("relay.in.github.issues", rawDup, nil, at.Add(time.Second))
 	if ev := h.byID(dup.ID); ev == nil || ev.Env().Content != "second" {
 		t.Fatalf("got %+v, want the envelope with a repeated field kept, its last content", ev)
 	}
@@ -57,8 +61,8 @@ func TestHubAddDecodesOnlyWhenShown(t *testing.T) {
 	hdr := map[string][]string{}
 	envelope.EncodeHeader(e, hdr)
 	at := time.Now()
-	h.add("in.github.issues", raw, hdr, at, false)
-	h.add("in.github.issues", raw, hdr, at, false)
+	h.add("in.github.issues", raw, hdr, at)
+	h.add("in.github.issues", raw, hdr, at)
 	ev := h.byID(e.ID)
 	if ev == nil || len(h.filter(10, func(*Event) bool { return true })) != 1 {
 		t.Fatalf("want the envelope %s kept once by its headers", e.ID)
@@ -74,9 +78,46 @@ func TestHubAddDecodesOnlyWhenShown(t *testing.T) {
 	}
 
 	forged := map[string][]string{envelope.HeaderID: {"not-the-body"}, envelope.HeaderThread: {"t"}, envelope.HeaderChannel: {"slack"}}
-	h.add("in.slack.message", raw, forged, at, false)
+	h.add("in.slack.message", raw, forged, at)
 	got := h.byID("not-the-body").Env()
 	if got.ID != "not-the-body" || got.Content != "" || got.Meta.Thread != "t" || got.Channel != "slack" {
 		t.Fatalf("got %+v, want what the headers say, without content", got)
+	}
+}
+
+// TestHubAddMeanwhileKeepsPublishOrder: what the subscriptions delivered
+// while the hub loaded the streams joins the loaded envelopes in the order
+// they were published. Published in the order P, V, U, A, B, Z: P before any
+// subscription and U on a root subscribed after V's (both only loaded), V and
+// B loaded and delivered, A after the load read its stream and Z after both
+// (only delivered). A loaded envelope that was also delivered keeps the time
+// the stream stored it; one the load missed goes right after the one
+// delivered before it.
+func TestHubAddMeanwhileKeepsPublishOrder(t *testing.T) {
+	b := bustest.Embedded(t)
+	h := newHub(b, 10, time.Minute, time.Now, nil)
+	msg := func(subject string) (string, *nats.Msg) {
+		e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "on "+subject)
+		raw, err := e.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &nats.Msg{Subject: b.Subject(subject), Data: raw, Header: nats.Header{}}
+		envelope.EncodeHeader(e, m.Header)
+		return e.ID, m
+	}
+	p, pm := msg("in.github.issues")
+	v, vm := msg("in.github.issues")
+	u, um := msg("agent.step")
+	a, am := msg("in.github.issues")
+	bb, bm := msg("agent.step")
+	z, zm := msg("in.github.issues")
+	stored := time.Now().Add(-time.Minute)
+	for i, m := range []*nats.Msg{pm, vm, um, bm} {
+		h.add(b.Relative(m.Subject), m.Data, m.Header, stored.Add(time.Duration(i)*time.Millisecond))
+	}
+	h.addMeanwhile([]*nats.Msg{vm, am, bm, zm})
+	if got, want := ringIDs(h), []string{p, v, u, a, bb, z}; !slices.Equal(got, want) {
+		t.Fatalf("the ring holds %v, want %v", got, want)
 	}
 }
