@@ -236,7 +236,9 @@ func (h *hub) insert(ev *Event) {
 // that did not come this way (those were published before the
 // subscriptions were all in place), and before the loaded ones that came
 // after it: it is put right after the envelope that came before it, at that
-// envelope's time (its own stored time is not known), or after the others.
+// envelope's time (its own stored time is not known), or after the others
+// (just before the first loaded one that came, when the load found only
+// those; at the time it is added, when the load found nothing).
 // (The subscriptions start one subject root after another: an envelope
 // published meanwhile on a root not yet subscribed comes only from the
 // load, so a loaded envelope must not move to the time its copy came.)
@@ -251,16 +253,29 @@ func (h *hub) addMeanwhile(msgs []*nats.Msg) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var last time.Time
+	var last, first time.Time
+	loaded := make(map[string]time.Time) // the loaded envelopes that also came
 	for _, e := range h.events {
-		if !came[e.h.ID] && e.Seen.After(last) {
+		switch {
+		case came[e.h.ID]:
+			loaded[e.h.ID] = e.Seen
+			if first.IsZero() || e.Seen.Before(first) {
+				first = e.Seen
+			}
+		case e.Seen.After(last):
 			last = e.Seen
 		}
 	}
+	if last.IsZero() { // nothing was loaded but what also came
+		last = h.now()
+		if !first.IsZero() {
+			last = first.Add(-time.Nanosecond)
+		}
+	}
 	for _, ev := range evs {
-		if h.ids[ev.h.ID] {
-			if i := slices.IndexFunc(h.events, func(x *Event) bool { return x.h.ID == ev.h.ID }); i >= 0 && h.events[i].Seen.After(last) {
-				last = h.events[i].Seen
+		if at, ok := loaded[ev.h.ID]; ok {
+			if at.After(last) {
+				last = at
 			}
 			continue
 		}

@@ -121,3 +121,39 @@ func TestHubAddMeanwhileKeepsPublishOrder(t *testing.T) {
 		t.Fatalf("the ring holds %v, want %v", got, want)
 	}
 }
+
+// TestHubAddMeanwhileTimes: when the load found only envelopes that also
+// came, one it missed that came first goes before them; when it found
+// nothing, what came is kept at the time it is added, never at a zero time.
+func TestHubAddMeanwhileTimes(t *testing.T) {
+	b := bustest.Embedded(t)
+	msg := func() (string, *nats.Msg) {
+		e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "hello")
+		raw, err := e.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &nats.Msg{Subject: b.Subject("in.github.issues"), Data: raw, Header: nats.Header{}}
+		envelope.EncodeHeader(e, m.Header)
+		return e.ID, m
+	}
+	h := newHub(b, 10, time.Minute, time.Now, nil)
+	a, am := msg()
+	v, vm := msg()
+	h.add(b.Relative(vm.Subject), vm.Data, vm.Header, time.Now().Add(-time.Minute))
+	h.addMeanwhile([]*nats.Msg{am, vm})
+	if got, want := ringIDs(h), []string{a, v}; !slices.Equal(got, want) {
+		t.Fatalf("only what also came loaded: the ring holds %v, want %v", got, want)
+	}
+
+	h = newHub(b, 10, time.Minute, time.Now, nil)
+	before := time.Now()
+	z, zm := msg()
+	h.addMeanwhile([]*nats.Msg{am, zm})
+	if got, want := ringIDs(h), []string{a, z}; !slices.Equal(got, want) {
+		t.Fatalf("nothing loaded: the ring holds %v, want %v", got, want)
+	}
+	if at := h.byID(z).Seen; at.Before(before) {
+		t.Fatalf("nothing loaded: kept at %s, want the time it was added (after %s)", at, before)
+	}
+}
