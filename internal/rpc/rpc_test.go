@@ -16,6 +16,7 @@ import (
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 type body struct {
@@ -170,13 +171,23 @@ func TestDiscoveryAndStats(t *testing.T) {
 		t.Errorf("info: got %+v, want one endpoint on %s in queue group echo", info, subj)
 	}
 	for _, in := range []string{"a", "b", "bad"} {
-		_, _ = Call(t.Context(), client, subj, in, 10*time.Second, target)
+		_, err := Call(t.Context(), client, subj, in, 10*time.Second, target)
+		if (err != nil) != (in == "bad") {
+			t.Fatalf("call %q: got error %v", in, err)
+		}
 	}
-	stats := bustest.Request[micro.Stats](t, client, "$SRV.STATS.relay-echo")
-	if len(stats.Endpoints) != 1 {
-		t.Fatalf("stats: got %+v", stats)
-	}
-	if ep := stats.Endpoints[0]; ep.NumRequests != 3 || ep.NumErrors != 1 || !strings.Contains(ep.LastError, "cannot echo") {
+	// micro counts a request after its handler has sent the reply, so the
+	// last call's count may land after Call returned: wait for the three.
+	var ep micro.EndpointStats
+	testenv.Poll(t, 10*time.Second, func() (bool, string) {
+		stats := bustest.Request[micro.Stats](t, client, "$SRV.STATS.relay-echo")
+		if len(stats.Endpoints) != 1 {
+			t.Fatalf("stats: got %+v", stats)
+		}
+		ep = *stats.Endpoints[0]
+		return ep.NumRequests >= 3, fmt.Sprintf("stats: %d requests counted, want 3", ep.NumRequests)
+	})
+	if ep.NumRequests != 3 || ep.NumErrors != 1 || !strings.Contains(ep.LastError, "cannot echo") {
 		t.Errorf("stats: got %d requests, %d errors, last %q; want 3, 1 and the bad request", ep.NumRequests, ep.NumErrors, ep.LastError)
 	}
 }
