@@ -443,7 +443,11 @@ func TestHealthAutoDisableAndReenable(t *testing.T) {
 	var log recorder[Notice]
 	cfg.Notify = log.notify
 	r := startUnready(t, cfg)
-	testenv.WaitFor(t, 20*time.Second, "auto-disable", func() bool { return r.Servers()[0].State == StateDisabled })
+	// The runner disables the server, persists that, then tells Notify:
+	// wait for the notice, the last step.
+	testenv.WaitFor(t, 20*time.Second, "auto-disable and its notice", func() bool {
+		return r.Servers()[0].State == StateDisabled && len(log.all()) > 0
+	})
 	st := r.Servers()[0]
 	if st.DisabledBy != "health" || !strings.Contains(st.DisabledReason, "3 failed health checks") {
 		t.Errorf("got %+v, want disabled by health after 3 failed checks (1 + 2 retries)", st)
