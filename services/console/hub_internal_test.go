@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 )
@@ -96,16 +97,7 @@ func TestHubAddDecodesOnlyWhenShown(t *testing.T) {
 func TestHubAddMeanwhileKeepsPublishOrder(t *testing.T) {
 	b := bustest.Embedded(t)
 	h := newHub(b, 10, time.Minute, time.Now, nil)
-	msg := func(subject string) (string, *nats.Msg) {
-		e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "on "+subject)
-		raw, err := e.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := &nats.Msg{Subject: b.Subject(subject), Data: raw, Header: nats.Header{}}
-		envelope.EncodeHeader(e, m.Header)
-		return e.ID, m
-	}
+	msg := func(subject string) (string, *nats.Msg) { return envelopeMsg(t, b, subject) }
 	p, pm := msg("in.github.issues")
 	v, vm := msg("in.github.issues")
 	u, um := msg("agent.step")
@@ -127,16 +119,7 @@ func TestHubAddMeanwhileKeepsPublishOrder(t *testing.T) {
 // nothing, what came is kept at the time it is added, never at a zero time.
 func TestHubAddMeanwhileTimes(t *testing.T) {
 	b := bustest.Embedded(t)
-	msg := func() (string, *nats.Msg) {
-		e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "hello")
-		raw, err := e.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := &nats.Msg{Subject: b.Subject("in.github.issues"), Data: raw, Header: nats.Header{}}
-		envelope.EncodeHeader(e, m.Header)
-		return e.ID, m
-	}
+	msg := func() (string, *nats.Msg) { return envelopeMsg(t, b, "in.github.issues") }
 	h := newHub(b, 10, time.Minute, time.Now, nil)
 	a, am := msg()
 	v, vm := msg()
@@ -156,4 +139,18 @@ func TestHubAddMeanwhileTimes(t *testing.T) {
 	if at := h.byID(z).Seen; at.Before(before) {
 		t.Fatalf("nothing loaded: kept at %s, want the time it was added (after %s)", at, before)
 	}
+}
+
+// envelopeMsg is a new envelope as the subscription to subject (relative to
+// b's prefix) delivers it, headers included, with its id.
+func envelopeMsg(t *testing.T, b *bus.Bus, subject string) (string, *nats.Msg) {
+	t.Helper()
+	e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "on "+subject)
+	raw, err := e.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &nats.Msg{Subject: b.Subject(subject), Data: raw, Header: nats.Header{}}
+	envelope.EncodeHeader(e, m.Header)
+	return e.ID, m
 }
