@@ -6,7 +6,7 @@
 # JetStream, a tool call vs the raw go-sdk call, the memory worker on one hot
 # thread, and the gateway vs Benthos (scripts/bench-benthos.sh).
 #
-#   scripts/bench-all.sh                       # about 8 minutes on 2 cores
+#   scripts/bench-all.sh                       # about 10 minutes on 2 cores
 #   BASELINE=/path/to/older/relay scripts/bench-all.sh
 #   BENTHOS_BIN=/path/to/benthos OUT=/tmp/run scripts/bench-all.sh
 #
