@@ -145,8 +145,8 @@ func (m *Memory) ObserveAll(ctx context.Context, thread string, es ...*envelope.
 			}
 		}
 		if thread != "" {
-			if text := clip.To(TurnText(e), maxTurnBytes); text != "" {
-				turns = append(turns, session.Turn{ID: e.ID, Role: string(e.Role), Content: text, Time: e.Timestamp})
+			if tu, ok := turnOf(e); ok {
+				turns = append(turns, tu)
 				of = append(of, i)
 			}
 		}
@@ -164,6 +164,19 @@ func (m *Memory) ObserveAll(ctx context.Context, thread string, es ...*envelope.
 		}
 	}
 	return errs
+}
+
+// turnOf is the session turn of e, if it has text. The turn owns its bytes:
+// a parsed envelope's strings share one copy of the whole message, and the
+// session store keeps its recent sessions in memory (up to 4,096), so a turn
+// sliced from the envelope would keep the whole message alive with it.
+func turnOf(e *envelope.Envelope) (session.Turn, bool) {
+	text := clip.To(TurnText(e), maxTurnBytes)
+	if text == "" {
+		return session.Turn{}, false
+	}
+	return session.Turn{ID: strings.Clone(e.ID), Role: strings.Clone(string(e.Role)), Content: strings.Clone(text),
+		Time: e.Timestamp}, true
 }
 
 // maxTurnBytes caps one turn's text, so a huge message cannot outgrow a
