@@ -97,13 +97,12 @@ func TestHubAddDecodesOnlyWhenShown(t *testing.T) {
 func TestHubAddMeanwhileKeepsPublishOrder(t *testing.T) {
 	b := bustest.Embedded(t)
 	h := newHub(b, 10, time.Minute, time.Now, nil)
-	msg := func(subject string) (string, *nats.Msg) { return envelopeMsg(t, b, subject) }
-	p, pm := msg("in.github.issues")
-	v, vm := msg("in.github.issues")
-	u, um := msg("agent.step")
-	a, am := msg("in.github.issues")
-	bb, bm := msg("agent.step")
-	z, zm := msg("in.github.issues")
+	p, pm := envelopeMsg(t, b, "in.github.issues")
+	v, vm := envelopeMsg(t, b, "in.github.issues")
+	u, um := envelopeMsg(t, b, "agent.step")
+	a, am := envelopeMsg(t, b, "in.github.issues")
+	bb, bm := envelopeMsg(t, b, "agent.step")
+	z, zm := envelopeMsg(t, b, "in.github.issues")
 	stored := time.Now().Add(-time.Minute)
 	for i, m := range []*nats.Msg{pm, vm, um, bm} {
 		h.add(b.Relative(m.Subject), m.Data, m.Header, stored.Add(time.Duration(i)*time.Millisecond))
@@ -119,10 +118,9 @@ func TestHubAddMeanwhileKeepsPublishOrder(t *testing.T) {
 // nothing, what came is kept at the time it is added, never at a zero time.
 func TestHubAddMeanwhileTimes(t *testing.T) {
 	b := bustest.Embedded(t)
-	msg := func() (string, *nats.Msg) { return envelopeMsg(t, b, "in.github.issues") }
 	h := newHub(b, 10, time.Minute, time.Now, nil)
-	a, am := msg()
-	v, vm := msg()
+	a, am := envelopeMsg(t, b, "in.github.issues")
+	v, vm := envelopeMsg(t, b, "in.github.issues")
 	h.add(b.Relative(vm.Subject), vm.Data, vm.Header, time.Now().Add(-time.Minute))
 	h.addMeanwhile([]*nats.Msg{am, vm})
 	if got, want := ringIDs(h), []string{a, v}; !slices.Equal(got, want) {
@@ -131,7 +129,7 @@ func TestHubAddMeanwhileTimes(t *testing.T) {
 
 	h = newHub(b, 10, time.Minute, time.Now, nil)
 	before := time.Now()
-	z, zm := msg()
+	z, zm := envelopeMsg(t, b, "in.github.issues")
 	h.addMeanwhile([]*nats.Msg{am, zm})
 	if got, want := ringIDs(h), []string{a, z}; !slices.Equal(got, want) {
 		t.Fatalf("nothing loaded: the ring holds %v, want %v", got, want)
