@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -153,7 +154,11 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	// the model (even with %+v, which bypasses secret.Value's Stringer inside
 	// unexported fields) cannot show it.
 	cfg.APIKey = secret.Value{}
-	return &OpenAI{cfg: cfg, chat: openai.NewChatCompletionService(opts...)}, nil
+	// Clipped: the service keeps this slice and every New appends the
+	// request's own options to it (append(r.Options[:], opts...)). With room
+	// left in the array, concurrent requests would write their bodies into the
+	// same element and could send each other's conversations.
+	return &OpenAI{cfg: cfg, chat: openai.NewChatCompletionService(slices.Clip(opts)...)}, nil
 }
 
 // Complete sends one chat completion request, retrying 429, 5xx, timeouts

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/openai/openai-go/shared"
 
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/secret"
 )
 
@@ -373,4 +375,44 @@ func openAIParams(model string, msgs []Message, tools []ToolSpec) openai.ChatCom
 		params.Tools = append(params.Tools, openai.ChatCompletionToolParam{Function: fd})
 	}
 	return params
+}
+
+// TestOpenAIConcurrentRequestsKeepTheirBodies: concurrent Completes each send
+// their own conversation. openai-go appends a request's options to the
+// service's shared option slice, so with room left in that slice's array
+// concurrent requests could write their bodies into the same element.
+func TestOpenAIConcurrentRequestsKeepTheirBodies(t *testing.T) {
+	t.Parallel()
+	// The echo of the last message's content is the answer.
+	srv := newLLM(t, func(w http.ResponseWriter, r *fakes.ChatRequest) {
+		writeJSON(w, completion(map[string]any{"role": "assistant", "content": r.Messages[len(r.Messages)-1].Content}))
+	})
+	for _, key := range []string{"", "sk-test"} { // with and without a key the options differ in number
+		m, err := NewOpenAI(OpenAIConfig{BaseURL: srv.URL, Model: "m", APIKey: secret.New(key), MaxTries: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 64)
+		for g := range 16 {
+			wg.Go(func() {
+				for i := range 4 {
+					want := fmt.Sprintf("caller %d, request %d", g, i)
+					c, err := m.Complete(t.Context(), []Message{{Role: "user", Content: want}}, nil)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if c.Content != want {
+						errs <- fmt.Errorf("key %q: sent %q, the model saw %q", key, want, c.Content)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	}
 }
