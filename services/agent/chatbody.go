@@ -39,10 +39,13 @@ type chatTool struct {
 }
 
 type chatFunctionDef struct {
-	Name        string         `json:"name"`
-	Description string         `json:"description,omitempty"`
-	Parameters  map[string]any `json:"parameters"`
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters"`
 }
+
+// noParameters is the schema offered for a function that declares none.
+var noParameters = json.RawMessage(`{"properties":{},"type":"object"}`)
 
 // chatBody encodes the chat completion request of msgs and tools for model
 // in one pass. openai-go encodes every nested parameter on its own and
@@ -71,8 +74,8 @@ func chatBody(model string, msgs []Message, tools []ToolSpec) ([]byte, error) {
 	}
 	for _, t := range tools {
 		p := t.Parameters
-		if p == nil {
-			p = map[string]any{"type": "object", "properties": map[string]any{}}
+		if len(p) == 0 {
+			p = noParameters
 		}
 		req.Tools = append(req.Tools, chatTool{Type: "function",
 			Function: chatFunctionDef{Name: t.Name, Description: t.Description, Parameters: p}})

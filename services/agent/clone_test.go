@@ -17,7 +17,7 @@ func cloneFixture() *Task {
 		ID: "t1", Status: StatusWaiting, Origin: envelope.New(envelope.ChannelGitHub, envelope.RoleUser, "hi"),
 		Target: &envelope.Target{Channel: "github", Owner: "o", Repo: "r", Number: 1},
 		Refs:   []Ref{{ID: "r1", Text: "ref"}},
-		Tools:  []OfferedTool{{ToolSpec: ToolSpec{Name: "echo", Parameters: map[string]any{"type": "object"}}, Tool: "s.echo"}},
+		Tools:  []OfferedTool{{ToolSpec: ToolSpec{Name: "echo", Parameters: json.RawMessage(`{"type":"object"}`)}, Tool: "s.echo"}},
 		Messages: append(make([]Message, 0, 8), Message{Role: "user", Content: "q"},
 			Message{Role: "assistant", ToolCalls: []LLMCall{{ID: "c1", Name: "echo", Arguments: "{}"}}}),
 		Calls:       []Call{{ID: "k1", LLMID: "c1", Func: "echo", Tool: "s.echo", Args: map[string]any{"m": "x"}}},
@@ -73,9 +73,7 @@ func bigTask() *Task {
 	t.Origin.Content = strings.Repeat("issue body text ", 200)
 	for i := range 12 {
 		t.Tools = append(t.Tools, OfferedTool{Tool: "s.t", ToolSpec: ToolSpec{Name: fmt.Sprintf("tool%d", i),
-			Description: strings.Repeat("describes ", 20), Parameters: map[string]any{"type": "object",
-				"properties": map[string]any{"a": map[string]any{"type": "string"}, "b": map[string]any{"type": "number"}},
-				"required":   []any{"a"}}}})
+			Description: strings.Repeat("describes ", 20), Parameters: json.RawMessage(`{"properties":{"a":{"type":"string"},"b":{"type":"number"}},"required":["a"],"type":"object"}`)}})
 	}
 	return t
 }
@@ -117,5 +115,60 @@ func BenchmarkTaskCodec(b *testing.B) {
 	for range b.N {
 		raw, _ := encodeTask(t)
 		_, _ = decodeTask(raw)
+	}
+}
+
+// TestToolSchemasKeepTheirJSON: a task stored with its tools' parameter
+// schemas as objects (as every version writes them) decodes, and encoding it
+// again writes each schema as it was, which is what the model is offered.
+func TestToolSchemasKeepTheirJSON(t *testing.T) {
+	const schema = `{"properties":{"message":{"description":"Message to echo","type":"string"}},"required":["message"],"type":"object"}`
+	stored := `{"id":"t1","status":"running","origin":null,"agent_id":"a","role":"agent","tools":[` +
+		`{"name":"s__echo","description":"echoes","parameters":` + schema + `,"tool":"s.echo"},` +
+		`{"name":"bare","tool":"s.bare"}],"messages":[],"step":0,"tokens":0,` +
+		`"created":"2026-11-28T00:00:00Z","updated":"2026-11-28T00:00:00Z"}`
+	task, err := decodeTask([]byte(stored))
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	if got := string(task.Tools[0].Parameters); got != schema {
+		t.Errorf("decoded schema %s, want %s", got, schema)
+	}
+	if task.Tools[1].Parameters != nil {
+		t.Errorf("a tool without a schema decoded with %s", task.Tools[1].Parameters)
+	}
+	raw, err := encodeTask(task)
+	if err != nil {
+		t.Fatalf("encode: %v", err)
+	}
+	if !strings.Contains(string(raw), `"parameters":`+schema+`,"tool":"s.echo"`) {
+		t.Errorf("encoded task does not carry the schema as stored:\n%s", raw)
+	}
+	body, err := chatBody("m", nil, []ToolSpec{task.Tools[0].ToolSpec, task.Tools[1].ToolSpec})
+	if err != nil {
+		t.Fatalf("chatBody: %v", err)
+	}
+	for _, want := range []string{`"parameters":` + schema, `"name":"bare","parameters":{"properties":{},"type":"object"}`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("request body lacks %s:\n%s", want, body)
+		}
+	}
+}
+
+// TestSchemaJSON: a tool's input schema is offered as its JSON object, keys
+// sorted; an empty or non-object schema as none.
+func TestSchemaJSON(t *testing.T) {
+	for _, tc := range []struct {
+		in   any
+		want string
+	}{
+		{map[string]any{"type": "object", "properties": map[string]any{"b": map[string]any{"type": "string"}, "a": map[string]any{}}}, `{"properties":{"a":{},"b":{"type":"string"}},"type":"object"}`},
+		{map[string]any{}, ""},
+		{nil, ""},
+		{"not an object", ""},
+	} {
+		if got := string(schemaJSON(tc.in)); got != tc.want {
+			t.Errorf("schemaJSON(%v) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -42,9 +43,14 @@ type LLMCall struct {
 // ToolSpec is a function offered to the model.
 type ToolSpec struct {
 	// Name is the function name (letters, digits, '_' and '-').
-	Name        string         `json:"name"`
-	Description string         `json:"description,omitempty"`
-	Parameters  map[string]any `json:"parameters,omitempty"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// Parameters is the JSON Schema of the arguments, as JSON text (an
+	// object); empty: an object of no declared properties. It is kept as
+	// text because the agent only passes it on: encoded once when the task
+	// is created, it is copied, not re-encoded, into every state of the task
+	// and every request to the model.
+	Parameters json.RawMessage `json:"parameters,omitempty"`
 }
 
 // Completion is the model's answer: tool calls or a final message.

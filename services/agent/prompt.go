@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -17,14 +18,10 @@ import (
 var retrieveDocsSpec = ToolSpec{
 	Name:        ToolRetrieveDocs,
 	Description: "Search the team's documentation and knowledge base. Returns numbered documents; cite each one you use as [[ref:ID]].",
-	Parameters: map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			"query": map[string]any{"type": "string", "description": "what to look for"},
-			"k":     map[string]any{"type": "integer", "minimum": 1, "maximum": 20, "description": "how many documents (default 5)"},
-		},
-		"required": []any{"query"},
-	},
+	Parameters: json.RawMessage(`{"properties":{` +
+		`"k":{"description":"how many documents (default 5)","maximum":20,"minimum":1,"type":"integer"},` +
+		`"query":{"description":"what to look for","type":"string"}},` +
+		`"required":["query"],"type":"object"}`),
 }
 
 // newTask builds a task for the trigger e: the prompt (policy, session
@@ -90,14 +87,27 @@ func (s *Service) offeredTools(ctx context.Context, at mcpconfig.Location, log *
 			name = fmt.Sprintf("%s_%d", FuncName(ti.Name)[:min(len(FuncName(ti.Name)), 60)], i)
 		}
 		used[name] = true
-		params, _ := ti.InputSchema.(map[string]any)
 		desc := ti.Description
 		if desc == "" {
 			desc = ti.Title
 		}
-		out = append(out, OfferedTool{ToolSpec: ToolSpec{Name: name, Description: desc, Parameters: params}, Tool: ti.Name})
+		out = append(out, OfferedTool{ToolSpec: ToolSpec{Name: name, Description: desc, Parameters: schemaJSON(ti.InputSchema)}, Tool: ti.Name})
 	}
 	return out
+}
+
+// schemaJSON is a tool's input schema as the JSON text offered to the model:
+// nil (no declared properties) unless it is a non-empty object.
+func schemaJSON(schema any) json.RawMessage {
+	m, _ := schema.(map[string]any)
+	if len(m) == 0 {
+		return nil
+	}
+	b, err := marshal(m)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 var funcNameBad = regexp.MustCompile(`[^A-Za-z0-9_-]`)

@@ -325,16 +325,16 @@ func TestChatBody(t *testing.T) {
 		{Role: "assistant"},
 		{Role: "narrator", Content: "left out"},
 	}
-	schema := map[string]any{"type": "object", "properties": map[string]any{
-		"message": map[string]any{"type": "string", "description": "text"}, "n": map[string]any{"type": "integer", "minimum": 1}},
-		"required": []any{"message"}}
+	schema := json.RawMessage(`{"type": "object", "properties": {
+		"message": {"type": "string", "description": "text"}, "n": {"type": "integer", "minimum": 1}},
+		"required": ["message"]}`)
 	tests := []struct {
 		name  string
 		msgs  []Message
 		tools []ToolSpec
 	}{
 		{"no tools", msgs[:2], nil},
-		{"tools", msgs, []ToolSpec{{Name: "s__echo", Description: "echoes", Parameters: schema}, {Name: "bare"}, {Name: "empty", Parameters: map[string]any{}}}},
+		{"tools", msgs, []ToolSpec{{Name: "s__echo", Description: "echoes", Parameters: schema}, {Name: "bare"}, {Name: "empty", Parameters: json.RawMessage(`{}`)}}},
 		{"no messages", nil, []ToolSpec{{Name: "bare"}}},
 	}
 	for _, tc := range tests {
@@ -364,9 +364,12 @@ func TestChatBody(t *testing.T) {
 func openAIParams(model string, msgs []Message, tools []ToolSpec) openai.ChatCompletionNewParams {
 	params := openai.ChatCompletionNewParams{Model: shared.ChatModel(model), Messages: toParams(msgs)}
 	for _, t := range tools {
-		p := t.Parameters
-		if p == nil {
-			p = map[string]any{"type": "object", "properties": map[string]any{}}
+		p := map[string]any{"type": "object", "properties": map[string]any{}}
+		if len(t.Parameters) > 0 {
+			p = nil
+			if err := json.Unmarshal(t.Parameters, &p); err != nil {
+				panic(err)
+			}
 		}
 		fd := shared.FunctionDefinitionParam{Name: t.Name, Parameters: shared.FunctionParameters(p)}
 		if t.Description != "" {
