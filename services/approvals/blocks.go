@@ -51,9 +51,14 @@ func infoOf(raw json.RawMessage) suggestionInfo {
 	if len(raw) == 0 {
 		return in
 	}
-	var e envelope.Envelope
-	if json.Unmarshal(raw, &e) != nil {
-		return in
+	// The one-pass parser returns what encoding/json would; anything it
+	// cannot vouch for goes to encoding/json.
+	e, ok := envelope.ParseFast(raw)
+	if !ok {
+		e = new(envelope.Envelope)
+		if json.Unmarshal(raw, e) != nil {
+			return in
+		}
 	}
 	if e.Meta.Source != nil {
 		in.SourceURL = e.Meta.Source.URL
