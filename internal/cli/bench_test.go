@@ -19,7 +19,8 @@ import (
 // TestBenchServeShort runs `relay bench serve`'s generator briefly against
 // the built binary: the gateway alone, the whole relay, and the whole relay
 // with the agent. Every webhook is accepted, every consumer catches up, the
-// memory worker is sent each inbound envelope, the hooks worker (no hooks)
+// inbound stream stores each webhook, the memory worker is sent each inbound
+// envelope, the hooks worker (no hooks)
 // none, and with the agent each webhook's suggestion reaches Slack. It
 // asserts no speed.
 func TestBenchServeShort(t *testing.T) {
@@ -41,6 +42,9 @@ func TestBenchServeShort(t *testing.T) {
 		}
 		if r.CPU <= 0 {
 			t.Errorf("%s: got CPU %s, want some", r.Target.Name, r.CPU)
+		}
+		if got := r.Stored["RELAY_IN"]; got < rate {
+			t.Errorf("%s: the inbound stream stored %d messages, want at least %d", r.Target.Name, got, rate)
 		}
 		if r.Target.Service != "serve" {
 			continue

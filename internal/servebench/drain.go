@@ -28,6 +28,20 @@ func delivered(ctx context.Context, js jetstream.JetStream) (map[string]uint64, 
 	return out, err
 }
 
+// stored is the number of messages each stream stored so far: its last
+// sequence.
+func stored(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	list := js.ListStreams(ctx)
+	for si := range list.Info() {
+		out[si.Config.Name] = si.State.LastSeq
+	}
+	if err := list.Err(); err != nil {
+		return nil, fmt.Errorf("streams: %w", err)
+	}
+	return out, nil
+}
+
 // durables calls f with the info of every durable consumer of every stream.
 func durables(ctx context.Context, js jetstream.JetStream, f func(*jetstream.ConsumerInfo)) error {
 	names := js.StreamNames(ctx)

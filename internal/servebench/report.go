@@ -121,19 +121,27 @@ func Row(w io.Writer, name string, vs []float64, format string) {
 	fmt.Fprintf(w, "  %-32s "+format+"  ["+format+"-"+format+"]\n", name, med, s[0], s[len(s)-1])
 }
 
-// deliveries prints the messages each durable consumer was sent per accepted
-// webhook (median over the runs): the work a consumer is handed, including
-// envelopes it then ignores.
+// deliveries prints, per accepted webhook (median over the runs), the
+// messages each stream stored (what the embedded server writes to disk) and
+// each durable consumer was sent (the work a consumer is handed, including
+// envelopes it then ignores).
 func deliveries(w io.Writer, rs []Result) {
+	perWebhook(w, rs, "stored/webhook ", func(r Result) map[string]uint64 { return r.Stored })
+	perWebhook(w, rs, "deliveries/webhook ", func(r Result) map[string]uint64 { return r.Delivered })
+}
+
+// perWebhook prints a row per name of the counts of, each divided by the
+// run's accepted webhooks.
+func perWebhook(w io.Writer, rs []Result, label string, counts func(Result) map[string]uint64) {
 	names := map[string]bool{}
 	for _, r := range rs {
-		for n := range r.Delivered {
+		for n := range counts(r) {
 			names[n] = true
 		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(names)) {
-		Row(w, "  deliveries/webhook "+n, Each(rs, func(x Result) float64 {
-			return float64(x.Delivered[n]) / float64(max(1, x.Accept.Requests))
+		Row(w, "  "+label+n, Each(rs, func(x Result) float64 {
+			return float64(counts(x)[n]) / float64(max(1, x.Accept.Requests))
 		}), "%.2f")
 	}
 }

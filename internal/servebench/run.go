@@ -33,6 +33,10 @@ type Result struct {
 	// Delivered is how many messages each durable consumer was sent over
 	// the child's life until the drain (startup's few included).
 	Delivered map[string]uint64
+	// Stored is how many messages each stream stored over the child's life
+	// until the drain (its last sequence: startup's few included, and
+	// key-value revisions since overwritten or deleted).
+	Stored map[string]uint64
 }
 
 // CPUPer1000 is the CPU time per 1,000 accepted webhooks.
@@ -111,6 +115,9 @@ func load(ctx context.Context, cfg Config, t Target, c *child, js jetstream.JetS
 	}
 	res.Drain, res.CPU = d.after, d.cpu-cpu0
 	if res.Delivered, err = delivered(ctx, js); err != nil {
+		return Result{}, err
+	}
+	if res.Stored, err = stored(ctx, js); err != nil {
 		return Result{}, err
 	}
 	res.Suggestions, res.Loop = s.loop()

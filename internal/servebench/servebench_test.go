@@ -34,7 +34,8 @@ func TestReportMediansAndRatios(t *testing.T) {
 	t.Parallel()
 	gw, serve := Targets[0], Targets[1]
 	res := func(tg Target, cpu time.Duration) Result {
-		return Result{Target: tg, CPU: cpu, Accept: ingestbench.Phase{Requests: 1000, Elapsed: time.Second}}
+		return Result{Target: tg, CPU: cpu, Accept: ingestbench.Phase{Requests: 1000, Elapsed: time.Second},
+			Stored: map[string]uint64{"RELAY_IN": 1000}, Delivered: map[string]uint64{"memory-in": 500}}
 	}
 	rep := &Report{Rate: 1000, Duration: time.Second, Results: []Result{
 		res(gw, 400*time.Millisecond), res(serve, 600*time.Millisecond),
@@ -54,6 +55,8 @@ func TestReportMediansAndRatios(t *testing.T) {
 		"CPU ms per 1,000 webhooks        400  [300-500]",
 		"CPU ms per 1,000 webhooks        600  [600-1000]",
 		"x the gateway's, same run      2.00  [1.50-2.00]",
+		"stored/webhook RELAY_IN        1.00  [1.00-1.00]",
+		"deliveries/webhook memory-in   0.50  [0.50-0.50]",
 	} {
 		if !strings.Contains(out.String(), line) {
 			t.Errorf("report lacks %q:\n%s", line, out.String())
