@@ -144,6 +144,7 @@ type Bus struct {
 	closing   atomic.Bool
 	lost      atomic.Pointer[error] // why the connection closed for good
 	lostCh    chan struct{}         // closed with lost
+	opened    time.Time             // where a new DeliverNew consumer starts
 }
 
 // Connect connects to cfg.URL, or starts the embedded server when it is
@@ -175,7 +176,7 @@ func Open(cfg Config) (*Bus, error) {
 	b := &Bus{
 		cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, names: newStreamNames(cfg.Prefix),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), ready: make(chan struct{}),
-		lostCh: make(chan struct{}),
+		lostCh: make(chan struct{}), opened: time.Now(),
 	}
 	url := cfg.URL
 	opts := b.natsOptions()

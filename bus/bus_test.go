@@ -47,6 +47,7 @@ func TestBus(t *testing.T) {
 		"HeartbeatLongHandler":   testHeartbeat,
 		"ConcurrentHandlers":     testConcurrentHandlers,
 		"ShutdownDrainsInFlight": testShutdownDrains,
+		"DeliverNewFromStartUp":  testDeliverNewFromStartUp,
 	}
 	for impl, mk := range impls {
 		t.Run(impl, func(t *testing.T) {
@@ -549,3 +550,42 @@ func testShutdownDrains(t *testing.T, b *bus.Bus) {
 }
 
 var _ = nats.ErrTimeout
+
+// testDeliverNewFromStartUp: a new DeliverNew consumer skips what was stored
+// before its process opened the bus, but not what was stored while the
+// process was starting (before the consumer existed); started again, it goes
+// on where it was.
+func testDeliverNewFromStartUp(t *testing.T, b *bus.Bus) {
+	publish(t, b, "in.github.issues", newEnv("history"))
+	started := bustest.Connect(t, b) // a process starting, after the history
+	publish(t, b, "in.github.issues", newEnv("during start-up"))
+	seen := make(chan string, 10)
+	h := func(_ context.Context, m *bus.Message) error { seen <- m.Envelope.Content; return nil }
+	cfg := bus.ConsumerConfig{Name: "new", Subject: "in.>", DeliverNew: true}
+	stop := run(t, started, cfg, h)
+	publish(t, b, "in.github.issues", newEnv("after start-up"))
+	want := func(contents ...string) {
+		t.Helper()
+		for _, w := range contents {
+			select {
+			case got := <-seen:
+				if got != w {
+					t.Fatalf("handled %q, want %q", got, w)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%q not handled", w)
+			}
+		}
+	}
+	want("during start-up", "after start-up")
+	stop()
+	publish(t, b, "in.github.issues", newEnv("while stopped"))
+	run(t, bustest.Connect(t, b), cfg, h) // the consumer exists: its start stays
+	publish(t, b, "in.github.issues", newEnv("after restart"))
+	want("while stopped", "after restart")
+	select {
+	case got := <-seen:
+		t.Errorf("handled %q as well", got)
+	case <-time.After(200 * time.Millisecond):
+	}
+}

@@ -49,7 +49,11 @@ type ConsumerConfig struct {
 	// ShutdownGrace is how long in-flight handlers may finish after ctx is
 	// cancelled before their contexts are cancelled too. Default 30s.
 	ShutdownGrace time.Duration
-	// DeliverNew starts a new consumer at new messages instead of the stream's start.
+	// DeliverNew starts a new consumer at the messages stored since this Bus
+	// was opened instead of at the stream's start: no history, and nothing
+	// stored while the process starts up (a webhook accepted before the
+	// consumer exists) is skipped. A consumer that exists keeps where it
+	// started.
 	DeliverNew bool
 }
 
@@ -143,9 +147,6 @@ func (b *Bus) createConsumer(ctx context.Context, cfg *ConsumerConfig) (string, 
 			cc.FilterSubjects[i] = b.Subject(s)
 		}
 	}
-	if cfg.DeliverNew {
-		cc.DeliverPolicy = jetstream.DeliverNewPolicy
-	}
 	// A cluster electing a leader, a server restarting or a stream being
 	// re-created answers with timeouts and 503s for a while: keep trying
 	// until ctx ends. Only a request JetStream refuses as bad (400: the
@@ -153,7 +154,11 @@ func (b *Bus) createConsumer(ctx context.Context, cfg *ConsumerConfig) (string, 
 	delay := 100 * time.Millisecond
 	for {
 		setupCtx, cancel := b.withTimeout(ctx)
-		cons, err := b.js.CreateOrUpdateConsumer(setupCtx, stream, cc)
+		err := b.startAt(setupCtx, stream, cfg, &cc)
+		var cons jetstream.Consumer
+		if err == nil {
+			cons, err = b.js.CreateOrUpdateConsumer(setupCtx, stream, cc)
+		}
 		cancel()
 		if err == nil {
 			return stream, cons, nil
@@ -172,6 +177,27 @@ func (b *Bus) createConsumer(ctx context.Context, cfg *ConsumerConfig) (string, 
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// startAt sets where a DeliverNew consumer starts: an existing consumer's own
+// start (JetStream refuses to change it), else the time the Bus was opened.
+func (b *Bus) startAt(ctx context.Context, stream string, cfg *ConsumerConfig, cc *jetstream.ConsumerConfig) error {
+	if !cfg.DeliverNew {
+		return nil
+	}
+	cons, err := b.js.Consumer(ctx, stream, cfg.Name)
+	switch {
+	case err == nil:
+		old := cons.CachedInfo().Config
+		cc.DeliverPolicy, cc.OptStartSeq, cc.OptStartTime = old.DeliverPolicy, old.OptStartSeq, old.OptStartTime
+		return nil
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		at := b.opened
+		cc.DeliverPolicy, cc.OptStartTime = jetstream.DeliverByStartTimePolicy, &at
+		return nil
+	default:
+		return fmt.Errorf("look up consumer %s on %s: %w", cfg.Name, stream, err)
 	}
 }
 
