@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -123,6 +124,21 @@ func (s *sender) mark(at map[int]time.Time, n int) {
 	if _, dup := at[n]; !dup {
 		at[n] = now
 	}
+}
+
+// unanswered returns up to n accepted issues, lowest first, whose suggestion
+// has not arrived.
+func (s *sender) unanswered(n int) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int
+	for i := range s.accepted {
+		if _, ok := s.arrived[i]; !ok {
+			out = append(out, i)
+		}
+	}
+	slices.Sort(out)
+	return out[:min(n, len(out))]
 }
 
 // loop returns the suggestions that arrived and the acceptance-to-suggestion

@@ -111,7 +111,10 @@ func load(ctx context.Context, cfg Config, t Target, c *child, js jetstream.JetS
 	}
 	d, err := waitDrained(ctx, js, c, stopped, cfg.DrainTimeout, done)
 	if err != nil {
-		return Result{}, err
+		if t.Agent && !t.Hot {
+			err = fmt.Errorf("%w (issues without a suggestion in Slack: %v)", err, s.unanswered(10))
+		}
+		return Result{}, fmt.Errorf("%w; the relay's log:\n%s", err, c.Logs())
 	}
 	res.Drain, res.CPU = d.after, d.cpu-cpu0
 	if res.Delivered, err = delivered(ctx, js); err != nil {
