@@ -37,6 +37,7 @@ func TestBus(t *testing.T) {
 		"ClassifiedToDLQ":        testClassifiedToDLQ,
 		"RetryDelayDrivesNak":    testRetryDelayDrivesNak,
 		"MaxDeliveriesToDLQ":     testMaxDeliveries,
+		"OtherMajorNotHandled":   testOtherMajorNotHandled,
 		"DLQDownKeepsMessage":    testDLQDownKeepsMessage,
 		"PoisonKillsItsWorker":   testPoisonThatKillsItsWorker,
 		"InvalidBodyToDLQ":       testInvalidBody,
@@ -289,6 +290,46 @@ func testMaxDeliveries(t *testing.T, b *bus.Bus) {
 	}
 	if want := "max deliveries (3) reached: backend down"; dls[0].Reason != want {
 		t.Errorf("got reason %q, want %q", dls[0].Reason, want)
+	}
+}
+
+// testOtherMajorNotHandled: an envelope written in a format of another major
+// version is never given to a handler; it is offered again (a competing
+// consumer that reads its format may take it) and, when the deliveries run
+// out, becomes a dead letter that names both versions. One of the same major
+// is handled.
+func testOtherMajorNotHandled(t *testing.T, b *bus.Bus) {
+	newer, minor := newEnv("written by a relay of format 2"), newEnv("written by a relay of format 1.4")
+	newer.Meta.MCPVersion, minor.Meta.MCPVersion = "2.0.0", "1.4.0"
+	publish(t, b, "in.github.issues", newer)
+	publish(t, b, "in.github.issues", minor)
+	var mu sync.Mutex
+	var handled []string
+	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>", MaxDeliver: 2, NakDelays: []time.Duration{50 * time.Millisecond}},
+		func(_ context.Context, m *bus.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			handled = append(handled, m.Envelope.ID)
+			return nil
+		})
+	dls := waitDLQ(t, b, 1)
+	testenv.WaitFor(t, 10*time.Second, "the same major's envelope handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) > 0
+	})
+	if !strings.Contains(string(dls[0].Envelope), newer.ID) || dls[0].Deliveries != 2 {
+		t.Errorf("dead letter of %s after %d deliveries, want %s after 2", dls[0].Envelope, dls[0].Deliveries, newer.ID)
+	}
+	for _, want := range []string{"max deliveries (2) reached", `meta.mcp_version is "2.0.0", this relay reads 1.x`, "replay the dead letter"} {
+		if !strings.Contains(dls[0].Reason, want) {
+			t.Errorf("reason %q does not say %q", dls[0].Reason, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(handled, []string{minor.ID}) {
+		t.Errorf("handled %v, want only %s (same major)", handled, minor.ID)
 	}
 }
 

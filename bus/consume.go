@@ -392,6 +392,14 @@ func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, ms
 		return
 	}
 
+	if err := envelope.Readable(env.Meta.MCPVersion); err != nil {
+		// Not this relay's to read: a competing consumer of another version
+		// may take it on a redelivery; when the deliveries run out it is a
+		// dead letter, replayed once the consumers read its format.
+		b.settle(ctx, cfg, msg, m, md.NumDelivered, fmt.Errorf("%w (not handled: upgrade this consumer, then replay the dead letter)", err), log)
+		return
+	}
+
 	// Heartbeat: long handlers keep their delivery from being redelivered.
 	hbStop := heartbeat(ctx, msg, cfg.Heartbeat)
 	var traced func(error)
@@ -406,23 +414,30 @@ func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, ms
 	if b.metrics != nil {
 		b.metrics.consumer(cfg.Name).handleTime.Observe(time.Since(start).Seconds())
 	}
+	b.settle(ctx, cfg, msg, m, md.NumDelivered, herr, log)
+}
+
+// settle maps a delivery's result to exactly one outcome: an ack, a dead
+// letter (a permanent error, or the last delivery allowed), or a nak after
+// the error's retry delay or the consumer's.
+func (b *Bus) settle(ctx context.Context, cfg *ConsumerConfig, msg jetstream.Msg, m *Message, delivered uint64, herr error, log *slog.Logger) {
 	switch {
 	case herr == nil:
 		if err := msg.Ack(); err != nil {
-			log.Warn("ack failed; message will be redelivered", "envelope_id", env.ID, "err", err)
+			log.Warn("ack failed; message will be redelivered", "envelope_id", m.Envelope.ID, "err", err)
 		}
 		b.outcome(cfg.Name, "ack")
 	case IsPermanent(herr):
 		b.deadLetter(ctx, cfg, msg, m, herr.Error(), log)
-	case md.NumDelivered >= uint64(cfg.MaxDeliver):
+	case delivered >= uint64(cfg.MaxDeliver):
 		b.deadLetter(ctx, cfg, msg, m, fmt.Sprintf("max deliveries (%d) reached: %v", cfg.MaxDeliver, herr), log)
 	default:
 		delay := RetryDelay(herr)
 		if delay == 0 {
-			delay = nakDelay(cfg.NakDelays, md.NumDelivered)
+			delay = nakDelay(cfg.NakDelays, delivered)
 		}
-		log.WarnContext(ctx, "handler failed; will retry", "envelope_id", env.ID, "subject", m.Subject,
-			"delivered", md.NumDelivered, "retry_in", delay, "err", clip.Line(herr.Error(), maxReasonLine))
+		log.WarnContext(ctx, "handler failed; will retry", "envelope_id", m.Envelope.ID, "subject", m.Subject,
+			"delivered", delivered, "retry_in", delay, "err", clip.Line(herr.Error(), maxReasonLine))
 		_ = msg.NakWithDelay(delay)
 		b.outcome(cfg.Name, "nak")
 	}
