@@ -268,7 +268,7 @@ func (c *conn) cachedTools(ctx context.Context) ([]*toolEntry, error) {
 		ttl = c.r.cfg.ToolsTTL
 	}
 	c.cacheMu.Lock()
-	c.tools, c.toolSeq, c.ttl = byName, list, ttl
+	c.tools, c.toolSeq, c.ttl, c.listed = byName, list, ttl, time.Now()
 	if c.gen == gen { // else invalidated while fetching: use it once, fetch again next time
 		c.fetched = time.Now()
 	}

@@ -71,7 +71,8 @@ type conn struct {
 	cacheMu sync.Mutex
 	tools   map[string]*toolEntry
 	toolSeq []*toolEntry
-	fetched time.Time
+	fetched time.Time // of the list, while it may be served; zero once invalidated
+	listed  time.Time // of the list in toolSeq, kept when it is invalidated
 	ttl     time.Duration
 	gen     uint64 // bumped by invalidateTools: a fetch begun before is stale
 }
@@ -325,7 +326,7 @@ func (c *conn) status() ServerStatus {
 		st.State = StateReady
 	}
 	c.cacheMu.Lock()
-	st.Tools = len(c.toolSeq)
+	st.Tools, st.ToolsListed = len(c.toolSeq), c.listed
 	for _, e := range c.toolSeq {
 		st.ToolNames = append(st.ToolNames, e.info.Tool)
 	}

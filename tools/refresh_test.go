@@ -127,3 +127,48 @@ func TestRefreshWithoutRunner(t *testing.T) {
 		t.Fatalf("got %v after %v, want ErrNoRunner at once", err, took)
 	}
 }
+
+// TestToolsListedIsWhenTheServerListed: a server's status says when its tool
+// list was discovered (the hooks specification's lastDiscovered): the time of
+// that list while it is served and after a refresh drops it, and the time of
+// the next list once there is one.
+func TestToolsListedIsWhenTheServerListed(t *testing.T) {
+	t.Parallel()
+	var names atomic.Pointer[[]string]
+	names.Store(&[]string{"one"})
+	cfg := fastConfig(t, versionedServer(t, "a", &names))
+	cfg.Policy = policy(t, allowAll)
+	before := time.Now()
+	r := startRunner(t, cfg)
+	listed := func() time.Time {
+		t.Helper()
+		st := r.Servers()
+		if len(st) != 1 {
+			t.Fatalf("got %d servers, want 1", len(st))
+		}
+		return st[0].ToolsListed
+	}
+	if got := toolNames(t, r); !slices.Equal(got, []string{"a.one"}) {
+		t.Fatalf("tools: %v", got)
+	}
+	first := listed()
+	if first.Before(before) || first.After(time.Now()) {
+		t.Fatalf("tools listed at %v, want between %v and now", first, before)
+	}
+	if got := listed(); !got.Equal(first) {
+		t.Errorf("a status later says %v, want %v: nothing was listed since", got, first)
+	}
+	if _, err := r.RefreshTools("a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := listed(); !got.Equal(first) {
+		t.Errorf("after a refresh, before the next list: %v, want %v (the list shown is that one)", got, first)
+	}
+	names.Store(&[]string{"one", "two"})
+	if got := toolNames(t, r); !slices.Equal(got, []string{"a.one", "a.two"}) {
+		t.Fatalf("tools after the refresh: %v", got)
+	}
+	if got := listed(); !got.After(first) {
+		t.Errorf("after the next list: %v, want later than %v", got, first)
+	}
+}

@@ -489,9 +489,12 @@ type ServerStatus struct {
 	ProtocolVersion string        `json:"protocol_version,omitempty"`
 	ServerName      string        `json:"server_name,omitempty"`
 	ServerVersion   string        `json:"server_version,omitempty"`
-	// Tools is the size of the cached tool list, ToolNames its names.
-	Tools     int      `json:"tools"`
-	ToolNames []string `json:"tool_names,omitempty"`
+	// Tools is the size of the cached tool list, ToolNames its names and
+	// ToolsListed when the server listed them (the hooks specification's
+	// lastDiscovered); zero before the first list.
+	Tools       int       `json:"tools"`
+	ToolNames   []string  `json:"tool_names,omitempty"`
+	ToolsListed time.Time `json:"tools_listed,omitzero"`
 }
 
 // Status is what a status request answers: every server, the stop switch,

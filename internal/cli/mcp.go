@@ -178,7 +178,7 @@ func persistedStates(ctx context.Context, b *bus.Bus) map[string]tools.ServerSta
 // printStatuses writes the `relay mcp list` table.
 func printStatuses(w io.Writer, statuses []tools.ServerStatus, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVER\tTYPE\tSTATE\tFAILS\tCONNECTED\tLAST PING\tNEXT RETRY\tAUTO-DISABLED\tCALLS OK/ERR\tLAST CALL\tAVG (100)\tTOOLS\tNOTE")
+	fmt.Fprintln(tw, "SERVER\tTYPE\tSTATE\tFAILS\tCONNECTED\tLAST PING\tNEXT RETRY\tAUTO-DISABLED\tCALLS OK/ERR\tLAST CALL\tAVG (100)\tTOOLS\tLISTED\tNOTE")
 	for _, s := range statuses {
 		note := s.LastError
 		if s.State == tools.StateDisabled {
@@ -192,9 +192,9 @@ func printStatuses(w io.Writer, statuses []tools.ServerStatus, now time.Time) {
 		if s.AvgLatency > 0 {
 			avg = s.AvgLatency.Round(time.Microsecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n", s.Name, s.Type, s.State, s.Failures,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Type, s.State, s.Failures,
 			ago(now, s.LastConnected), ping, in(now, s.NextRetry), ago(now, s.AutoDisabledAt), s.Successes, s.Errors,
-			ago(now, s.LastInvocation), avg, toolList(s), clip.Line(note, 80))
+			ago(now, s.LastInvocation), avg, toolList(s), ago(now, s.ToolsListed), clip.Line(note, 80))
 	}
 	_ = tw.Flush()
 }
@@ -262,6 +262,9 @@ func probeAll(ctx context.Context, ts *toolrunner.Settings, persisted map[string
 			}
 			st.ProtocolVersion, st.Handshake, st.ToolNames, st.Tools = p.ProtocolVersion, p.Handshake, p.Tools, len(p.Tools)
 			st.ServerName, st.ServerVersion = p.ServerName, p.ServerVersion
+			if len(p.Tools) > 0 {
+				st.ToolsListed = p.Timestamp // listed during this check
+			}
 			out[i] = st
 		}()
 	}

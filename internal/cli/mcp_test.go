@@ -137,6 +137,8 @@ func TestMCPSwitchesWriteTheSharedState(t *testing.T) {
 	}
 	if s := listed(); s["state"] == "disabled" {
 		t.Errorf("after enable: got %v, want it no longer disabled", s)
+	} else if n, _ := s["tools"].(float64); n > 0 && s["tools_listed"] == nil {
+		t.Errorf("after enable: %v tools but no tools_listed (probed now, listed during the probe)", n)
 	}
 	if code, _, _ := cli("mcp", "disable", "nosuch"); code == 0 {
 		t.Error("disable of an unknown server: exit 0, want an error")
