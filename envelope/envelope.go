@@ -114,6 +114,12 @@ type Budget struct {
 	Limit int `json:"limit,omitempty"`
 }
 
+// EstimateTokens is the estimate of text's tokens that an inbound mapper
+// writes to meta.budget: one token per four bytes, rounded up, the usual
+// rule of thumb for BPE tokenizers (no model's tokenizer is at hand where
+// webhooks are mapped).
+func EstimateTokens(text string) int { return (len(text) + 3) / 4 }
+
 // New returns an envelope with a fresh UUID v4, the current time (UTC, to the
 // microsecond) and meta.mcp_version set.
 func New(ch Channel, role Role, content string) *Envelope {

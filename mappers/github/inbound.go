@@ -66,7 +66,7 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	}
 	e.Meta.Thread = f.thread()
 	e.Meta.Source = &envelope.Source{Event: event, Action: f.action, DeliveryID: delivery, URL: f.url, Actor: f.actor}
-	e.Meta.Budget = &envelope.Budget{Tokens: (len(f.text) + 3) / 4}
+	e.Meta.Budget = &envelope.Budget{Tokens: envelope.EstimateTokens(f.text)}
 	if f.bot {
 		e.Meta.Set("bot", true)
 	}

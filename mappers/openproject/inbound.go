@@ -199,6 +199,7 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	msgID := p.msgID(action, key, &res, r.Body)
 
 	e := envelope.New(envelope.ChannelOpenProject, envelope.RoleUser, mappers.Clip(m.content, mappers.MaxContent))
+	e.Meta.Budget = &envelope.Budget{Tokens: envelope.EstimateTokens(e.Content)}
 	at := r.Received
 	if at.IsZero() {
 		at = p.cfg.Now()

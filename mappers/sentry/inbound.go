@@ -217,6 +217,7 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	msgID := "sentry:" + idResource + ":" + h.Action + ":" + m.objectID + ":" + hex.EncodeToString(sum[:])
 
 	e := envelope.New(envelope.ChannelSentry, m.role, mappers.Clip(m.content, mappers.MaxContent))
+	e.Meta.Budget = &envelope.Budget{Tokens: envelope.EstimateTokens(e.Content)}
 	at := r.Received
 	if at.IsZero() {
 		at = p.cfg.Now()

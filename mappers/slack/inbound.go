@@ -727,6 +727,7 @@ func (p *Provider) envelope(r *mappers.Request, role envelope.Role, content stri
 		at = p.now()
 	}
 	e.Timestamp = at.UTC().Truncate(time.Microsecond)
+	e.Meta.Budget = &envelope.Budget{Tokens: envelope.EstimateTokens(e.Content)}
 	return e
 }
 
