@@ -36,6 +36,7 @@ func TestTokenPattern(t *testing.T) {
 		"ghp_" + strings.Repeat("a", 36), "github_pat_" + strings.Repeat("B", 40), "xoxb-1234567890-abcdefghij",
 		"xapp-1-A0123-4567-abcdef0123", "sk-proj-" + strings.Repeat("x", 24), "glpat-" + strings.Repeat("z", 20),
 		"AKIAIOSFODNN7EXAMPLE", `aws_secret_access_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEYAA"`,
+		"Aws_Secret_Access_Key: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEYAA",
 		"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlMTIz",
 		"-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
 		"-----BEGIN PRIVATE KEY-----\ntruncated",
@@ -48,7 +49,8 @@ func TestTokenPattern(t *testing.T) {
 			t.Errorf("TokenPattern missed %q", tok)
 		}
 	}
-	for _, ok := range []string{"ghost town", "a sketch", "xox", "the AKIA team", "BEGIN work"} {
+	for _, ok := range []string{"ghost town", "a sketch", "xox", "the AKIA team", "BEGIN work",
+		"aws_\u017Fecret_access_\u212Aey = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEYAA"} { // long s, Kelvin sign: not ASCII
 		if secret.TokenPattern.MatchString(ok) {
 			t.Errorf("TokenPattern matched plain text %q", ok)
 		}
@@ -92,6 +94,45 @@ func FuzzMayHoldBearer(f *testing.F) {
 		}
 		if got, _ := secret.RedactBearer(s, "[X]"); secret.BearerPattern.MatchString(got) {
 			t.Fatalf("RedactBearer(%q) = %q still holds a credential", s, got)
+		}
+	})
+}
+
+func TestRedactTokens(t *testing.T) {
+	t.Parallel()
+	pat := "ghp_" + strings.Repeat("a", 36)
+	cases := []struct {
+		in, want string
+		n        int
+	}{
+		{"the token " + pat + " expired", "the token [X] expired", 1},
+		{"AKIAIOSFODNN7EXAMPLE and xoxb-1234567890-abcdefghij", "[X] and [X]", 2},
+		{"-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY----- after", "[X] after", 1},
+		{"Bearer abcdefgh12345678 stays: prose says token expiry too", "Bearer abcdefgh12345678 stays: prose says token expiry too", 0},
+		{"though the high light ghosts", "though the high light ghosts", 0},
+		{"", "", 0},
+	}
+	for _, tc := range cases {
+		got, n := secret.RedactTokens(tc.in, "[X]")
+		if got != tc.want || n != tc.n {
+			t.Errorf("RedactTokens(%q): got %q, %d; want %q, %d", tc.in, got, n, tc.want, tc.n)
+		}
+	}
+}
+
+// FuzzMayHoldToken: the pre-check never hides a match, and a redacted text
+// holds no credential.
+func FuzzMayHoldToken(f *testing.F) {
+	for _, s := range []string{"ghp_" + strings.Repeat("a", 36), "xoxb-1234567890-abcdefghij", "AKIAIOSFODNN7EXAMPLE",
+		"aws_secret_access_key = " + strings.Repeat("k", 40), "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlMTIz", "plain gh text"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if secret.TokenPattern.MatchString(s) && !secret.MayHoldToken(s) {
+			t.Fatalf("MayHoldToken(%q) = false, but TokenPattern matches", s)
+		}
+		if got, _ := secret.RedactTokens(s, "[X]"); secret.TokenPattern.MatchString(got) {
+			t.Fatalf("RedactTokens(%q) = %q still holds a credential", s, got)
 		}
 	})
 }

@@ -18,13 +18,13 @@ var TokenPattern = regexp.MustCompile(`\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,
 	`|\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}\b` +
 	`|\bglpat-[A-Za-z0-9_-]{20,}\b` +
 	`|\b(?:AKIA|ASIA)[A-Z0-9]{16}\b` +
-	`|(?i:aws_secret_access_key)["']?\s*[:=]\s*["']?[A-Za-z0-9/+=]{40}` +
+	`|` + asciiFold("aws_secret_access_key") + `["']?\s*[:=]\s*["']?[A-Za-z0-9/+=]{40}` +
 	`|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\b` +
 	`|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)`)
 
 // tokenHints are substrings every TokenPattern shape contains.
-var tokenHints = []string{"gh", "github_pat_", "xox", "xapp-", "sk-", "glpat-", "AKIA", "ASIA",
-	"ws_secret_access_key", "WS_SECRET_ACCESS_KEY", "eyJ", "PRIVATE KEY"}
+var tokenHints = []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "xapp-", "sk-", "glpat-", "AKIA", "ASIA",
+	"eyJ", "PRIVATE KEY"}
 
 // MayHoldToken is a cheap pre-check: false means TokenPattern cannot match s.
 func MayHoldToken(s string) bool {
@@ -33,7 +33,18 @@ func MayHoldToken(s string) bool {
 			return true
 		}
 	}
-	return false
+	return anchored(s, 'k', 18, "aws_secret_access_key") // in any ASCII case
+}
+
+// RedactTokens replaces every TokenPattern match in s with repl and reports
+// how many it replaced.
+func RedactTokens(s, repl string) (string, int) {
+	if !MayHoldToken(s) {
+		return s, 0
+	}
+	n := 0
+	s = TokenPattern.ReplaceAllStringFunc(s, func(string) string { n++; return repl })
+	return s, n
 }
 
 // BearerPattern matches a credential after an authorization scheme word, as
