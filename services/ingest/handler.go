@@ -154,6 +154,11 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
 	defer cancel()
 	for _, it := range res.Items {
+		if n := mappers.RedactCredentials(it.Envelope); n > 0 {
+			// Counted and named, never shown: the log has no value of them.
+			s.log.Info("credentials in a webhook's text replaced before it is stored", "provider", rt.name,
+				"msg_id", it.MsgID, "credentials", n, "replaced_with", mappers.RedactedCredential)
+		}
 		pr, err := s.pub.Publish(ctx, it.Subject, it.Envelope, bus.WithMsgID(it.MsgID))
 		if err != nil {
 			o.err = fmt.Errorf("%s delivery %s: %w", rt.name, it.MsgID, err)
