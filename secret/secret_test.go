@@ -136,3 +136,22 @@ func FuzzMayHoldToken(f *testing.F) {
 		}
 	})
 }
+
+// The pre-check rules out prose that holds a shape's literal inside a word,
+// and still finds each shape at a word's start, in any case where the
+// pattern folds case.
+func TestMayHoldTokenAtWordStarts(t *testing.T) {
+	t.Parallel()
+	for _, prose := range []string{"the task-list-for-the-release-train", "a risk-based-approach-to-everything", "honeyJar",
+		"thighp_ x", "MALAYSIAN markets", "my_aws_secret_access_key_is_not_here"[:20]} {
+		if secret.MayHoldToken(prose) {
+			t.Errorf("MayHoldToken(%q) = true, want false: no shape starts a word there", prose)
+		}
+	}
+	for _, text := range []string{"(sk-" + strings.Repeat("x", 24) + ")", "key:ghp_" + strings.Repeat("a", 36),
+		"AWS_SECRET_ACCESS_KEY=" + strings.Repeat("k", 40), "-xoxb-1234567890-abcdefghij", "x eyJ"} {
+		if !secret.MayHoldToken(text) {
+			t.Errorf("MayHoldToken(%q) = false, want true", text)
+		}
+	}
+}

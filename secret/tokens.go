@@ -22,18 +22,73 @@ var TokenPattern = regexp.MustCompile(`\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,
 	`|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\b` +
 	`|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)`)
 
-// tokenHints are substrings every TokenPattern shape contains.
-var tokenHints = []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "xapp-", "sk-", "glpat-", "AKIA", "ASIA",
-	"eyJ", "PRIVATE KEY"}
+// A hint is a literal that every match of one TokenPattern shape holds,
+// found from one of its bytes that is rare in prose (an underscore, a dash,
+// a capital J) rather than from its first, which would stop the search at
+// nearly every "s" or "e" of a text.
+type hint struct {
+	lit  string
+	at   int  // index in lit of the byte searched for
+	word bool // the shape starts at a word boundary ("sk-" in "task-list" is no key)
+	fold bool // in any ASCII case
+}
+
+var (
+	underscoreHints = []hint{{"ghp_", 3, true, false}, {"gho_", 3, true, false}, {"ghu_", 3, true, false},
+		{"ghs_", 3, true, false}, {"ghr_", 3, true, false}, {"github_pat_", 6, true, false},
+		{"aws_secret_access_key", 3, false, true}}
+	dashHints = []hint{{"sk-", 2, true, false}, {"xapp-", 4, true, false}, {"glpat-", 5, true, false},
+		{"xoxa-", 4, true, false}, {"xoxb-", 4, true, false}, {"xoxe-", 4, true, false}, {"xoxp-", 4, true, false},
+		{"xoxo-", 4, true, false}, {"xoxs-", 4, true, false}, {"xoxr-", 4, true, false}}
+	jwtHints = []hint{{"eyJ", 2, true, false}}
+)
 
 // MayHoldToken is a cheap pre-check: false means TokenPattern cannot match s.
+// It rules out most prose, which matters: the pattern itself reads a few
+// megabytes a second.
 func MayHoldToken(s string) bool {
-	for _, h := range tokenHints {
-		if strings.Contains(s, h) {
+	return holdsHint(s, '_', underscoreHints) || holdsHint(s, '-', dashHints) || holdsHint(s, 'J', jwtHints) ||
+		atWordStart(s, "AKIA") || atWordStart(s, "ASIA") || strings.Contains(s, "PRIVATE KEY")
+}
+
+// holdsHint reports whether s holds one of hints around an occurrence of
+// the byte c (each hint's lit[at] is c).
+func holdsHint(s string, c byte, hints []hint) bool {
+	for i := 0; ; {
+		j := strings.IndexByte(s[i:], c)
+		if j < 0 {
+			return false
+		}
+		for _, h := range hints {
+			p := i + j - h.at
+			if p < 0 || len(s)-p < len(h.lit) || h.word && p > 0 && isWordByte(s[p-1]) {
+				continue
+			}
+			if h.fold && strings.EqualFold(s[p:p+len(h.lit)], h.lit) || !h.fold && s[p:p+len(h.lit)] == h.lit {
+				return true
+			}
+		}
+		i += j + 1
+	}
+}
+
+// atWordStart reports whether s holds h where no ASCII word character
+// (regexp's \b) comes before it.
+func atWordStart(s, h string) bool {
+	for i := 0; ; {
+		j := strings.Index(s[i:], h)
+		if j < 0 {
+			return false
+		}
+		if p := i + j; p == 0 || !isWordByte(s[p-1]) {
 			return true
 		}
+		i += j + 1
 	}
-	return anchored(s, 'k', 18, "aws_secret_access_key") // in any ASCII case
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
 // RedactTokens replaces every TokenPattern match in s with repl and reports
