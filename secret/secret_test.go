@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -57,27 +58,45 @@ func TestTokenPattern(t *testing.T) {
 	}
 }
 
-func TestRedactBearer(t *testing.T) {
+// TestRedact: each redactor replaces what it stands for, says how many, and
+// leaves the rest as written.
+func TestRedact(t *testing.T) {
 	t.Parallel()
-	cases := []struct {
+	pat := "ghp_" + strings.Repeat("a", 36)
+	type tcase struct {
 		in, want string
 		n        int
-	}{
-		{"Authorization: Bearer abc.def-ghi_jkl", "Authorization: Bearer [X]", 1},
-		{"authorization: bearer abcdefgh12345678==", "authorization: bearer [X]", 1},
-		{"BeArEr abcdefgh12345678", "BeArEr [X]", 1},
-		{"Basic dXNlcjpwYXNzd29yZA==", "Basic [X]", 1},
-		{"Authorization: token 0123456789abcdef0123456789abcdef01234567", "Authorization: token [X]", 1},
-		{"Bearer  aaaaaaaa and token\tbbbbbbbb", "Bearer  [X] and token\t[X]", 2},
-		{"Bearer short", "Bearer short", 0},
-		{"no credentials here", "no credentials here", 0},
-		{"tokens abcdefghijk", "tokens abcdefghijk", 0},
-		{"to\u212Aen abcdefghijk", "to\u212Aen abcdefghijk", 0}, // KELVIN SIGN: not ASCII "token"
 	}
-	for _, tc := range cases {
-		got, n := secret.RedactBearer(tc.in, "[X]")
-		if got != tc.want || n != tc.n {
-			t.Errorf("RedactBearer(%q): got %q, %d; want %q, %d", tc.in, got, n, tc.want, tc.n)
+	for name, r := range map[string]struct {
+		redact func(s, repl string) (string, int)
+		cases  []tcase
+	}{
+		"RedactBearer": {secret.RedactBearer, []tcase{
+			{"Authorization: Bearer abc.def-ghi_jkl", "Authorization: Bearer [X]", 1},
+			{"authorization: bearer abcdefgh12345678==", "authorization: bearer [X]", 1},
+			{"BeArEr abcdefgh12345678", "BeArEr [X]", 1},
+			{"Basic dXNlcjpwYXNzd29yZA==", "Basic [X]", 1},
+			{"Authorization: token 0123456789abcdef0123456789abcdef01234567", "Authorization: token [X]", 1},
+			{"Bearer  aaaaaaaa and token\tbbbbbbbb", "Bearer  [X] and token\t[X]", 2},
+			{"Bearer short", "Bearer short", 0},
+			{"no credentials here", "no credentials here", 0},
+			{"tokens abcdefghijk", "tokens abcdefghijk", 0},
+			{"to\u212Aen abcdefghijk", "to\u212Aen abcdefghijk", 0}, // KELVIN SIGN: not ASCII "token"
+		}},
+		"RedactTokens": {secret.RedactTokens, []tcase{
+			{"the token " + pat + " expired", "the token [X] expired", 1},
+			{"AKIAIOSFODNN7EXAMPLE and xoxb-1234567890-abcdefghij", "[X] and [X]", 2},
+			{"-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY----- after", "[X] after", 1},
+			{"Bearer abcdefgh12345678 stays: prose says token expiry too", "Bearer abcdefgh12345678 stays: prose says token expiry too", 0},
+			{"though the high light ghosts", "though the high light ghosts", 0},
+			{"", "", 0},
+		}},
+	} {
+		for _, tc := range r.cases {
+			got, n := r.redact(tc.in, "[X]")
+			if got != tc.want || n != tc.n {
+				t.Errorf("%s(%q): got %q, %d; want %q, %d", name, tc.in, got, n, tc.want, tc.n)
+			}
 		}
 	}
 }
@@ -85,56 +104,32 @@ func TestRedactBearer(t *testing.T) {
 // FuzzMayHoldBearer: the pre-check never hides a match, and a redacted text
 // holds no credential.
 func FuzzMayHoldBearer(f *testing.F) {
-	for _, s := range []string{"Bearer abcdefgh", "bAsIc xxxxxxxxxx", "TOKEN 12345678", "plain", "béarer x", "ba\u017Fic 12345678"} {
+	fuzzPreCheck(f, secret.BearerPattern, secret.MayHoldBearer, secret.RedactBearer,
+		"Bearer abcdefgh", "bAsIc xxxxxxxxxx", "TOKEN 12345678", "plain", "béarer x", "ba\u017Fic 12345678")
+}
+
+// fuzzPreCheck fuzzes a redactor: mayHold never says no where pattern
+// matches, and what redact returns holds no match.
+func fuzzPreCheck(f *testing.F, pattern *regexp.Regexp, mayHold func(string) bool, redact func(s, repl string) (string, int), seeds ...string) {
+	for _, s := range seeds {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if secret.BearerPattern.MatchString(s) && !secret.MayHoldBearer(s) {
-			t.Fatalf("MayHoldBearer(%q) = false, but BearerPattern matches", s)
+		if pattern.MatchString(s) && !mayHold(s) {
+			t.Fatalf("the pre-check says no for %q, but the pattern matches", s)
 		}
-		if got, _ := secret.RedactBearer(s, "[X]"); secret.BearerPattern.MatchString(got) {
-			t.Fatalf("RedactBearer(%q) = %q still holds a credential", s, got)
+		if got, _ := redact(s, "[X]"); pattern.MatchString(got) {
+			t.Fatalf("redacting %q left %q, which still holds a credential", s, got)
 		}
 	})
-}
-
-func TestRedactTokens(t *testing.T) {
-	t.Parallel()
-	pat := "ghp_" + strings.Repeat("a", 36)
-	cases := []struct {
-		in, want string
-		n        int
-	}{
-		{"the token " + pat + " expired", "the token [X] expired", 1},
-		{"AKIAIOSFODNN7EXAMPLE and xoxb-1234567890-abcdefghij", "[X] and [X]", 2},
-		{"-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY----- after", "[X] after", 1},
-		{"Bearer abcdefgh12345678 stays: prose says token expiry too", "Bearer abcdefgh12345678 stays: prose says token expiry too", 0},
-		{"though the high light ghosts", "though the high light ghosts", 0},
-		{"", "", 0},
-	}
-	for _, tc := range cases {
-		got, n := secret.RedactTokens(tc.in, "[X]")
-		if got != tc.want || n != tc.n {
-			t.Errorf("RedactTokens(%q): got %q, %d; want %q, %d", tc.in, got, n, tc.want, tc.n)
-		}
-	}
 }
 
 // FuzzMayHoldToken: the pre-check never hides a match, and a redacted text
 // holds no credential.
 func FuzzMayHoldToken(f *testing.F) {
-	for _, s := range []string{"ghp_" + strings.Repeat("a", 36), "xoxb-1234567890-abcdefghij", "AKIAIOSFODNN7EXAMPLE",
-		"aws_secret_access_key = " + strings.Repeat("k", 40), "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlMTIz", "plain gh text"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if secret.TokenPattern.MatchString(s) && !secret.MayHoldToken(s) {
-			t.Fatalf("MayHoldToken(%q) = false, but TokenPattern matches", s)
-		}
-		if got, _ := secret.RedactTokens(s, "[X]"); secret.TokenPattern.MatchString(got) {
-			t.Fatalf("RedactTokens(%q) = %q still holds a credential", s, got)
-		}
-	})
+	fuzzPreCheck(f, secret.TokenPattern, secret.MayHoldToken, secret.RedactTokens,
+		"ghp_"+strings.Repeat("a", 36), "xoxb-1234567890-abcdefghij", "AKIAIOSFODNN7EXAMPLE",
+		"aws_secret_access_key = "+strings.Repeat("k", 40), "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlMTIz", "plain gh text")
 }
 
 // The pre-check rules out prose that holds a shape's literal inside a word,

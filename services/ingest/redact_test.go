@@ -1,36 +1,16 @@
 package ingest_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/relaystation/relay/bus/bustest"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/services/ingest"
 )
-
-// lockedBuffer is a log destination the gateway's handlers write to
-// concurrently.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A credential someone pasted into an issue (its body and its title) is
 // replaced before the envelope is stored: it reaches neither the bus nor the
@@ -39,7 +19,7 @@ func (l *lockedBuffer) String() string {
 func TestCredentialsInWebhookTextAreReplaced(t *testing.T) {
 	t.Parallel()
 	b := bustest.Embedded(t)
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	gw := startGateway(t, b, ingest.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, githubProvider())
 	pat := "ghp_" + strings.Repeat("A1b2", 9)
 	aws := "AKIAIOSFODNN7EXAMPLE"
