@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
@@ -477,8 +478,9 @@ func testReplay(t *testing.T, b *bus.Bus) {
 	if n := memoryCalls.Load(); n != 1 {
 		t.Errorf("memory consumer handled %d messages, want 1 (replay is for the agent only)", n)
 	}
-	if _, err := b.Replay(t.Context(), dls[0].Seq); err == nil {
-		t.Error("replaying a removed dead letter succeeded, want an error")
+	_, err = b.Replay(t.Context(), dls[0].Seq)
+	if !errors.Is(err, jetstream.ErrMsgNotFound) || !strings.Contains(err.Error(), fmt.Sprintf("no dead letter %d", dls[0].Seq)) {
+		t.Errorf("replaying a removed dead letter: %v, want an error saying there is no such dead letter", err)
 	}
 }
 

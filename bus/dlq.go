@@ -147,6 +147,9 @@ func (b *Bus) DeadLetter(ctx context.Context, seq uint64) (*StoredDeadLetter, er
 		return nil, fmt.Errorf("dead-letter stream %s: %w", stream, err)
 	}
 	raw, err := s.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("no dead letter %d in %s (replayed or deleted already, or never stored; relay dlq list shows them): %w", seq, stream, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dead letter %d: %w", seq, err)
 	}
