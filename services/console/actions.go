@@ -45,10 +45,7 @@ func (s *Service) act(a action) func(http.ResponseWriter, *http.Request, *sessio
 		} else {
 			s.log.Info("console action", "path", r.URL.Path, "operator", sess.Operator, "notice", notice)
 		}
-		back := r.PostFormValue("back")
-		if u, perr := url.Parse(back); perr != nil || back == "" || u.IsAbs() || u.Host != "" || len(back) < 1 || back[0] != '/' {
-			back = "/"
-		}
+		back := consolePath(r.PostFormValue("back"))
 		u, _ := url.Parse(back)
 		q := u.Query()
 		q.Set("notice", notice)

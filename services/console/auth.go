@@ -146,10 +146,7 @@ func (s *Service) guard(next func(http.ResponseWriter, *http.Request, *session))
 
 // loginPage shows the sign-in form (GET) and signs in (POST).
 func (s *Service) loginPage(w http.ResponseWriter, r *http.Request) {
-	next := r.FormValue("next")
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
-		next = "/"
-	}
+	next := consolePath(r.FormValue("next"))
 	if !s.sessions.loginRequired() {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return

@@ -76,6 +76,9 @@ func (c *Config) Validate() error {
 	if !Loopback(c.Addr) && !c.Token.IsSet() {
 		return fmt.Errorf("%w (it is %q)", ErrNoToken, c.Addr)
 	}
+	if c.Token.IsSet() && len(c.Token.Reveal()) < MinTokenLen {
+		return fmt.Errorf("console: RELAY_CONSOLE_TOKEN is too short: at least %d characters", MinTokenLen)
+	}
 	return nil
 }
 

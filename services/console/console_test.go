@@ -45,6 +45,9 @@ func (c *client) do(method, path string, form url.Values) (int, string, http.Hea
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
+	if method != http.MethodGet && method != http.MethodHead {
+		req.Header.Set("Origin", c.base) // as a browser does for a form on the page
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)
@@ -100,7 +103,9 @@ func TestSettingsRequireTokenOffLoopback(t *testing.T) {
 		{map[string]string{"RELAY_CONSOLE_ADDR": "[::1]:9000"}, ""},
 		{map[string]string{"RELAY_CONSOLE_ADDR": "0.0.0.0:8081"}, "RELAY_CONSOLE_TOKEN"},
 		{map[string]string{"RELAY_CONSOLE_ADDR": ":8081"}, "RELAY_CONSOLE_TOKEN"},
-		{map[string]string{"RELAY_CONSOLE_ADDR": "0.0.0.0:8081", "RELAY_CONSOLE_TOKEN": "t0ken"}, ""},
+		{map[string]string{"RELAY_CONSOLE_ADDR": "0.0.0.0:8081", "RELAY_CONSOLE_TOKEN": "t0ken-long-enough-1"}, ""},
+		{map[string]string{"RELAY_CONSOLE_ADDR": "0.0.0.0:8081", "RELAY_CONSOLE_TOKEN": "t0ken"}, "RELAY_CONSOLE_TOKEN"},
+		{map[string]string{"RELAY_CONSOLE_TOKEN": "x"}, "RELAY_CONSOLE_TOKEN"},
 		{map[string]string{"RELAY_CONSOLE_ADDR": "nope"}, "RELAY_CONSOLE_ADDR"},
 		{map[string]string{"RELAY_CONSOLE_RECENT": "5"}, "RELAY_CONSOLE_RECENT"},
 		{map[string]string{"RELAY_CONSOLE_IDLE": "10ms"}, "RELAY_CONSOLE_IDLE"},

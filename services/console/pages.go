@@ -55,7 +55,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("GET /events/{id}", s.guard(s.eventJSON))
 	mux.HandleFunc("GET /dlq/{seq}", s.guard(s.dlqShow))
 	s.actionRoutes(mux)
-	return securityHeaders(mux)
+	return securityHeaders(s.trusted(mux))
 }
 
 // securityHeaders keeps the console out of frames and its pages uncached.

@@ -16,6 +16,9 @@ const DefaultAddr = "127.0.0.1:8081"
 // enough that a console looked at now and then costs the relay little.
 const DefaultIdle = 5 * time.Minute
 
+// MinTokenLen is the shortest RELAY_CONSOLE_TOKEN the console starts with.
+const MinTokenLen = 16
+
 // Settings are the console's settings from the environment.
 type Settings struct {
 	// Config is the console's configuration, without Logger and the
@@ -37,6 +40,9 @@ func ReadSettings(env *config.Env) Settings {
 	}
 	if !Loopback(cfg.Addr) && !cfg.Token.IsSet() {
 		env.Failf("RELAY_CONSOLE_TOKEN", "required: RELAY_CONSOLE_ADDR %q is not a loopback address, so the console needs a token to sign in with", cfg.Addr)
+	}
+	if cfg.Token.IsSet() && len(cfg.Token.Reveal()) < MinTokenLen {
+		env.Failf("RELAY_CONSOLE_TOKEN", "too short: it must be at least %d characters (it is %d); generate one with: openssl rand -hex 24", MinTokenLen, len(cfg.Token.Reveal()))
 	}
 	return Settings{Config: cfg}
 }
