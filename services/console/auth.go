@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,11 +29,21 @@ type session struct {
 	Expires  time.Time
 }
 
+// MaxSessions is how many sessions the console keeps; beyond it the
+// oldest is signed out.
+const MaxSessions = 1000
+
 // sessions keeps the console's sessions in memory (a restart signs
-// everybody out). Safe for concurrent use.
+// everybody out), at most MaxSessions, oldest first out. Safe for
+// concurrent use.
 type sessions struct {
 	mu    sync.Mutex
 	byID  map[string]*session
+	order []string // ids by creation; all share one ttl, so also by expiry
+	local struct { // the one session of a console without a token
+		id string
+		s  *session
+	}
 	token secret.Value
 	ttl   time.Duration
 	now   func() time.Time
@@ -65,12 +77,44 @@ func (ss *sessions) create(operator string) (string, *session) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	now := ss.now()
-	for k, v := range ss.byID { // drop expired ones as we go
-		if now.After(v.Expires) {
-			delete(ss.byID, k)
+	// Drop from the oldest end: expired ones, then beyond the cap. Ids
+	// already dropped (signed out) are skipped as they come.
+	for len(ss.order) > 0 {
+		old := ss.byID[ss.order[0]]
+		if old != nil && !now.After(old.Expires) && len(ss.byID) < MaxSessions {
+			break
 		}
+		delete(ss.byID, ss.order[0])
+		ss.order = ss.order[1:]
 	}
 	ss.byID[id] = s
+	ss.order = append(ss.order, id)
+	if len(ss.order) > 2*MaxSessions { // many signed out behind a live one
+		kept := ss.order[:0]
+		for _, k := range ss.order {
+			if ss.byID[k] != nil {
+				kept = append(kept, k)
+			}
+		}
+		ss.order = kept
+	}
+	return id, s
+}
+
+// localSession is the one session of a console without a token, shared
+// by every browser on loopback (they are all the same local operator):
+// requests without its cookie reuse it rather than make new ones.
+func (ss *sessions) localSession() (string, *session) {
+	ss.mu.Lock()
+	if s := ss.local.s; s != nil && !ss.now().After(s.Expires) && ss.byID[ss.local.id] == s {
+		defer ss.mu.Unlock()
+		return ss.local.id, s
+	}
+	ss.mu.Unlock()
+	id, s := ss.create(LocalOperator)
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.local.id, ss.local.s = id, s
 	return id, s
 }
 
@@ -89,6 +133,16 @@ func (ss *sessions) drop(id string) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	delete(ss.byID, id)
+	if id == ss.local.id {
+		ss.local.s = nil
+	}
+}
+
+// count is how many sessions are kept.
+func (ss *sessions) count() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.byID)
 }
 
 func (ss *sessions) setCookie(w http.ResponseWriter, id string) {
@@ -107,7 +161,7 @@ func (ss *sessions) current(w http.ResponseWriter, r *http.Request) *session {
 	if ss.loginRequired() {
 		return nil
 	}
-	id, s := ss.create(LocalOperator)
+	id, s := ss.localSession()
 	ss.setCookie(w, id)
 	return s
 }
@@ -153,15 +207,24 @@ func (s *Service) loginPage(w http.ResponseWriter, r *http.Request) {
 	}
 	data := map[string]any{"Next": next}
 	if r.Method == http.MethodPost {
+		client := clientAddr(r)
+		if wait := s.throttle.wait(client); wait > 0 {
+			s.log.Warn("console: sign-in throttled", "remote", client, "retry_after", wait.Round(time.Second).String())
+			w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
+			http.Error(w, "too many wrong sign-ins from this address: try again later", http.StatusTooManyRequests)
+			return
+		}
 		name := strings.TrimSpace(r.PostFormValue("operator"))
 		if s.sessions.checkToken(r.PostFormValue("token")) && validOperator(name) {
+			s.throttle.succeeded(client)
 			id, _ := s.sessions.create(name)
 			s.sessions.setCookie(w, id)
 			s.log.Info("console: operator signed in", "operator", name, "remote", r.RemoteAddr)
 			http.Redirect(w, r, next, http.StatusSeeOther)
 			return
 		}
-		s.log.Warn("console: sign-in refused", "remote", r.RemoteAddr)
+		delay := s.throttle.failed(client)
+		s.log.Warn("console: sign-in refused", "remote", client, "next_try_in", delay.String())
 		w.WriteHeader(http.StatusUnauthorized)
 		data["Error"] = "Wrong token, or no name (letters, digits, . _ - @, up to 64)."
 	}
@@ -188,4 +251,81 @@ func validOperator(name string) bool {
 		}
 	}
 	return true
+}
+
+// clientAddr is the request's client IP address (without port).
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// Sign-in throttling: after a wrong sign-in an address waits
+// throttleBase, doubling with every further one up to throttleMax.
+const (
+	throttleBase    = time.Second
+	throttleMax     = 5 * time.Minute
+	throttleClients = 10_000
+)
+
+// throttle counts wrong sign-ins per client address. Safe for concurrent use.
+type throttle struct {
+	mu    sync.Mutex
+	now   func() time.Time
+	fails map[string]*failures
+}
+
+type failures struct {
+	n     int
+	until time.Time
+}
+
+func newThrottle(now func() time.Time) *throttle {
+	return &throttle{now: now, fails: map[string]*failures{}}
+}
+
+// wait is how long client must still wait before its next try.
+func (t *throttle) wait(client string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.fails[client]
+	if f == nil {
+		return 0
+	}
+	return max(0, f.until.Sub(t.now()))
+}
+
+// failed records a wrong sign-in and returns the delay before the next.
+func (t *throttle) failed(client string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.fails[client]
+	if f == nil {
+		if len(t.fails) >= throttleClients { // forget the ones done waiting
+			now := t.now()
+			for k, v := range t.fails {
+				if now.Sub(v.until) > throttleMax {
+					delete(t.fails, k)
+				}
+			}
+		}
+		f = &failures{}
+		t.fails[client] = f
+	}
+	f.n++
+	d := throttleMax
+	if f.n < 20 {
+		d = min(throttleMax, throttleBase<<(f.n-1))
+	}
+	f.until = t.now().Add(d)
+	return d
+}
+
+// succeeded forgets client's wrong sign-ins.
+func (t *throttle) succeeded(client string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.fails, client)
 }

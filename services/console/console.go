@@ -89,6 +89,7 @@ type Service struct {
 	bus      *bus.Bus
 	hub      *hub
 	sessions *sessions
+	throttle *throttle
 	tmpl     *template.Template
 	story    Storyteller
 	handler  http.Handler
@@ -106,6 +107,7 @@ func New(cfg Config, b *bus.Bus) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger, bus: b, tmpl: tmpl,
 		hub: newHub(b, cfg.Recent, cfg.Idle, cfg.Now, cfg.Logger), sessions: newSessions(cfg.Token, cfg.SessionTTL, cfg.Now)}
+	s.throttle = newThrottle(cfg.Now)
 	s.story = cfg.Story
 	if s.story == nil {
 		s.story = hubStory{s.hub}

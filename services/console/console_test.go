@@ -139,7 +139,8 @@ func TestTokenSignInAndCSRF(t *testing.T) {
 	t.Parallel()
 	const token = "console-t0ken-for-tests"
 	addr := "0.0.0.0:" + fmt.Sprint(testenv.FreePort(t))
-	base, _ := startConsole(t, console.Config{Addr: addr, Token: secret.New(token)})
+	clock := &fakeClock{}
+	base, _ := startConsole(t, console.Config{Addr: addr, Token: secret.New(token), Now: clock.Now})
 	c := newClient(t, base)
 	if code, _, h := c.do(http.MethodGet, "/approvals", nil); code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/login") {
 		t.Fatalf("GET /approvals signed out: %d to %q, want 303 to /login", code, h.Get("Location"))
@@ -153,6 +154,7 @@ func TestTokenSignInAndCSRF(t *testing.T) {
 	if code, _, _ := c.do(http.MethodPost, "/login", url.Values{"operator": {"alice"}, "token": {"wrong"}}); code != http.StatusUnauthorized {
 		t.Fatalf("sign in with a wrong token: %d, want 401", code)
 	}
+	clock.Add(time.Second) // the throttle's first delay
 	code, _, h := c.do(http.MethodPost, "/login", url.Values{"operator": {"alice"}, "token": {token}, "next": {"/dlq"}})
 	if code != http.StatusSeeOther || h.Get("Location") != "/dlq" {
 		t.Fatalf("sign in: %d to %q, want 303 to /dlq", code, h.Get("Location"))

@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/secret"
@@ -127,5 +130,87 @@ func TestNextAndBackStayOnTheConsole(t *testing.T) {
 	}
 	if code, _, h := c.do(http.MethodGet, "/login?next="+url.QueryEscape("/approvals?task=a%2Fb"), nil); code != http.StatusSeeOther || h.Get("Location") != "/approvals?task=a%2Fb" {
 		t.Errorf("GET /login?next=/approvals?task=…: %d to %q, want the path kept", code, h.Get("Location"))
+	}
+}
+
+// fakeClock is a clock the test moves.
+type fakeClock struct{ off atomic.Int64 }
+
+var clockStart = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func (c *fakeClock) Now() time.Time      { return clockStart.Add(time.Duration(c.off.Load())) }
+func (c *fakeClock) Add(d time.Duration) { c.off.Add(int64(d)) }
+
+// TestSignInThrottled: wrong tokens from one address are answered 429 with
+// a growing Retry-After; the right token after the wait signs in.
+func TestSignInThrottled(t *testing.T) {
+	t.Parallel()
+	const token = "console-t0ken-for-tests"
+	clock := &fakeClock{}
+	base, _ := startConsole(t, console.Config{Addr: "0.0.0.0:" + fmt.Sprint(testenv.FreePort(t)), Token: secret.New(token), Now: clock.Now})
+	c := newClient(t, base)
+	wrong := url.Values{"operator": {"mallory"}, "token": {"wrong-token-wrong-token"}}
+	right := url.Values{"operator": {"alice"}, "token": {token}}
+	if code, _, _ := c.do(http.MethodPost, "/login", wrong); code != http.StatusUnauthorized {
+		t.Fatalf("first wrong sign-in: %d, want 401", code)
+	}
+	var last int
+	for i := range 5 {
+		code, _, h := c.do(http.MethodPost, "/login", right)
+		if code != http.StatusTooManyRequests {
+			t.Fatalf("sign-in %d right after a wrong one: %d, want 429", i, code)
+		}
+		ra, _ := strconv.Atoi(h.Get("Retry-After"))
+		if ra < 1 {
+			t.Fatalf("Retry-After %q, want seconds", h.Get("Retry-After"))
+		}
+		clock.Add(time.Duration(ra) * time.Second)
+		if code, _, _ := c.do(http.MethodPost, "/login", wrong); code != http.StatusUnauthorized {
+			t.Fatalf("wrong sign-in after the wait: %d, want 401", code)
+		}
+		code, _, h = c.do(http.MethodPost, "/login", wrong)
+		ra2, _ := strconv.Atoi(h.Get("Retry-After"))
+		if code != http.StatusTooManyRequests || ra2 <= last {
+			t.Fatalf("wrong sign-in %d: %d, Retry-After %d after %d, want 429 and a growing delay", i, code, ra2, last)
+		}
+		last = ra2
+	}
+	clock.Add(time.Duration(last) * time.Second)
+	if code, _, _ := c.do(http.MethodPost, "/login", right); code != http.StatusSeeOther {
+		t.Fatalf("right sign-in after the wait: %d, want 303", code)
+	}
+}
+
+// TestSessionsBounded: the tokenless console gives every cookieless
+// request the same session; signed-in sessions are capped, oldest out.
+func TestSessionsBounded(t *testing.T) {
+	t.Parallel()
+	base, _ := startConsole(t, console.Config{})
+	seen := map[string]bool{}
+	for range 50 {
+		_, _, h := newClient(t, base).do(http.MethodGet, "/dlq", nil)
+		seen[h.Get("Set-Cookie")] = true
+	}
+	if len(seen) != 1 {
+		t.Errorf("50 cookieless requests got %d sessions, want 1", len(seen))
+	}
+
+	const token = "console-t0ken-for-tests"
+	tbase, _ := startConsole(t, console.Config{Addr: "0.0.0.0:" + fmt.Sprint(testenv.FreePort(t)), Token: secret.New(token)})
+	first := newClient(t, tbase)
+	right := url.Values{"operator": {"alice"}, "token": {token}}
+	if code, _, _ := first.do(http.MethodPost, "/login", right); code != http.StatusSeeOther {
+		t.Fatalf("sign in: %d", code)
+	}
+	if code, _, _ := first.do(http.MethodGet, "/dlq", nil); code != http.StatusOK {
+		t.Fatalf("first session: GET /dlq %d, want 200", code)
+	}
+	for range console.MaxSessions {
+		if code, _, _ := newClient(t, tbase).do(http.MethodPost, "/login", right); code != http.StatusSeeOther {
+			t.Fatalf("sign in: %d", code)
+		}
+	}
+	if code, _, _ := first.do(http.MethodGet, "/dlq", nil); code != http.StatusSeeOther {
+		t.Errorf("oldest session after %d more sign-ins: GET /dlq %d, want 303 to /login", console.MaxSessions, code)
 	}
 }
