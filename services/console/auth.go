@@ -27,6 +27,7 @@ type session struct {
 	Operator string
 	CSRF     string
 	Expires  time.Time
+	live     int // open live streams, under Service.liveMu
 }
 
 // MaxSessions is how many sessions the console keeps; beyond it the

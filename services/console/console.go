@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/relaystation/relay/bus"
@@ -84,15 +85,17 @@ func (c *Config) Validate() error {
 
 // Service is the console. Run it once; it is safe for concurrent use.
 type Service struct {
-	cfg      Config
-	log      *slog.Logger
-	bus      *bus.Bus
-	hub      *hub
-	sessions *sessions
-	throttle *throttle
-	tmpl     *template.Template
-	story    Storyteller
-	handler  http.Handler
+	cfg       Config
+	log       *slog.Logger
+	bus       *bus.Bus
+	hub       *hub
+	sessions  *sessions
+	throttle  *throttle
+	liveMu    sync.Mutex
+	liveTotal int
+	tmpl      *template.Template
+	story     Storyteller
+	handler   http.Handler
 }
 
 // New returns the console (not started) reading and acting on b.

@@ -132,6 +132,13 @@ func (s *Service) render(w http.ResponseWriter, _ *http.Request, name string, se
 // bus while it is connected.
 func (s *Service) live(p page) func(http.ResponseWriter, *http.Request, *session) {
 	return func(w http.ResponseWriter, r *http.Request, sess *session) {
+		if !s.liveStart(sess) {
+			s.log.Warn("console: live stream refused: too many open", "operator", sess.Operator, "remote", r.RemoteAddr)
+			w.Header().Set("Retry-After", "5")
+			http.Error(w, fmt.Sprintf("too many live pages open (at most %d per session, %d in all): close some", MaxLiveStreamsPerSession, MaxLiveStreams), http.StatusTooManyRequests)
+			return
+		}
+		defer s.liveEnd(sess)
 		fl, ok := w.(http.Flusher)
 		if !ok {
 			http.Error(w, "streaming unsupported", http.StatusInternalServerError)
@@ -175,6 +182,33 @@ func (s *Service) live(p page) func(http.ResponseWriter, *http.Request, *session
 			}
 		}
 	}
+}
+
+// Caps of the live streams (/live/*): each holds a connection and renders
+// its page every second.
+const (
+	MaxLiveStreamsPerSession = 16
+	MaxLiveStreams           = 64
+)
+
+// liveStart counts a new live stream of sess, or reports false when a cap
+// is reached.
+func (s *Service) liveStart(sess *session) bool {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	if s.liveTotal >= MaxLiveStreams || sess.live >= MaxLiveStreamsPerSession {
+		return false
+	}
+	s.liveTotal++
+	sess.live++
+	return true
+}
+
+func (s *Service) liveEnd(sess *session) {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	s.liveTotal--
+	sess.live--
 }
 
 // digest identifies a fragment's content.

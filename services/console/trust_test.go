@@ -1,7 +1,9 @@
 package console_test
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -212,5 +214,76 @@ func TestSessionsBounded(t *testing.T) {
 	}
 	if code, _, _ := first.do(http.MethodGet, "/dlq", nil); code != http.StatusSeeOther {
 		t.Errorf("oldest session after %d more sign-ins: GET /dlq %d, want 303 to /login", console.MaxSessions, code)
+	}
+}
+
+// openLive opens a live stream; it returns the status and, when 200, a
+// function closing it.
+func (c *client) openLive(path string) (int, func()) {
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(c.t.Context())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		cancel()
+		c.t.Fatalf("GET %s: %v", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		cancel()
+		return resp.StatusCode, nil
+	}
+	line := make([]byte, len(": live"))
+	if _, err := io.ReadFull(resp.Body, line); err != nil {
+		c.t.Fatalf("GET %s: %v", path, err)
+	}
+	closeIt := func() { cancel(); resp.Body.Close() }
+	c.t.Cleanup(closeIt)
+	return resp.StatusCode, closeIt
+}
+
+// TestLiveStreamsCapped: a session opens at most MaxLiveStreamsPerSession
+// live streams and all sessions MaxLiveStreams; beyond, 429.
+func TestLiveStreamsCapped(t *testing.T) {
+	t.Parallel()
+	const token = "console-t0ken-for-tests"
+	base, _ := startConsole(t, console.Config{Addr: "0.0.0.0:" + fmt.Sprint(testenv.FreePort(t)), Token: secret.New(token)})
+	signIn := func() *client {
+		c := newClient(t, base)
+		if code, _, _ := c.do(http.MethodPost, "/login", url.Values{"operator": {"alice"}, "token": {token}}); code != http.StatusSeeOther {
+			t.Fatalf("sign in: %d", code)
+		}
+		return c
+	}
+	c := signIn()
+	var first func()
+	for i := range console.MaxLiveStreamsPerSession {
+		code, closeIt := c.openLive("/live/dlq")
+		if code != http.StatusOK {
+			t.Fatalf("live stream %d: %d, want 200", i, code)
+		}
+		if i == 0 {
+			first = closeIt
+		}
+	}
+	if code, _ := c.openLive("/live/dlq"); code != http.StatusTooManyRequests {
+		t.Fatalf("live stream beyond the session's cap: %d, want 429", code)
+	}
+	first()
+	testenv.WaitFor(t, 10*time.Second, "a closed stream to free its place", func() bool {
+		code, _ := c.openLive("/live/dlq")
+		return code == http.StatusOK
+	})
+	for open := console.MaxLiveStreamsPerSession; open < console.MaxLiveStreams; {
+		o := signIn()
+		for range min(console.MaxLiveStreamsPerSession, console.MaxLiveStreams-open) {
+			if code, _ := o.openLive("/live/dlq"); code != http.StatusOK {
+				t.Fatalf("live stream %d in all: %d, want 200", open, code)
+			}
+			open++
+		}
+	}
+	if code, _ := signIn().openLive("/live/dlq"); code != http.StatusTooManyRequests {
+		t.Fatalf("live stream beyond the total cap: %d, want 429", code)
 	}
 }
