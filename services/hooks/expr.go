@@ -29,11 +29,19 @@ type Expr struct {
 // ErrBadExpr is wrapped by every error of Compile.
 var ErrBadExpr = errors.New("bad condition")
 
+// shorten cuts a condition quoted in an error to 80 characters.
+func shorten(src string) string {
+	if len(src) <= 80 {
+		return src
+	}
+	return src[:77] + "..."
+}
+
 // Compile parses a condition.
 func Compile(src string) (*Expr, error) {
 	toks, err := lex(src)
 	if err != nil {
-		return nil, fmt.Errorf("%w %q: %v", ErrBadExpr, src, err)
+		return nil, fmt.Errorf("%w %q: %v", ErrBadExpr, shorten(src), err)
 	}
 	p := &parser{toks: toks}
 	n, err := p.or()
@@ -41,7 +49,7 @@ func Compile(src string) (*Expr, error) {
 		err = fmt.Errorf("unexpected %q", p.toks[p.pos].text)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w %q: %v", ErrBadExpr, src, err)
+		return nil, fmt.Errorf("%w %q: %v", ErrBadExpr, shorten(src), err)
 	}
 	return &Expr{src: src, root: n}, nil
 }
@@ -124,9 +132,23 @@ func lex(s string) ([]token, error) {
 	return out, nil
 }
 
+// MaxNesting is how deep a condition may nest parentheses, lists and "!".
+const MaxNesting = 64
+
 type parser struct {
-	toks []token
-	pos  int
+	toks  []token
+	pos   int
+	depth int
+}
+
+// enter counts one more level of nesting, refused beyond MaxNesting (a
+// deeper condition would overflow the stack).
+func (p *parser) enter() error {
+	p.depth++
+	if p.depth > MaxNesting {
+		return fmt.Errorf("nested more than %d levels deep", MaxNesting)
+	}
+	return nil
 }
 
 func (p *parser) peek() token {
@@ -166,7 +188,11 @@ func (p *parser) chain(op string, next func() (node, error), join func(l, r node
 func (p *parser) unary() (node, error) {
 	if p.isOp("!") {
 		p.pos++
+		if err := p.enter(); err != nil {
+			return nil, err
+		}
 		n, err := p.unary()
+		p.depth--
 		return notNode{n}, err
 	}
 	return p.compare()
@@ -217,7 +243,11 @@ func (p *parser) operand() (node, error) {
 		return variable(t.text), nil
 	case p.isOp("("):
 		p.pos++
+		if err := p.enter(); err != nil {
+			return nil, err
+		}
 		n, err := p.or()
+		p.depth--
 		if err != nil {
 			return nil, err
 		}
@@ -228,6 +258,10 @@ func (p *parser) operand() (node, error) {
 		return n, nil
 	case p.isOp("["):
 		p.pos++
+		if err := p.enter(); err != nil {
+			return nil, err
+		}
+		defer func() { p.depth-- }()
 		var items []node
 		for !p.isOp("]") {
 			if len(items) > 0 {

@@ -41,6 +41,12 @@ func TestInvalidFilesRefused(t *testing.T) {
 			[]string{`hook "h1": action 1: parameters.parameterMappings[0].value: template:`}},
 		{"second action", head + act + "      - type: shell\n        parameters: {serverId: s, toolName: t}\n", []string{`hook "h1": action 2: type:`}},
 		{"not yaml", "hooks: [", []string{"not YAML or JSON"}},
+		{"parentheses 2,000,000 deep", "hooks:\n  - name: h1\n    on: [github.issues]\n    if: '" + strings.Repeat("(", 2_000_000) + "true" + strings.Repeat(")", 2_000_000) + "'\n" + act,
+			[]string{`hook "h1": if: bad condition`, "nested more than 64 levels deep"}},
+		{"negations 2,000,000 deep", "hooks:\n  - name: h1\n    on: [github.issues]\n    if: '" + strings.Repeat("!", 2_000_000) + "true'\n" + act,
+			[]string{`hook "h1": if: bad condition`, "nested more than 64 levels deep"}},
+		{"lists 2,000,000 deep", "hooks:\n  - name: h1\n    on: [github.issues]\n    if: 'repo in " + strings.Repeat("[", 2_000_000) + "'\n" + act,
+			[]string{`hook "h1": if: bad condition`, "nested more than 64 levels deep"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
