@@ -149,17 +149,21 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start
 		return outcome{status: http.StatusInternalServerError, msg: "internal error", err: err, level: slog.LevelError}
 	}
 	// The provider's hang-up must not stop a publish half way: publish every
-	// item under the provider's deadline, not the request's context.
-	deadline := start.Add(time.Duration(float64(rt.limits.Deadline) * publishShare))
+	// item under the provider's deadline, not the request's context. While
+	// the bus cannot take it (a leader election) the request is held and the
+	// publish retried until rt.limits.Hold has passed.
+	deadline := start.Add(rt.limits.Hold)
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
 	defer cancel()
+	h := holder{s: s}
+	defer h.release()
 	for _, it := range res.Items {
 		if n := mappers.RedactCredentials(it.Envelope); n > 0 {
 			// Counted and named, never shown: the log has no value of them.
 			s.log.Info("credentials in a webhook's text replaced before it is stored", "provider", rt.name,
 				"msg_id", it.MsgID, "credentials", n, "replaced_with", mappers.RedactedCredential)
 		}
-		pr, err := s.pub.Publish(ctx, it.Subject, it.Envelope, bus.WithMsgID(it.MsgID))
+		pr, err := h.publish(ctx, it)
 		if err != nil {
 			o.err = fmt.Errorf("%s delivery %s: %w", rt.name, it.MsgID, err)
 			if errors.Is(err, bus.ErrInvalidEnvelope) {
@@ -167,6 +171,9 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start
 				return o
 			}
 			o.status, o.msg, o.level = http.StatusServiceUnavailable, "bus unavailable, retry later", slog.LevelWarn
+			if errors.Is(err, errHeldFull) {
+				o.msg = "busy, retry later"
+			}
 			return o
 		}
 		if pr.Duplicate {

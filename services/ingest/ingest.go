@@ -57,19 +57,28 @@ type Limits struct {
 	// have arrived by then (else 408), and the gateway answers 503 before it
 	// passes when the bus has not acknowledged.
 	Deadline time.Duration
+	// Hold is how long, from the request's arrival, the gateway keeps
+	// retrying a publish the bus could not take (no stream leader during an
+	// election, no responders): it holds the request and retries with the
+	// same message id (no duplicate) until Hold has passed, and only then
+	// answers 503 with Retry-After. It must be shorter than Deadline, so
+	// the answer reaches the provider before it gives up.
+	Hold time.Duration
 }
 
 // DefaultLimits are the per-provider defaults: GitHub sends up to 25 MB and
-// waits 10 s, Slack waits 3 s, Sentry 1 s.
+// waits 10 s, Slack waits 3 s, Sentry 1 s, OpenProject 10 s (its webhook job
+// uses Ruby's default HTTP timeouts); each is held up to its deadline less a
+// margin for reading, mapping and answering.
 var DefaultLimits = map[string]Limits{
-	"github":      {MaxBody: 25 << 20, Deadline: 10 * time.Second},
-	"slack":       {MaxBody: 1 << 20, Deadline: 3 * time.Second},
-	"sentry":      {MaxBody: 5 << 20, Deadline: 1 * time.Second},
-	"openproject": {MaxBody: 5 << 20, Deadline: 10 * time.Second},
+	"github":      {MaxBody: 25 << 20, Deadline: 10 * time.Second, Hold: 9 * time.Second},
+	"slack":       {MaxBody: 1 << 20, Deadline: 3 * time.Second, Hold: 2500 * time.Millisecond},
+	"sentry":      {MaxBody: 5 << 20, Deadline: 1 * time.Second, Hold: 800 * time.Millisecond},
+	"openproject": {MaxBody: 5 << 20, Deadline: 10 * time.Second, Hold: 9 * time.Second},
 }
 
 // fallbackLimits apply to a provider not in DefaultLimits.
-var fallbackLimits = Limits{MaxBody: 5 << 20, Deadline: 10 * time.Second}
+var fallbackLimits = Limits{MaxBody: 5 << 20, Deadline: 10 * time.Second, Hold: 9 * time.Second}
 
 // DefaultRoutes are the route suffixes of providers with more than one
 // webhook URL, for providers that do not implement Router.
@@ -93,6 +102,10 @@ type Config struct {
 	// handled at once, counted as the bytes arrive; a request whose body
 	// would pass it is answered 503 (the provider retries). Default 256 MiB.
 	MaxInflightBytes int64
+	// MaxHeld bounds the requests held at once while the bus cannot take
+	// a publish (Limits.Hold); a request that would pass it is answered 503
+	// with Retry-After at once. Default 1024.
+	MaxHeld int
 	// Registerer, when set, receives the gateway's metrics.
 	Registerer prometheus.Registerer
 	// Logger; nil discards.
@@ -101,6 +114,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	c.MaxInflightBytes = cmp.Or(c.MaxInflightBytes, 256<<20)
+	c.MaxHeld = cmp.Or(c.MaxHeld, 1024)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -108,12 +122,15 @@ func (c *Config) setDefaults() {
 
 // Validate reports a configuration the gateway cannot run with.
 func (c *Config) Validate() error {
+	if c.MaxHeld < 0 {
+		return fmt.Errorf("ingest: max held requests %d must be positive", c.MaxHeld)
+	}
 	if c.MaxInflightBytes < 0 {
 		return fmt.Errorf("ingest: max in-flight bytes %d must be positive", c.MaxInflightBytes)
 	}
 	for name, l := range c.Limits {
-		if l.MaxBody < 0 || l.Deadline < 0 {
-			return fmt.Errorf("ingest: limits of %s: body %d and deadline %s must not be negative", name, l.MaxBody, l.Deadline)
+		if l.MaxBody < 0 || l.Deadline < 0 || l.Hold < 0 {
+			return fmt.Errorf("ingest: limits of %s: body %d, deadline %s and hold %s must not be negative", name, l.MaxBody, l.Deadline, l.Hold)
 		}
 	}
 	return nil
@@ -132,6 +149,7 @@ type Service struct {
 	pub      Publisher
 	routes   []*route
 	inflight *semaphore.Weighted
+	held     chan struct{} // one token per held request (Config.MaxHeld)
 	metrics  *metrics
 }
 
@@ -163,6 +181,7 @@ func New(cfg Config, pub Publisher, providers ...mappers.Provider) (*Service, er
 		log:      cfg.Logger,
 		pub:      pub,
 		inflight: semaphore.NewWeighted(cfg.MaxInflightBytes),
+		held:     make(chan struct{}, cfg.MaxHeld),
 		metrics:  newMetrics(cfg.Registerer),
 	}
 	seen := map[string]bool{}
@@ -188,6 +207,12 @@ func New(cfg Config, pub Publisher, providers ...mappers.Provider) (*Service, er
 		}
 		if limits.Deadline == 0 {
 			limits.Deadline = def.Deadline
+		}
+		if limits.Hold == 0 {
+			limits.Hold = min(def.Hold, time.Duration(float64(limits.Deadline)*publishShare))
+		}
+		if limits.Hold >= limits.Deadline {
+			return nil, fmt.Errorf("ingest: hold %s of %s must be shorter than its deadline %s", limits.Hold, name, limits.Deadline)
 		}
 		suffixes := DefaultRoutes[name]
 		if r, ok := p.(Router); ok {

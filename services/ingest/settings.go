@@ -56,8 +56,11 @@ var providerSettings = []struct {
 }
 
 // ReadSettings reads, per provider P: the secret, RELAY_INGEST_MAX_BODY_P
-// (bytes) and RELAY_INGEST_DEADLINE_P (how long the provider waits for an
-// answer); SENTRY_ORG, OPENPROJECT_URL and RELAY_INGEST_MAX_INFLIGHT_BYTES.
+// (bytes), RELAY_INGEST_DEADLINE_P (how long the provider waits for an
+// answer) and RELAY_INGEST_HOLD_P (how long a request is held while the bus
+// cannot take it: GitHub 9s, Slack 2.5s, Sentry 800ms, OpenProject 9s);
+// SENTRY_ORG, OPENPROJECT_URL, RELAY_INGEST_MAX_INFLIGHT_BYTES and
+// RELAY_INGEST_MAX_HELD (requests held at once, default 1024).
 // Problems are recorded in env.
 func ReadSettings(env *config.Env) Settings {
 	s := Settings{Config: Config{Limits: map[string]Limits{}}}
@@ -69,8 +72,11 @@ func ReadSettings(env *config.Env) Settings {
 		s.Config.Limits[p.name] = Limits{
 			MaxBody:  int64(env.Int("RELAY_INGEST_MAX_BODY_"+up, int(def.MaxBody), 1<<10, 1<<30)),
 			Deadline: env.Duration("RELAY_INGEST_DEADLINE_"+up, def.Deadline, 100*time.Millisecond, time.Minute),
+			// 0: the default, capped to the deadline's publishing share.
+			Hold: env.Duration("RELAY_INGEST_HOLD_"+up, 0, 50*time.Millisecond, time.Minute),
 		}
 	}
 	s.Config.MaxInflightBytes = int64(env.Int("RELAY_INGEST_MAX_INFLIGHT_BYTES", 256<<20, 1<<20, 1<<40))
+	s.Config.MaxHeld = env.Int("RELAY_INGEST_MAX_HELD", 1024, 1, 1<<20)
 	return s
 }
