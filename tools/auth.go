@@ -42,7 +42,8 @@ func LoginCommand(server string) string { return "relay mcp login " + server }
 // challengeSlot records the first Bearer challenge seen on a dial.
 type challengeSlot struct {
 	mu       sync.Mutex
-	seen     bool
+	seen     bool // a Bearer challenge
+	any401   bool // any 401 (enough when the entry has an "oauth" object)
 	metadata string
 	scope    string
 }
@@ -67,6 +68,9 @@ func (p *authProbe) RoundTrip(req *http.Request) (*http.Response, error) {
 	if slot == nil {
 		return resp, err
 	}
+	slot.mu.Lock()
+	slot.any401 = true
+	slot.mu.Unlock()
 	for _, h := range resp.Header.Values("WWW-Authenticate") {
 		params, ok := bearerChallenge(h)
 		if !ok {
@@ -82,10 +86,12 @@ func (p *authProbe) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-func (s *challengeSlot) err(server string) error {
+// err is a *NeedsLoginError when the dial met a Bearer challenge, or any
+// 401 when oauth (the entry declares OAuth) is set; nil otherwise.
+func (s *challengeSlot) err(server string, oauth bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.seen {
+	if !s.seen && !(oauth && s.any401) {
 		return nil
 	}
 	return &NeedsLoginError{Server: server, ResourceMetadata: s.metadata, Scope: s.scope}

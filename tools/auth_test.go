@@ -100,6 +100,21 @@ func TestBearerChallenge(t *testing.T) {
 			}
 		})
 	}
+	t.Run("plain 401", func(t *testing.T) {
+		t.Parallel()
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "no", http.StatusUnauthorized)
+		}))
+		t.Cleanup(ts.Close)
+		s := mcpconfig.Server{Name: "plain", Type: mcpconfig.HTTP, URL: ts.URL}
+		if p := ProbeServer(t.Context(), Config{ConnectTimeout: 10 * time.Second}, s); p.Status != ProbeUnhealthy {
+			t.Errorf("without an oauth object: got %s, want %s", p.Status, ProbeUnhealthy)
+		}
+		s.OAuth = &mcpconfig.OAuth{}
+		if p := ProbeServer(t.Context(), Config{ConnectTimeout: 10 * time.Second}, s); p.Status != ProbeNeedsLogin {
+			t.Errorf("with an oauth object: got %s, want %s", p.Status, ProbeNeedsLogin)
+		}
+	})
 	if !errors.Is(&NeedsLoginError{Server: "s"}, ErrNeedsLogin) {
 		t.Error("NeedsLoginError is not ErrNeedsLogin")
 	}

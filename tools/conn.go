@@ -177,7 +177,7 @@ func dial(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client
 		if cmd != nil && cmd.Process != nil {
 			_ = cmd.Process.Kill()
 		}
-		if lerr := challenge.err(s.Name); lerr != nil {
+		if lerr := challenge.err(s.Name, s.OAuth != nil); lerr != nil {
 			return nil, nil, lerr
 		}
 		return nil, nil, hint(s, err)
