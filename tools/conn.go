@@ -171,10 +171,14 @@ func dial(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client
 	if err != nil {
 		return nil, nil, err
 	}
+	ctx, challenge := withChallengeSlot(ctx)
 	session, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: s.ProtocolVersion})
 	if err != nil {
 		if cmd != nil && cmd.Process != nil {
 			_ = cmd.Process.Kill()
+		}
+		if lerr := challenge.err(s.Name, s.OAuth != nil); lerr != nil {
+			return nil, nil, lerr
 		}
 		return nil, nil, hint(s, err)
 	}
@@ -316,6 +320,8 @@ func (c *conn) status() ServerStatus {
 	switch {
 	case c.disabled:
 		st.State, st.DisabledReason, st.DisabledBy = StateDisabled, c.disabledWhy, c.disabledBy
+	case c.session == nil && h.needsLogin:
+		st.State = StateNeedsLogin
 	case c.session == nil && h.connecting:
 		st.State = StateConnecting
 	case c.session == nil:

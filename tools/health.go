@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -24,6 +25,9 @@ type health struct {
 	pingLatency    time.Duration
 	nextRetry      time.Time
 	autoDisabledAt time.Time
+	// needsLogin: the last connect met a Bearer challenge (StateNeedsLogin);
+	// loginNoticed: its notice went out (once until a connect succeeds).
+	needsLogin, loginNoticed bool
 }
 
 // run is the health loop: connect, ping every interval, retry failed
@@ -82,9 +86,25 @@ func (c *conn) afterCheck(ctx context.Context, pinged bool, err error) time.Dura
 			h.failures = 0
 		}
 		h.lastErr, h.nextRetry = "", time.Time{}
+		h.needsLogin, h.loginNoticed = false, false
 		c.mu.Unlock()
 		return cfg.HealthInterval
 	}
+	var lerr *NeedsLoginError
+	if errors.As(err, &lerr) {
+		// Not a failure: checked again at the health interval (a login made
+		// meanwhile is picked up), never auto-disabled.
+		h.needsLogin, h.lastErr, h.nextRetry = true, err.Error(), time.Time{}
+		notify := !h.loginNoticed
+		h.loginNoticed = true
+		c.mu.Unlock()
+		if notify {
+			c.log.Warn("server needs an OAuth login", "command", LoginCommand(c.cfg.Name))
+			c.r.notify(ctx, Notice{Kind: NoticeNeedsLogin, Server: c.cfg.Name, Reason: err.Error(), At: now.UTC(), LastError: err.Error()})
+		}
+		return cfg.HealthInterval
+	}
+	h.needsLogin = false
 	h.failures++
 	h.lastErr = err.Error()
 	failures := h.failures

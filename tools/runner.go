@@ -458,7 +458,7 @@ type ServerStatus struct {
 	// (the agent orchestrator's fields), shown and not enforced.
 	Capabilities  []string `json:"capabilities,omitempty"`
 	SchemaVersion string   `json:"schema_version,omitempty"`
-	// State is connecting, ready, degraded, offline or disabled.
+	// State is connecting, ready, degraded, offline, needs_login or disabled.
 	State          string `json:"state"`
 	DisabledReason string `json:"disabled_reason,omitempty"`
 	DisabledBy     string `json:"disabled_by,omitempty"`
@@ -1209,6 +1209,8 @@ const (
 	ProbeHealthy   = "Healthy"
 	ProbeDegraded  = "Degraded"
 	ProbeUnhealthy = "Unhealthy"
+	// ProbeNeedsLogin: the server asked for an OAuth login (StateNeedsLogin).
+	ProbeNeedsLogin = "NeedsLogin"
 )
 
 // Probe is the health report of `relay mcp test`.
@@ -1250,6 +1252,9 @@ func ProbeServer(ctx context.Context, cfg Config, s mcpconfig.Server) *Probe {
 	session, _, err := dial(ctx, r, s, c.client(), c.log)
 	if err != nil {
 		p.Error = "handshake: " + err.Error()
+		if errors.Is(err, ErrNeedsLogin) {
+			p.Status, p.Error = ProbeNeedsLogin, err.Error()
+		}
 		return p
 	}
 	defer session.Close()

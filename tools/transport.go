@@ -86,9 +86,9 @@ func remoteEndpoint(base *http.Client, s mcpconfig.Server) (string, *http.Client
 	case "unix":
 		sock, path := mcpconfig.UnixSocket(u)
 		client := unixClient(base, sock)
-		return "http://localhost" + path, withHeaders(client, s.Headers), nil
+		return "http://localhost" + path, withAuthProbe(withHeaders(client, s.Headers)), nil
 	}
-	return s.URL, withHeaders(base, s.Headers), nil
+	return s.URL, withAuthProbe(withHeaders(base, s.Headers)), nil
 }
 
 // unixClient is base with a transport that dials sock for every request.

@@ -259,6 +259,8 @@ func probeAll(ctx context.Context, ts *toolrunner.Settings, persisted map[string
 				st.State = tools.StateDegraded
 			case tools.ProbeUnhealthy:
 				st.State = tools.StateOffline
+			case tools.ProbeNeedsLogin:
+				st.State = tools.StateNeedsLogin
 			}
 			st.ProtocolVersion, st.Handshake, st.ToolNames, st.Tools = p.ProtocolVersion, p.Handshake, p.Tools, len(p.Tools)
 			st.ServerName, st.ServerVersion = p.ServerName, p.ServerVersion
@@ -309,7 +311,7 @@ func mcpTest(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 		fmt.Fprintf(a.stdout, "capabilities: %s\n", orDash(string(p.Capabilities)))
 		fmt.Fprintf(a.stdout, "tools (%d):    %s\n", len(p.Tools), strings.Join(p.Tools, ", "))
 	}
-	if p.Status == tools.ProbeUnhealthy {
+	if p.Status == tools.ProbeUnhealthy || p.Status == tools.ProbeNeedsLogin {
 		return &exitError{code: 1}
 	}
 	return nil

@@ -500,6 +500,9 @@ func (s *Service) notify(ctx context.Context, n tools.Notice) {
 
 // NoticeText is what humans read about a server's transition.
 func NoticeText(n tools.Notice) string {
+	if n.Kind == tools.NoticeNeedsLogin {
+		return fmt.Sprintf(":key: MCP server %q needs an OAuth login before its tools can be used. Run `%s`.", n.Server, tools.LoginCommand(n.Server))
+	}
 	if n.Kind == tools.NoticeReenabled {
 		return fmt.Sprintf(":white_check_mark: MCP server %q is enabled again (%s); the tool runner is reconnecting it.", n.Server, n.Reason)
 	}

@@ -96,6 +96,8 @@ type Server struct {
 	Secrets []string
 	// Line is where the entry starts in the file (1-based; 0 when unknown).
 	Line int
+	// OAuth is the entry's "oauth" object, nil without one.
+	OAuth *OAuth
 }
 
 // MaxNameLen bounds server and tool names.

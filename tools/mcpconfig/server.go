@@ -36,6 +36,7 @@ type rawServer struct {
 	Timeout         json.RawMessage   `json:"timeout"`
 	TTLMs           *int64            `json:"ttlMs"`
 	SchemaVersion   string            `json:"schemaVersion"`
+	OAuth           *rawOAuth         `json:"oauth"`
 }
 
 // MinToolsTTL and MaxToolsTTL bound a server entry's ttlMs.
@@ -124,6 +125,7 @@ func parseServer(doc *document, f field, opts Options) (Server, []error) {
 	case HTTP, SSE:
 		e.remote(r, &s)
 	}
+	e.oauth(r, &s)
 	for v := range e.secrets {
 		s.Secrets = append(s.Secrets, v)
 	}
