@@ -314,7 +314,7 @@ func (in *Installer) validate(data []byte) error {
 
 // installVarRE matches the variables substituted at install time; every
 // other ${...} (${env:VAR}, ${input:id}, ${dataDir}) stays for run time.
-var installVarRE = regexp.MustCompile(`\$\{(bundlePath|bundleId|bundleVersion|__dirname|HOME|pathSeparator|/|user_config\.[^}]*)\}`)
+var installVarRE = regexp.MustCompile(`\$\{(bundlePath|bundleId|bundleVersion|__dirname|HOME|DESKTOP|DOCUMENTS|DOWNLOADS|pathSeparator|/|user_config\.[^}]*)\}`)
 
 // substituteEntry substitutes the install-time variables in an entry
 // (standard JSON): each value is inserted JSON-escaped into the strings
