@@ -154,7 +154,7 @@ func (in *Installer) readMCPB(source, stage string, opts Options) (*Bundle, erro
 	if err != nil {
 		return nil, err
 	}
-	return &Bundle{ID: id, Version: m.Version, Description: m.Description, Dir: final, Source: source, Kind: "mcpb",
+	return &Bundle{ID: id, Name: m.Name, Version: m.Version, Description: m.Description, Dir: final, Source: source, Kind: "mcpb",
 		Servers: []Entry{{Name: MCPBServer, JSON: raw}}, vars: vars}, nil
 }
 

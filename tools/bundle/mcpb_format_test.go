@@ -187,3 +187,24 @@ func TestMCPBUnpackLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestMCPBSameID: a bundle whose name makes the id of another installed
+// bundle is refused naming both; the same bundle again is an upgrade.
+func TestMCPBSameID(t *testing.T) {
+	t.Parallel()
+	in := newInstaller(t, "")
+	if _, err := in.Install(t.Context(), mcpbDir(t, "Acme Tools", "1.0.0", `["a"]`, `{}`, `{}`), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	before := readFile(t, in.Config)
+	_, err := in.Install(t.Context(), mcpbDir(t, "Acme_Tools", "1.0.0", `["b"]`, `{}`, `{}`), Options{})
+	if err == nil || !strings.Contains(err.Error(), `installed bundle "Acme Tools"`) {
+		t.Fatalf("got %v, want the second bundle refused", err)
+	}
+	if readFile(t, in.Config) != before {
+		t.Fatal("the refused bundle changed mcp.json")
+	}
+	if _, err := in.Install(t.Context(), mcpbDir(t, "Acme Tools", "1.1.0", `["c"]`, `{}`, `{}`), Options{}); err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+}
