@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // MCPBServer is the name of an MCP Bundle's one server: it is installed as
@@ -114,6 +115,7 @@ func (in *Installer) stageDir(dryRun bool) (string, error) {
 	if dryRun {
 		return os.MkdirTemp("", "relay-bundle-dry-run-*")
 	}
+	removeStale(in.DataDir)
 	stage, err := os.MkdirTemp(in.DataDir, ".bundle-*")
 	if err == nil {
 		return stage, nil
@@ -122,6 +124,21 @@ func (in *Installer) stageDir(dryRun bool) (string, error) {
 		return "", err
 	}
 	return os.MkdirTemp(in.DataDir, ".bundle-*")
+}
+
+// staleAfter is the age past which a staging folder is taken to be left by
+// an install that was killed, and removed at the next install.
+const staleAfter = time.Hour
+
+// removeStale removes the staging folders under dataDir older than
+// staleAfter.
+func removeStale(dataDir string) {
+	old, _ := filepath.Glob(filepath.Join(dataDir, ".bundle-*"))
+	for _, p := range old {
+		if st, err := os.Stat(p); err == nil && time.Since(st.ModTime()) > staleAfter {
+			_ = os.RemoveAll(p)
+		}
+	}
 }
 
 // readMCPB unpacks or copies the bundle at source into stage and reads its

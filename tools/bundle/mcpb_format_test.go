@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relaystation/relay/internal/testenv"
 )
@@ -206,5 +207,24 @@ func TestMCPBSameID(t *testing.T) {
 	}
 	if _, err := in.Install(t.Context(), mcpbDir(t, "Acme Tools", "1.1.0", `["c"]`, `{}`, `{}`), Options{}); err != nil {
 		t.Fatalf("upgrade: %v", err)
+	}
+}
+
+// TestMCPBStaleStaging: a staging folder left by a killed install is
+// removed at the next install.
+func TestMCPBStaleStaging(t *testing.T) {
+	t.Parallel()
+	in := newInstaller(t, "")
+	stale := filepath.Join(in.DataDir, ".bundle-killed")
+	testenv.WriteFile(t, filepath.Join(stale, "manifest.json"), "{}")
+	old := time.Now().Add(-2 * staleAfter)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Install(t.Context(), mcpbDir(t, "S", "1.0.0", `[]`, `{}`, `{}`), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Fatal("the stale staging folder is still there")
 	}
 }
