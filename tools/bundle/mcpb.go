@@ -161,6 +161,9 @@ func (in *Installer) readMCPB(source, stage string, opts Options) (*Bundle, erro
 		return nil, err
 	}
 	cfg.Args, cfg.Env = expandLists(cfg.Args, cfg.Env, lists)
+	if c := filepath.FromSlash(cfg.Command); strings.ContainsRune(c, filepath.Separator) && !filepath.IsAbs(c) && !strings.HasPrefix(c, "${") {
+		cfg.Command = filepath.Join(final, c) // relative to the bundle, as server/my-server in MANIFEST.md
+	}
 	entry := struct {
 		Command     string            `json:"command"`
 		Args        []string          `json:"args,omitempty"`

@@ -228,3 +228,20 @@ func TestMCPBStaleStaging(t *testing.T) {
 		t.Fatal("the stale staging folder is still there")
 	}
 }
+
+// TestMCPBRelativeCommand: a command with a path relative to the bundle
+// (MANIFEST.md's binary example) is resolved against the bundle folder.
+func TestMCPBRelativeCommand(t *testing.T) {
+	t.Parallel()
+	in := newInstaller(t, "")
+	dir := mcpbDir(t, "Bin", "1.0.0", `[]`, `{}`, `{}`)
+	m := strings.Replace(readFile(t, filepath.Join(dir, "manifest.json")), `"command": "node"`, `"command": "server/my-server"`, 1)
+	testenv.WriteFile(t, filepath.Join(dir, "manifest.json"), m)
+	if _, err := in.Install(t.Context(), dir, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(in.DataDir, "bundles", "Bin", "1.0.0", "server", "my-server")
+	if got := readFile(t, in.Config); !strings.Contains(got, want) {
+		t.Fatalf("mcp.json lacks %s:\n%s", want, got)
+	}
+}
