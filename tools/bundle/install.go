@@ -118,6 +118,9 @@ func (in *Installer) InstallBundle(ctx context.Context, b *Bundle, opts Options)
 	var oldDir string
 	err := in.change(ctx, opts, res, func(d *document, t *Tracking) error {
 		if _, old := t.find(b.ID); old != nil {
+			if old.Name != "" && b.Name != "" && old.Name != b.Name {
+				return fmt.Errorf("bundle %q has the id %s of the installed bundle %q: uninstall %s first or rename the bundle", b.Name, b.ID, old.Name, b.ID)
+			}
 			if err := d.removeBundle(old, opts.Force, res); err != nil {
 				return err
 			}
@@ -126,7 +129,7 @@ func (in *Installer) InstallBundle(ctx context.Context, b *Bundle, opts Options)
 			}
 			t.remove(b.ID)
 		}
-		rec := Installed{ID: b.ID, Version: b.Version, Description: b.Description, Kind: b.Kind,
+		rec := Installed{ID: b.ID, Name: b.Name, Version: b.Version, Description: b.Description, Kind: b.Kind,
 			Source: b.Source, Path: b.Dir, InstalledAt: in.now()}
 		target, parent, err := d.target()
 		if err != nil {
@@ -314,7 +317,7 @@ func (in *Installer) validate(data []byte) error {
 
 // installVarRE matches the variables substituted at install time; every
 // other ${...} (${env:VAR}, ${input:id}, ${dataDir}) stays for run time.
-var installVarRE = regexp.MustCompile(`\$\{(bundlePath|bundleId|bundleVersion|__dirname|HOME|pathSeparator|/|user_config\.[^}]*)\}`)
+var installVarRE = regexp.MustCompile(`\$\{(bundlePath|bundleId|bundleVersion|__dirname|HOME|DESKTOP|DOCUMENTS|DOWNLOADS|pathSeparator|/|user_config\.[^}]*)\}`)
 
 // substituteEntry substitutes the install-time variables in an entry
 // (standard JSON): each value is inserted JSON-escaped into the strings

@@ -17,7 +17,9 @@ import (
 // Bundle is a loaded bundle: its identity, where it lives and its servers
 // as written in its manifest, in manifest order.
 type Bundle struct {
-	ID          string
+	ID string
+	// Name is an MCP Bundle's own name, of which ID is made ("" for others).
+	Name        string
 	Version     string
 	Description string
 	// Dir is the absolute directory of the installed bundle: ${bundlePath}.

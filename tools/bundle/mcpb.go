@@ -10,10 +10,13 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // MCPBServer is the name of an MCP Bundle's one server: it is installed as
@@ -43,11 +46,14 @@ type mcpbConfig struct {
 }
 
 type mcpbUserConfig struct {
-	Type      string `json:"type"`
-	Title     string `json:"title"`
-	Sensitive bool   `json:"sensitive"`
-	Required  bool   `json:"required"`
-	Default   any    `json:"default"`
+	Type      string   `json:"type"`
+	Title     string   `json:"title"`
+	Sensitive bool     `json:"sensitive"`
+	Required  bool     `json:"required"`
+	Default   any      `json:"default"`
+	Multiple  bool     `json:"multiple"`
+	Min       *float64 `json:"min"`
+	Max       *float64 `json:"max"`
 }
 
 // UserConfigEnv is the environment variable a sensitive user_config value
@@ -109,6 +115,7 @@ func (in *Installer) stageDir(dryRun bool) (string, error) {
 	if dryRun {
 		return os.MkdirTemp("", "relay-bundle-dry-run-*")
 	}
+	removeStale(in.DataDir)
 	stage, err := os.MkdirTemp(in.DataDir, ".bundle-*")
 	if err == nil {
 		return stage, nil
@@ -117,6 +124,21 @@ func (in *Installer) stageDir(dryRun bool) (string, error) {
 		return "", err
 	}
 	return os.MkdirTemp(in.DataDir, ".bundle-*")
+}
+
+// staleAfter is the age past which a staging folder is taken to be left by
+// an install that was killed, and removed at the next install.
+const staleAfter = time.Hour
+
+// removeStale removes the staging folders under dataDir older than
+// staleAfter.
+func removeStale(dataDir string) {
+	old, _ := filepath.Glob(filepath.Join(dataDir, ".bundle-*"))
+	for _, p := range old {
+		if st, err := os.Stat(p); err == nil && time.Since(st.ModTime()) > staleAfter {
+			_ = os.RemoveAll(p)
+		}
+	}
 }
 
 // readMCPB unpacks or copies the bundle at source into stage and reads its
@@ -134,9 +156,13 @@ func (in *Installer) readMCPB(source, stage string, opts Options) (*Bundle, erro
 	if cfg.Command == "" {
 		return nil, errors.New("manifest.json: server.mcp_config.command is required")
 	}
-	vars, err := in.userConfig(m, final, opts.Set)
+	vars, lists, err := in.userConfig(m, final, opts.Set)
 	if err != nil {
 		return nil, err
+	}
+	cfg.Args, cfg.Env = expandLists(cfg.Args, cfg.Env, lists)
+	if c := filepath.FromSlash(cfg.Command); strings.ContainsRune(c, filepath.Separator) && !filepath.IsAbs(c) && !strings.HasPrefix(c, "${") {
+		cfg.Command = filepath.Join(final, c) // relative to the bundle, as server/my-server in MANIFEST.md
 	}
 	entry := struct {
 		Command     string            `json:"command"`
@@ -148,7 +174,7 @@ func (in *Installer) readMCPB(source, stage string, opts Options) (*Bundle, erro
 	if err != nil {
 		return nil, err
 	}
-	return &Bundle{ID: id, Version: m.Version, Description: m.Description, Dir: final, Source: source, Kind: "mcpb",
+	return &Bundle{ID: id, Name: m.Name, Version: m.Version, Description: m.Description, Dir: final, Source: source, Kind: "mcpb",
 		Servers: []Entry{{Name: MCPBServer, JSON: raw}}, vars: vars}, nil
 }
 
@@ -180,8 +206,8 @@ func readMCPBManifest(dir string) (mcpbManifest, string, error) {
 	if err := CheckID(id); err != nil {
 		return m, "", fmt.Errorf("manifest.json name %q: %w", m.Name, err)
 	}
-	if m.Version == "" || strings.ContainsAny(m.Version, `/\`) || m.Version == "." || m.Version == ".." {
-		return m, "", fmt.Errorf("manifest.json: version %q is missing or not usable as a directory name", m.Version)
+	if !semverRE.MatchString(m.Version) {
+		return m, "", fmt.Errorf("manifest.json: version %q is not a semantic version (MAJOR.MINOR.PATCH, e.g. 1.0.0)", m.Version)
 	}
 	return m, id, nil
 }
@@ -246,13 +272,17 @@ func placeMCPB(stage, final string) (func(bool), error) {
 // every ${user_config.KEY}: a sensitive value becomes a reference to its
 // environment variable (checked to be set when required), others come from
 // set, else the default.
-func (in *Installer) userConfig(m mcpbManifest, dir string, set map[string]string) (map[string]string, error) {
+func (in *Installer) userConfig(m mcpbManifest, dir string, set map[string]string) (map[string]string, map[string][]string, error) {
 	lookup := in.Lookup
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
 	home, _ := os.UserHomeDir()
-	vars := map[string]string{"__dirname": dir, "HOME": home, "pathSeparator": string(filepath.Separator), "/": string(filepath.Separator)}
+	vars := map[string]string{"__dirname": dir, "HOME": home, "pathSeparator": string(filepath.Separator), "/": string(filepath.Separator),
+		"DESKTOP": filepath.Join(home, "Desktop"), "DOCUMENTS": filepath.Join(home, "Documents"), "DOWNLOADS": filepath.Join(home, "Downloads")}
+	// lists holds the values an argument that is exactly ${user_config.KEY}
+	// becomes: none for an optional value not given, one each for a list.
+	lists := map[string][]string{}
 	var errs []string
 	for _, k := range slices.Sorted(maps.Keys(m.UserConfig)) {
 		uc := m.UserConfig[k]
@@ -262,24 +292,47 @@ func (in *Installer) userConfig(m mcpbManifest, dir string, set map[string]strin
 			errs = append(errs, fmt.Sprintf("user_config.%s is sensitive: set it in the environment as %s, not with --set", k, UserConfigEnv(k)))
 		case uc.Sensitive:
 			env := UserConfigEnv(k)
-			if _, ok := lookup(env); !ok && uc.Required && uc.Default == nil {
+			_, ok := lookup(env)
+			switch {
+			case ok:
+				vars["user_config."+k] = "${env:" + env + "}"
+			case uc.Required && uc.Default == nil:
 				errs = append(errs, fmt.Sprintf("user_config.%s is required: set %s", k, env))
+			default: // optional and not given: left out
+				vars["user_config."+k] = ""
+				lists[k] = nil
 			}
-			vars["user_config."+k] = "${env:" + env + "}"
 		case given:
+			if err := checkUserValue(uc, v); err != nil {
+				errs = append(errs, fmt.Sprintf("user_config.%s: %v", k, err))
+			}
 			vars["user_config."+k] = v
 		case uc.Default != nil:
-			d := fmt.Sprint(uc.Default)
-			for name, val := range vars {
-				if !strings.HasPrefix(name, "user_config.") {
-					d = strings.ReplaceAll(d, "${"+name+"}", val)
+			var ds []string
+			if l, ok := uc.Default.([]any); ok {
+				for _, e := range l {
+					ds = append(ds, fmt.Sprint(e))
 				}
+			} else {
+				ds = []string{fmt.Sprint(uc.Default)}
 			}
-			vars["user_config."+k] = d
+			for i, d := range ds {
+				for name, val := range vars {
+					if !strings.HasPrefix(name, "user_config.") {
+						d = strings.ReplaceAll(d, "${"+name+"}", val)
+					}
+				}
+				ds[i] = d
+			}
+			vars["user_config."+k] = strings.Join(ds, ",")
+			if _, ok := uc.Default.([]any); ok {
+				lists[k] = ds
+			}
 		case uc.Required:
 			errs = append(errs, fmt.Sprintf("user_config.%s is required: pass --set %s=VALUE", k, k))
 		default:
 			vars["user_config."+k] = ""
+			lists[k] = nil
 		}
 	}
 	for k := range set {
@@ -289,13 +342,81 @@ func (in *Installer) userConfig(m mcpbManifest, dir string, set map[string]strin
 	}
 	if len(errs) > 0 {
 		sort.Strings(errs)
-		return nil, errors.New(strings.Join(errs, "; "))
+		return nil, nil, errors.New(strings.Join(errs, "; "))
 	}
-	return vars, nil
+	return vars, lists, nil
 }
 
-// maxUnpacked bounds what one archive may unpack to.
-const maxUnpacked = 1 << 30
+// checkUserValue checks a value given with --set against its user_config
+// type and bounds.
+func checkUserValue(uc mcpbUserConfig, v string) error {
+	switch uc.Type {
+	case "number":
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", v)
+		}
+		if uc.Min != nil && f < *uc.Min {
+			return fmt.Errorf("%v is below the minimum %v", f, *uc.Min)
+		}
+		if uc.Max != nil && f > *uc.Max {
+			return fmt.Errorf("%v is above the maximum %v", f, *uc.Max)
+		}
+	case "boolean":
+		if v != "true" && v != "false" {
+			return fmt.Errorf("%q is not a boolean (true or false)", v)
+		}
+	}
+	return nil
+}
+
+// expandLists replaces each argument that is exactly ${user_config.KEY}
+// with KEY's list of values (none for an optional value not given) and
+// drops env entries whose value is exactly such a reference with no value.
+func expandLists(args []string, env map[string]string, lists map[string][]string) ([]string, map[string]string) {
+	key := func(s string) (string, bool) {
+		k, ok := strings.CutPrefix(s, "${user_config.")
+		if !ok || !strings.HasSuffix(k, "}") {
+			return "", false
+		}
+		k = strings.TrimSuffix(k, "}")
+		_, ok = lists[k]
+		return k, ok
+	}
+	var out []string
+	for _, a := range args {
+		if k, ok := key(a); ok {
+			out = append(out, lists[k]...)
+			continue
+		}
+		out = append(out, a)
+	}
+	var outEnv map[string]string
+	for n, v := range env {
+		if k, ok := key(v); ok && len(lists[k]) == 0 {
+			continue
+		}
+		if outEnv == nil {
+			outEnv = map[string]string{}
+		}
+		outEnv[n] = v
+	}
+	return out, outEnv
+}
+
+// semverRE is a semantic version (semver.org 2.0.0), which MCPB manifests
+// carry and which names the unpacked bundle's directory.
+var semverRE = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$`)
+
+// Limits on what one archive may unpack to: the total size, the number of
+// entries, and the ratio of the unpacked size to the archive's size (a
+// zip bomb), the last checked once the total passes minRatioCheck.
+const (
+	maxUnpacked   = 1 << 30
+	maxEntries    = 10000
+	maxRatio      = 100
+	minRatioCheck = 16 << 20
+)
 
 // unzip extracts a .mcpb (zip) archive into dir, refusing entries that
 // would land outside it and symbolic links.
@@ -305,6 +426,19 @@ func unzip(archive, dir string) error {
 		return err
 	}
 	defer zr.Close()
+	if len(zr.File) > maxEntries {
+		return fmt.Errorf("archive has %d entries, at most %d allowed", len(zr.File), maxEntries)
+	}
+	st, err := os.Stat(archive)
+	if err != nil {
+		return err
+	}
+	limit := int64(maxUnpacked)
+	if r := st.Size() * maxRatio; r > minRatioCheck && r < limit {
+		limit = r
+	} else if r <= minRatioCheck {
+		limit = minRatioCheck
+	}
 	var total int64
 	for _, f := range zr.File {
 		name := filepath.FromSlash(f.Name)
@@ -334,7 +468,7 @@ func unzip(archive, dir string) error {
 			rc.Close()
 			return err
 		}
-		n, err := io.Copy(out, io.LimitReader(rc, maxUnpacked-total+1))
+		n, err := io.Copy(out, io.LimitReader(rc, limit-total+1))
 		rc.Close()
 		if cerr := out.Close(); err == nil {
 			err = cerr
@@ -342,8 +476,8 @@ func unzip(archive, dir string) error {
 		if err != nil {
 			return err
 		}
-		if total += n; total > maxUnpacked {
-			return fmt.Errorf("archive unpacks to more than %d bytes", maxUnpacked)
+		if total += n; total > limit {
+			return fmt.Errorf("archive of %d bytes unpacks to more than %d bytes (at most %d bytes, %d times the archive's size beyond %d bytes)", st.Size(), limit, maxUnpacked, maxRatio, minRatioCheck)
 		}
 	}
 	return nil

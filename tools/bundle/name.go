@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode"
+
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
@@ -56,15 +59,32 @@ func SplitName(name string) (id, server string, ok bool) {
 	return id, server, ok && CheckID(id) == nil && server != ""
 }
 
+// fold spells letters that lose no mark under NFD in ASCII.
+var fold = map[rune]string{'ß': "ss", 'æ': "ae", 'Æ': "AE", 'ø': "o", 'Ø': "O", 'œ': "oe", 'Œ': "OE",
+	'ł': "l", 'Ł': "L", 'đ': "d", 'Đ': "D", 'þ': "th", 'Þ': "TH", 'ð': "d", 'Ð': "D", 'ı': "i"}
+
 // sanitizeID turns a free-form name (an MCP Bundle's "name") into a bundle
-// id: runs of other characters become '-'.
+// id: accented letters lose their marks ("Ünïcode" is "Unicode"), other
+// letters and digits outside ASCII are spelt "u<hex>" so that every name
+// with letters gets a stable id, and runs of other characters become '-'.
 func sanitizeID(name string) string {
 	var b strings.Builder
 	dash := false
-	for _, r := range name {
+	for _, r := range norm.NFD.String(name) {
 		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
-		if ok {
+		switch {
+		case unicode.Is(unicode.Mn, r):
+			continue
+		case ok:
 			b.WriteRune(r)
+			dash = false
+			continue
+		case fold[r] != "":
+			b.WriteString(fold[r])
+			dash = false
+			continue
+		case unicode.IsLetter(r) || unicode.IsDigit(r):
+			fmt.Fprintf(&b, "u%x", r)
 			dash = false
 			continue
 		}

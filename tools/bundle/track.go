@@ -26,7 +26,9 @@ type Tracking struct {
 
 // Installed is one installed bundle.
 type Installed struct {
-	ID          string    `json:"id"`
+	ID string `json:"id"`
+	// Name is an MCP Bundle's own name, of which ID is made.
+	Name        string    `json:"name,omitempty"`
 	Version     string    `json:"version"`
 	Description string    `json:"description,omitempty"`
 	Kind        string    `json:"kind"`
