@@ -2,6 +2,7 @@ package tools
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -60,12 +61,35 @@ func stdioTransport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transp
 	return &mcp.CommandTransport{Command: cmd, TerminateDuration: r.cfg.TerminateDuration}, cmd, nil
 }
 
-// logStderr copies a stdio server's stderr to the log, line by line, at level.
+// maxStderrLine bounds one logged stderr line; the rest of a longer line is
+// read and dropped, so the pipe never stalls.
+const maxStderrLine = 4096
+
+// logStderr copies a stdio server's stderr to the log, line by line, at
+// level. A line of any length is read to its end (a server blocked on a full
+// stderr pipe would stop answering); one over maxStderrLine bytes is logged
+// cut, with the number of bytes left out.
 func logStderr(rd io.Reader, log *slog.Logger, level slog.Level) {
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 0, 4096), 64*1024)
-	for sc.Scan() {
-		log.Log(context.Background(), level, "server stderr", "line", sc.Text())
+	br := bufio.NewReaderSize(rd, maxStderrLine)
+	for {
+		line, err := br.ReadSlice('\n')
+		text := strings.TrimRight(string(line), "\r\n")
+		dropped := 0
+		for errors.Is(err, bufio.ErrBufferFull) {
+			var more []byte
+			more, err = br.ReadSlice('\n')
+			dropped += len(bytes.TrimRight(more, "\r\n"))
+		}
+		if text != "" || dropped > 0 || err == nil {
+			if dropped > 0 {
+				log.Log(context.Background(), level, "server stderr", "line", text, "cut_bytes", dropped)
+			} else {
+				log.Log(context.Background(), level, "server stderr", "line", text)
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 
