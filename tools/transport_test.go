@@ -452,3 +452,32 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestStdioBannerOnStdoutIsSkipped: a server that prints a banner and a log
+// line on stdout before and between its JSON-RPC answers keeps its session,
+// as with the TypeScript client; the skipped lines are logged as a warning.
+func TestStdioBannerOnStdoutIsSkipped(t *testing.T) {
+	t.Parallel()
+	srv := everythingStdio(t, "banner")
+	bin := srv.Command
+	srv.Command = "sh"
+	srv.Args = []string{"-c", `echo "MCP server v1.0 starting on stdio"; echo "[info] ready"; exec "$0" stdio`, bin}
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	cfg := fastConfig(t, srv)
+	cfg.Policy = policy(t, allowAll)
+	cfg.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	r := startRunner(t, cfg)
+	res := r.Call(t.Context(), Request{Tool: "banner.echo", Args: map[string]any{"message": "hi"}, Caller: Caller{Role: "agent"}})
+	if res.Err != nil || res.Text != "Echo: hi" {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("call: got %q, %v; want Echo: hi\n%s", res.Text, res.Err, buf.String())
+	}
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if !strings.Contains(out, "not JSON-RPC on stdout") || !strings.Contains(out, "MCP server v1.0 starting") {
+		t.Errorf("log lacks the skipped-line warning:\n%s", out)
+	}
+}
