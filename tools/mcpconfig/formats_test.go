@@ -204,3 +204,26 @@ func TestVSCodeVariables(t *testing.T) {
 		})
 	}
 }
+
+// TestVSCodeEntryKeys: the keys VS Code writes (dev, gallery, version) and a
+// per-entry enabled load; enabled: false disables the entry.
+func TestVSCodeEntryKeys(t *testing.T) {
+	t.Parallel()
+	servers, err := Parse([]byte(`{"servers": {
+		"pw": {"command": "npx", "args": ["@playwright/mcp@latest"], "gallery": "https://api.mcp.github.com", "version": "0.0.1-seed",
+			"dev": {"watch": "src/**/*.ts", "debug": {"type": "node"}}, "enabled": true},
+		"off": {"command": "x", "enabled": false}}}`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, s := range servers {
+		got[s.Name] = s.Disabled
+	}
+	if d, ok := got["pw"]; !ok || d {
+		t.Errorf("pw: got disabled=%v present=%v, want enabled", d, ok)
+	}
+	if !got["off"] {
+		t.Errorf("off: got enabled, want disabled")
+	}
+}
