@@ -2,7 +2,9 @@ package tools
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +15,8 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -57,15 +61,156 @@ func stdioTransport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transp
 		return nil, nil, err
 	}
 	go logStderr(stderr, log, r.cfg.StderrLevel)
-	return &mcp.CommandTransport{Command: cmd, TerminateDuration: r.cfg.TerminateDuration}, cmd, nil
+	return &stdioCommand{cmd: cmd, terminate: r.cfg.TerminateDuration, log: log}, cmd, nil
 }
 
-// logStderr copies a stdio server's stderr to the log, line by line, at level.
+// stdioCommand is the SDK's CommandTransport with one difference, as in the
+// TypeScript client: a line on the server's stdout that is not JSON (a
+// banner, a stray log line) is skipped with a warning instead of ending the
+// session.
+type stdioCommand struct {
+	cmd       *exec.Cmd
+	terminate time.Duration
+	log       *slog.Logger
+}
+
+func (t *stdioCommand) Connect(ctx context.Context) (mcp.Connection, error) {
+	stdout, err := t.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdin, err := t.cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := t.cmd.Start(); err != nil {
+		return nil, err
+	}
+	td := t.terminate
+	if td <= 0 {
+		td = 5 * time.Second
+	}
+	rd := &jsonLines{br: bufio.NewReader(stdout), log: t.log}
+	return (&mcp.IOTransport{Reader: io.NopCloser(rd), Writer: &stdinCloser{WriteCloser: stdin, cmd: t.cmd, terminate: td}}).Connect(ctx)
+}
+
+// stdinCloser ends a stdio server as the spec says: close its stdin, wait,
+// then SIGTERM, then SIGKILL.
+type stdinCloser struct {
+	io.WriteCloser
+	cmd       *exec.Cmd
+	terminate time.Duration
+}
+
+func (s *stdinCloser) Close() error {
+	if err := s.WriteCloser.Close(); err != nil {
+		return fmt.Errorf("closing stdin: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	wait := func() (error, bool) {
+		t := time.NewTimer(s.terminate)
+		defer t.Stop()
+		select {
+		case err := <-done:
+			return err, true
+		case <-t.C:
+			return nil, false
+		}
+	}
+	if err, ok := wait(); ok {
+		return err
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err == nil {
+		if err, ok := wait(); ok {
+			return err
+		}
+	}
+	if err := s.cmd.Process.Kill(); err != nil {
+		return err
+	}
+	if err, ok := wait(); ok {
+		return err
+	}
+	return errors.New("unresponsive subprocess")
+}
+
+// nonJSONWarnEvery rate-limits the warning about skipped stdout lines.
+const nonJSONWarnEvery = 10 * time.Second
+
+// jsonLines passes on the lines of a stdio server's stdout that can be
+// JSON-RPC (valid JSON starting with '{' or '[', as the TypeScript client's
+// JSON.parse decides) and skips the others, warning at most
+// once per nonJSONWarnEvery with the count skipped.
+type jsonLines struct {
+	br      *bufio.Reader
+	log     *slog.Logger
+	pending []byte
+	skipped int
+	warned  time.Time
+}
+
+func (j *jsonLines) Read(p []byte) (int, error) {
+	for len(j.pending) == 0 {
+		line, err := j.br.ReadBytes('\n')
+		if t := bytes.TrimSpace(line); len(t) == 0 || (t[0] == '{' || t[0] == '[') && json.Valid(t) {
+			j.pending = line
+		} else {
+			j.skip(t)
+		}
+		if err != nil {
+			if len(j.pending) > 0 {
+				break
+			}
+			return 0, err
+		}
+	}
+	n := copy(p, j.pending)
+	j.pending = j.pending[n:]
+	return n, nil
+}
+
+func (j *jsonLines) skip(line []byte) {
+	j.skipped++
+	if now := time.Now(); now.Sub(j.warned) >= nonJSONWarnEvery {
+		j.warned = now
+		if len(line) > 200 {
+			line = line[:200]
+		}
+		j.log.Warn("server wrote a line that is not JSON-RPC on stdout; skipped", "line", strings.ToValidUTF8(string(line), "?"), "skipped", j.skipped)
+		j.skipped = 0
+	}
+}
+
+// maxStderrLine bounds one logged stderr line; the rest of a longer line is
+// read and dropped, so the pipe never stalls.
+const maxStderrLine = 4096
+
+// logStderr copies a stdio server's stderr to the log, line by line, at
+// level. A line of any length is read to its end (a server blocked on a full
+// stderr pipe would stop answering); one over maxStderrLine bytes is logged
+// cut, with the number of bytes left out.
 func logStderr(rd io.Reader, log *slog.Logger, level slog.Level) {
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 0, 4096), 64*1024)
-	for sc.Scan() {
-		log.Log(context.Background(), level, "server stderr", "line", sc.Text())
+	br := bufio.NewReaderSize(rd, maxStderrLine)
+	for {
+		line, err := br.ReadSlice('\n')
+		text := strings.TrimRight(string(line), "\r\n")
+		dropped := 0
+		for errors.Is(err, bufio.ErrBufferFull) {
+			var more []byte
+			more, err = br.ReadSlice('\n')
+			dropped += len(bytes.TrimRight(more, "\r\n"))
+		}
+		if text != "" || dropped > 0 || err == nil {
+			if dropped > 0 {
+				log.Log(context.Background(), level, "server stderr", "line", text, "cut_bytes", dropped)
+			} else {
+				log.Log(context.Background(), level, "server stderr", "line", text)
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }
 

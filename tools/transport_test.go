@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -405,5 +406,78 @@ func TestStreamableHTTPResumesTheGETStream(t *testing.T) {
 	holdSession(t, r, "resume", 300*time.Millisecond)
 	if st := r.Servers()[0]; !st.LastConnected.Equal(first) {
 		t.Errorf("a new session was opened (%s, first %s); want the GET stream resumed in the same session", st.LastConnected, first)
+	}
+}
+
+// TestStderrLineOfAnyLengthIsRead: one stderr line over 64 KB used to stop
+// the reading (bufio.Scanner's limit), so the server blocked on a full pipe
+// and later calls timed out. The long line is logged cut and the lines
+// after it still arrive.
+func TestStderrLineOfAnyLengthIsRead(t *testing.T) {
+	t.Parallel()
+	pr, pw := io.Pipe()
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	done := make(chan struct{})
+	go func() { logStderr(pr, log, slog.LevelInfo); close(done) }()
+	long := strings.Repeat("x", 200*1024)
+	for _, line := range []string{"before\n", long + "\n", "after\r\n"} {
+		if _, err := io.WriteString(pw, line); err != nil {
+			t.Fatalf("write: %v (the pipe stalled)", err)
+		}
+	}
+	pw.Close()
+	<-done
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	for _, want := range []string{"line=before", "line=after", fmt.Sprintf("cut_bytes=%d", len(long)-maxStderrLine)} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+	if len(out) > 3*maxStderrLine {
+		t.Errorf("got %d bytes of log, want the long line cut to %d", len(out), maxStderrLine)
+	}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// TestStdioBannerOnStdoutIsSkipped: a server that prints a banner and a log
+// line on stdout before and between its JSON-RPC answers keeps its session,
+// as with the TypeScript client; the skipped lines are logged as a warning.
+func TestStdioBannerOnStdoutIsSkipped(t *testing.T) {
+	t.Parallel()
+	srv := everythingStdio(t, "banner")
+	bin := srv.Command
+	srv.Command = "sh"
+	srv.Args = []string{"-c", `echo "MCP server v1.0 starting on stdio"; echo "[info] ready"; exec "$0" stdio`, bin}
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	cfg := fastConfig(t, srv)
+	cfg.Policy = policy(t, allowAll)
+	cfg.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	r := startRunner(t, cfg)
+	res := r.Call(t.Context(), Request{Tool: "banner.echo", Args: map[string]any{"message": "hi"}, Caller: Caller{Role: "agent"}})
+	if res.Err != nil || res.Text != "Echo: hi" {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("call: got %q, %v; want Echo: hi\n%s", res.Text, res.Err, buf.String())
+	}
+	mu.Lock()
+	out := buf.String()
+	mu.Unlock()
+	if !strings.Contains(out, "not JSON-RPC on stdout") || !strings.Contains(out, "MCP server v1.0 starting") {
+		t.Errorf("log lacks the skipped-line warning:\n%s", out)
 	}
 }

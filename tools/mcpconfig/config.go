@@ -122,6 +122,12 @@ type Options struct {
 	DataDir string
 	// BaseDir resolves a relative envFile; Load sets it to the file's directory.
 	BaseDir string
+	// Workspace replaces ${workspaceFolder} (and its base name
+	// ${workspaceFolderBasename}). Load sets it from RELAY_WORKSPACE, else
+	// WorkspaceOf(path).
+	Workspace string
+	// Home replaces ${userHome}; empty means os.UserHomeDir.
+	Home string
 
 	inputs map[string]input // the file's VS Code inputs, by id
 }
@@ -173,11 +179,41 @@ func Load(path string, opts Options) ([]Server, error) {
 	if opts.BaseDir == "" {
 		opts.BaseDir = filepath.Dir(path)
 	}
+	if opts.Workspace == "" {
+		lookup := opts.Lookup
+		if lookup == nil {
+			lookup = os.LookupEnv
+		}
+		if v, ok := lookup(WorkspaceEnv); ok && v != "" {
+			opts.Workspace = v
+		} else {
+			opts.Workspace = WorkspaceOf(path)
+		}
+	}
 	servers, err := Parse(data, opts)
 	if err != nil {
 		return nil, withPath(err, path)
 	}
 	return servers, nil
+}
+
+// WorkspaceEnv names the folder ${workspaceFolder} stands for.
+const WorkspaceEnv = "RELAY_WORKSPACE"
+
+// WorkspaceOf is the workspace folder of the mcp.json at path, as VS Code
+// and Cursor see it: the folder holding .vscode or .cursor when the file
+// lives in one, else the file's own folder.
+func WorkspaceOf(path string) string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		abs = path
+	}
+	dir := filepath.Dir(abs)
+	switch filepath.Base(dir) {
+	case ".vscode", ".cursor":
+		return filepath.Dir(dir)
+	}
+	return dir
 }
 
 func withPath(err error, path string) error {

@@ -127,7 +127,7 @@ func TestParseErrorsNameServerAndField(t *testing.T) {
 		{"unknown type", `{"servers": {"a": {"type": "websocket", "url": "http://x"}}}`, []string{`server "a"`, `type: unknown type "websocket"`}},
 		{"missing env var", `{"servers": {"a": {"command": "x", "env": {"K": "${env:NOPE_NOT_SET}"}}}}`, []string{`server "a"`, "env.K", "NOPE_NOT_SET"}},
 		{"missing input", `{"servers": {"a": {"url": "http://h/${input:api-key}"}}}`, []string{`server "a"`, "API_KEY"}},
-		{"unknown variable", `{"servers": {"a": {"command": "${workspaceFolder}/x"}}}`, []string{`server "a"`, "unknown variable"}},
+		{"unknown variable", `{"servers": {"a": {"command": "${workspaceRoot}/x"}}}`, []string{`server "a"`, "unknown variable"}},
 		{"unknown field", `{"servers": {"a": {"command": "x", "comand": "y"}}}`, []string{`server "a"`, "comand: unknown field"}},
 		{"repeated name", `{"servers": {"a": {"command": "x"}, "a": {"command": "y"}}}`, []string{`server "a"`, `defined twice in "servers"`}},
 		{"both layouts", `{"servers": {"a": {"command": "x"}}, "mcpServers": {"a": {"command": "y"}}}`, []string{`server "a"`, "both"}},

@@ -164,3 +164,66 @@ func TestEnvFileDotenv(t *testing.T) {
 		t.Error("unterminated quote: got nil error")
 	}
 }
+
+// TestVSCodeVariables: ${workspaceFolder} is the folder holding .vscode or
+// .cursor (or RELAY_WORKSPACE), as VS Code and Cursor resolve it.
+func TestVSCodeVariables(t *testing.T) {
+	t.Parallel()
+	const file = `{"servers": {"s": {"command": "node",
+		"args": ["${workspaceFolder}${/}srv.js", "${workspaceFolderBasename}", "${userHome}${pathSeparator}x"],
+		"cwd": "${workspaceFolder}"}}}`
+	root := t.TempDir()
+	sep := string(filepath.Separator)
+	for _, tc := range []struct {
+		name, dir, env, want string
+	}{
+		{"vscode", filepath.Join(root, "proj", ".vscode"), "", filepath.Join(root, "proj")},
+		{"cursor", filepath.Join(root, "cur", ".cursor"), "", filepath.Join(root, "cur")},
+		{"plain folder", filepath.Join(root, "plain"), "", filepath.Join(root, "plain")},
+		{"RELAY_WORKSPACE", filepath.Join(root, "env", ".vscode"), filepath.Join(root, "elsewhere"), filepath.Join(root, "elsewhere")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(tc.dir, "mcp.json")
+			testenv.WriteFile(t, path, file)
+			lookup := func(k string) (string, bool) {
+				if k == WorkspaceEnv && tc.env != "" {
+					return tc.env, true
+				}
+				return "", false
+			}
+			servers, err := Load(path, Options{Lookup: lookup, Home: "/home/u"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := servers[0]
+			want := []string{tc.want + sep + "srv.js", filepath.Base(tc.want), "/home/u" + sep + "x"}
+			if strings.Join(s.Args, "|") != strings.Join(want, "|") || s.Dir != tc.want {
+				t.Fatalf("got args %q, dir %q; want %q, %q", s.Args, s.Dir, want, tc.want)
+			}
+		})
+	}
+}
+
+// TestVSCodeEntryKeys: the keys VS Code writes (dev, gallery, version) and a
+// per-entry enabled load; enabled: false disables the entry.
+func TestVSCodeEntryKeys(t *testing.T) {
+	t.Parallel()
+	servers, err := Parse([]byte(`{"servers": {
+		"pw": {"command": "npx", "args": ["@playwright/mcp@latest"], "gallery": "https://api.mcp.github.com", "version": "0.0.1-seed",
+			"dev": {"watch": "src/**/*.ts", "debug": {"type": "node"}}, "enabled": true},
+		"off": {"command": "x", "enabled": false}}}`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, s := range servers {
+		got[s.Name] = s.Disabled
+	}
+	if d, ok := got["pw"]; !ok || d {
+		t.Errorf("pw: got disabled=%v present=%v, want enabled", d, ok)
+	}
+	if !got["off"] {
+		t.Errorf("off: got enabled, want disabled")
+	}
+}

@@ -37,6 +37,13 @@ type rawServer struct {
 	TTLMs           *int64            `json:"ttlMs"`
 	SchemaVersion   string            `json:"schemaVersion"`
 	OAuth           *rawOAuth         `json:"oauth"`
+	// Enabled is the per-entry switch some clients write; false disables.
+	Enabled *bool `json:"enabled"`
+	// Keys VS Code writes that mean nothing to the relay: dev (watch and
+	// debug settings), gallery and version (servers added from its gallery).
+	Dev     json.RawMessage `json:"dev"`
+	Gallery json.RawMessage `json:"gallery"`
+	Version json.RawMessage `json:"version"`
 }
 
 // MinToolsTTL and MaxToolsTTL bound a server entry's ttlMs.
@@ -112,7 +119,7 @@ func parseServer(doc *document, f field, opts Options) (Server, []error) {
 	line, _ := doc.pos(f.off)
 	s := Server{
 		Name:          f.name,
-		Disabled:      r.Disabled,
+		Disabled:      r.Disabled || r.Enabled != nil && !*r.Enabled,
 		Description:   r.Description,
 		Capabilities:  r.Capabilities,
 		SchemaVersion: r.SchemaVersion,

@@ -3,6 +3,8 @@ package mcpconfig
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -11,7 +13,16 @@ import (
 
 var varRE = regexp.MustCompile(`\$\{([^}]*)\}`)
 
-// substitute replaces ${env:NAME}, ${input:id} and ${dataDir}; with bare
+// builtin are the variables that are never an environment variable's bare
+// name.
+var builtin = map[string]bool{
+	"dataDir": true, "workspaceFolder": true, "workspaceFolderBasename": true,
+	"userHome": true, "pathSeparator": true,
+}
+
+// substitute replaces ${env:NAME}, ${input:id}, ${dataDir} and VS Code's
+// ${workspaceFolder}, ${workspaceFolderBasename}, ${userHome},
+// ${pathSeparator} and ${/}; with bare
 // (env values) also ${NAME}, as the agent orchestrator writes it. A missing
 // variable or an unknown form is an error naming it. used are the values
 // that came from the environment or inputs.
@@ -23,12 +34,33 @@ func substitute(s string, opts Options, bare bool) (out string, used []string, e
 	out = varRE.ReplaceAllStringFunc(s, func(m string) string {
 		inner := m[2 : len(m)-1]
 		kind, arg, _ := strings.Cut(inner, ":")
-		if bare && envNameRE.MatchString(inner) && inner != "dataDir" {
+		if bare && envNameRE.MatchString(inner) && !builtin[inner] {
 			kind, arg = "env", inner
 		}
 		switch {
 		case inner == "dataDir":
 			return opts.DataDir
+		case inner == "workspaceFolder" || inner == "workspaceFolderBasename":
+			if opts.Workspace == "" {
+				errs = append(errs, fmt.Sprintf("%s: no workspace folder (set %s)", m, WorkspaceEnv))
+				break
+			}
+			if inner == "workspaceFolderBasename" {
+				return filepath.Base(opts.Workspace)
+			}
+			return opts.Workspace
+		case inner == "userHome":
+			if opts.Home != "" {
+				return opts.Home
+			}
+			home, err := os.UserHomeDir()
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("%s: %v", m, err))
+				break
+			}
+			return home
+		case inner == "pathSeparator" || inner == "/":
+			return string(filepath.Separator)
 		case kind == "env" && arg != "":
 			if v, ok := opts.Lookup(arg); ok {
 				used = append(used, v)
@@ -44,7 +76,7 @@ func substitute(s string, opts Options, bare bool) (out string, used []string, e
 			used = append(used, v)
 			return v
 		default:
-			errs = append(errs, fmt.Sprintf("unknown variable %s (want ${env:NAME}, ${input:id} or ${dataDir})", m))
+			errs = append(errs, fmt.Sprintf("unknown variable %s (want ${env:NAME}, ${input:id}, ${dataDir}, ${workspaceFolder}, ${workspaceFolderBasename}, ${userHome}, ${pathSeparator} or ${/})", m))
 		}
 		return m
 	})
