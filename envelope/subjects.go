@@ -8,7 +8,7 @@ import (
 
 // Subjects are written relative to the bus prefix ("relay" unless configured
 // otherwise): publishing to Inbound(ChannelGitHub, "issues") reaches the NATS
-// subject relay.in.github.issues. The table of subjects is in the README.
+// subject relay.in.github.issues. The table of subjects is in docs/architecture.md.
 const (
 	// SubjectInbound is the root of every inbound envelope: in.{channel}.{event}.
 	SubjectInbound = "in"

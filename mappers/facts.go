@@ -8,7 +8,7 @@ import (
 // FactsKey is the meta key under which a mapper puts the provider facts a
 // consumer (hooks, the agent, a policy) may want without parsing the content:
 // meta.facts is an object of strings, whole numbers and lists of strings
-// (labels). The keys per provider are listed in the README ("Hooks").
+// (labels). The keys per provider are listed in docs/hooks.md.
 const FactsKey = "facts"
 
 // Facts collects provider facts; the zero value is ready to use. Empty values

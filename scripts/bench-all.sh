@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the README's "Latest run" benchmarks one after another, each target
+# Runs the "Latest run" benchmarks of docs/benchmarks.md one after another, each target
 # beside its ceiling in the same run, and writes each one's output to a
 # directory (default ./bench-out): the whole relay vs the gateway alone
 # (relay bench serve), the loop idle and with a busy core, bus.Publish vs raw

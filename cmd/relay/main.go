@@ -1,6 +1,6 @@
 // Command relay runs the relay station: every service in one process
 // (`relay serve`, the default) or one service alone (`relay ingest`, ...), and
-// the operator commands (`relay dlq ...`). See the README for settings; the
+// the operator commands (`relay dlq ...`). Settings: docs/configuration.md; the
 // commands' wiring lives in internal/cli.
 package main
 

@@ -255,7 +255,7 @@ func Run(ctx context.Context, args []string, env *config.Env, stdout, stderr io.
 	case services[name] != nil && len(args) > 0 && services[name].subcommands != nil:
 		err = services[name].subcommands(ctx, a, args)
 	case services[name] != nil && len(args) > 0 && isHelp(args[0]):
-		fmt.Fprintf(stdout, "usage: relay %s\n  %s; its settings are RELAY_* variables (README, Configuration)\n", name, services[name].summary)
+		fmt.Fprintf(stdout, "usage: relay %s\n  %s; its settings are RELAY_* variables (docs/configuration.md)\n", name, services[name].summary)
 		return 0
 	case services[name] != nil && len(args) > 0:
 		err = &exitError{code: 2, msg: fmt.Sprintf("%s takes no arguments (got %q); its settings are RELAY_* variables", name, args)}
@@ -343,7 +343,7 @@ func usage(w io.Writer) {
 	for _, n := range slices.Sorted(maps.Keys(commands)) {
 		fmt.Fprintf(w, "  %-12s %s\n", n+" "+commands[n].usage, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nSettings come from environment variables; see the README.")
+	fmt.Fprintln(w, "\nSettings come from environment variables; see docs/configuration.md.")
 }
 
 // serve runs the given services in one process with a shared bus and HTTP server.

@@ -196,6 +196,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Run("dead letter replayed", func(t *testing.T) { consoleReplay(t, s.with(t), tab, base) })
 	t.Run("server disabled and enabled", func(t *testing.T) { consoleSwitch(t, tab, base) })
 	do(t, tab, 20*time.Second, "open Overview", chromedp.Navigate(base+"/"), chromedp.Query("#fig-pending", chromedp.NodeVisible))
+	// The webhooks chart, drawn by the server as SVG: the minutes of this
+	// test's webhooks have bars the browser lays out with a height.
+	testenv.Poll(t, 30*time.Second, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(tab, 2*time.Second)
+		defer cancel()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`[...document.querySelectorAll("#chart-webhooks svg rect.bar")].filter(r => r.getBBox().height > 0).length`))
+		return err == nil && n > 0, fmt.Sprintf("no bar with a height in the webhooks chart (%d, %v)", n, err)
+	})
 	screenshot(t, tab, "overview")
 }
 

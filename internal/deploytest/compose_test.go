@@ -132,16 +132,16 @@ func TestDockerfile(t *testing.T) {
 	}
 }
 
-// Every variable in .env.example is documented in the README, and every
-// variable the README's tables name is in .env.example.
-func TestEnvExampleMatchesREADME(t *testing.T) {
+// Every variable in .env.example is documented in docs/configuration.md, and
+// every variable that page's tables name is in .env.example.
+func TestEnvExampleMatchesConfigurationDocs(t *testing.T) {
 	t.Parallel()
 	f, err := os.Open(filepath.Join(root(t), ".env.example"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	readme := testenv.ReadFile(t, filepath.Join(root(t), "README.md"))
+	readme := testenv.ReadFile(t, filepath.Join(root(t), "docs", "configuration.md"))
 	example := map[string]bool{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -152,7 +152,7 @@ func TestEnvExampleMatchesREADME(t *testing.T) {
 		}
 		example[name] = true
 		if !strings.Contains(string(readme), "`"+name+"`") {
-			t.Errorf(".env.example names %s, which the README does not document", name)
+			t.Errorf(".env.example names %s, which docs/configuration.md does not document", name)
 		}
 	}
 	for _, line := range strings.Split(string(readme), "\n") {
@@ -161,7 +161,7 @@ func TestEnvExampleMatchesREADME(t *testing.T) {
 		}
 		name := strings.Trim(strings.SplitN(line, "|", 3)[1], " `")
 		if strings.ToUpper(name) == name && strings.ContainsRune(name, '_') && !example[name] {
-			t.Errorf("README documents %s, which .env.example lacks", name)
+			t.Errorf("docs/configuration.md documents %s, which .env.example lacks", name)
 		}
 	}
 }

@@ -23,13 +23,21 @@ type Comment struct {
 	Token  string // the Authorization header's token
 }
 
-// GitHub is a fake GitHub REST API for issue comments (create and list), on
-// both the github.com path layout and the GitHub Enterprise /api/v3 prefix.
+// GitHub is a fake GitHub REST API for issue comments (create and list) and
+// repository and organisation webhooks (list, create, edit), on both the
+// github.com path layout and the GitHub Enterprise /api/v3 prefix.
 type GitHub struct {
 	srv      *httptest.Server
 	mu       sync.Mutex
 	comments []Comment
 	fail     []int // status codes to answer the next creates with
+
+	// AdminTokens, when set before the first request, are the tokens that may
+	// read and write webhooks (others get 404, as GitHub answers them).
+	AdminTokens map[string]bool
+	hooks       []Hook
+	nextHook    int64
+	hookWrites  int
 }
 
 var commentsPath = regexp.MustCompile(`^(?:/api/v3)?/repos/([^/]+)/([^/]+)/issues/(\d+)/comments$`)
@@ -60,8 +68,12 @@ func (g *GitHub) Comments() []Comment {
 }
 
 func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
-	m := commentsPath.FindStringSubmatch(r.URL.Path)
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	if hm := hooksPath.FindStringSubmatch(r.URL.Path); hm != nil {
+		g.serveHooks(w, r, hm)
+		return
+	}
+	m := commentsPath.FindStringSubmatch(r.URL.Path)
 	if m == nil {
 		w.WriteHeader(http.StatusNotFound)
 		fmt.Fprint(w, `{"message":"Not Found","documentation_url":"https://docs.github.com/rest"}`)

@@ -22,7 +22,7 @@ import (
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
-// Code-block runs (README, "Running tools from Slack and GitHub"). The agent
+// Code-block runs (docs/slack.md, "Running tools from Slack and GitHub"). The agent
 // detects them because it already consumes every inbound trigger: a message
 // that is a run is not handed to the model. The run itself is a tool.call
 // envelope the tool runner executes under the person's role (capabilities,

@@ -96,6 +96,9 @@ type Service struct {
 	tmpl      *template.Template
 	story     Storyteller
 	handler   http.Handler
+	// inbound remembers the inbound stream's sequence at each minute
+	// boundary of the overview's chart.
+	inbound minuteSeqs
 }
 
 // New returns the console (not started) reading and acting on b.

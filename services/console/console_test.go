@@ -293,3 +293,24 @@ func TestConsoleFollowsTheBusOnlyWhileLookedAt(t *testing.T) {
 	third := publish("published while nobody looked")
 	page("/events", first, second, third)
 }
+
+// The overview draws the inbound stream's webhooks per minute as SVG.
+func TestOverviewChart(t *testing.T) {
+	t.Parallel()
+	base, b := startConsole(t, console.Config{})
+	for i := range 3 {
+		e := envelope.New(envelope.ChannelGitHub, envelope.RoleUser, fmt.Sprintf("webhook %d", i))
+		if _, err := b.Publish(t.Context(), "in.github.issues", e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, body, _ := newClient(t, base).do(http.MethodGet, "/", nil)
+	if code != http.StatusOK {
+		t.Fatalf("overview: %d", code)
+	}
+	for _, want := range []string{`id="chart-webhooks"`, `<svg class="chart"`, "Webhooks per minute: 3 in the last hour"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview lacks %q", want)
+		}
+	}
+}

@@ -39,6 +39,13 @@ func (s *Service) overviewData(ctx context.Context, _ url.Values) (map[string]an
 		rates = append(rates, rate{Provider: p, LastMinute: counts[p], PerSecond: strconv.FormatFloat(float64(counts[p])/60, 'f', 2, 64)})
 	}
 	d["Rates"] = rates
+	cctx, ccancel := s.rpcContext(ctx)
+	perMinute, first, err := s.inbound.counts(cctx, s.bus.Conn(), s.bus.JetStream(), s.bus.StreamName("in.x"), s.cfg.Now(), chartMinutes)
+	ccancel()
+	if err == nil {
+		d["WebhookChart"] = barChart("Webhooks per minute", perMinute, first)
+	}
+	d["ChartError"] = errText(err)
 	dls, err := s.bus.DeadLetters(ctx, 0)
 	d["DeadLetters"], d["DLQError"] = len(dls), errText(err)
 	errs := 0

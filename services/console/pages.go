@@ -247,9 +247,9 @@ var funcs = template.FuncMap{
 		if d <= 0 {
 			return ""
 		}
-		return "+" + d.Round(time.Millisecond).String()
+		return "+" + humanDuration(d)
 	},
-	"took": func(d time.Duration) string { return d.Round(time.Millisecond).String() },
+	"took": humanDuration,
 	"short": func(s string) string {
 		if len(s) > 8 {
 			return s[:8]
