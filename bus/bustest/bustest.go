@@ -8,8 +8,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,8 +50,10 @@ func Embedded(t testing.TB, opts ...Option) *bus.Bus {
 }
 
 // External returns a bus on the NATS server named by NATS_URL (CI sets it to
-// the machine's server), under a random prefix whose streams are deleted when
-// the test ends. Without NATS_URL it skips, or fails in CI.
+// the machine's server), under a random prefix. When the test ends every
+// stream of the prefix is deleted, the bus's own and the key-value buckets
+// and object stores the test's services created ("{prefix}_approvals"), and
+// the test fails if any is left. Without NATS_URL it skips, or fails in CI.
 func External(t testing.TB, opts ...Option) *bus.Bus {
 	t.Helper()
 	url := os.Getenv("NATS_URL")
@@ -62,10 +67,18 @@ func External(t testing.TB, opts ...Option) *bus.Bus {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := b.DeleteStreams(ctx); err != nil {
-			t.Logf("cleanup streams of prefix %s: %v", b.Prefix(), err)
+		defer b.Close()
+		if _, err := DeletePrefix(ctx, b.JetStream(), b.Prefix()); err != nil {
+			t.Errorf("cleanup of prefix %s: %v", b.Prefix(), err)
+			return
 		}
-		b.Close()
+		left, err := Streams(ctx, b.JetStream(), b.Prefix())
+		if err != nil {
+			t.Errorf("list streams of prefix %s: %v", b.Prefix(), err)
+		}
+		if len(left) > 0 {
+			t.Errorf("streams of prefix %s left behind on %s: %s", b.Prefix(), url, strings.Join(left, ", "))
+		}
 	})
 	return b
 }
@@ -90,6 +103,37 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, nil))
+}
+
+// Streams returns the names of the streams of prefix (a RandomPrefix): the
+// bus's ("{PREFIX}_IN"), and those of the key-value buckets and object stores
+// named after it ("KV_{prefix}_approvals", "OBJ_{prefix}_..."). A random
+// prefix occurs in no other name.
+func Streams(ctx context.Context, js jetstream.JetStream, prefix string) ([]string, error) {
+	p := strings.ToLower(prefix)
+	var out []string
+	names := js.StreamNames(ctx)
+	for n := range names.Name() {
+		if strings.Contains(strings.ToLower(n), p) {
+			out = append(out, n)
+		}
+	}
+	return out, names.Err()
+}
+
+// DeletePrefix deletes every stream of prefix (Streams) and returns their
+// names.
+func DeletePrefix(ctx context.Context, js jetstream.JetStream, prefix string) ([]string, error) {
+	names, err := Streams(ctx, js, prefix)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if err := js.DeleteStream(ctx, n); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("delete stream %s: %w", n, err)
+		}
+	}
+	return names, nil
 }
 
 // RandomPrefix returns a subject prefix unique to this call.

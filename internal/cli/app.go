@@ -104,6 +104,8 @@ type app struct {
 	stdout io.Writer
 	stderr io.Writer
 	base   baseConfig
+	// httpListening is the address the HTTP server listens on, once it does.
+	httpListening string
 	// busPrefix, when set, replaces the bus's default subject and stream
 	// prefix ("relay"): `relay bench proc -prefix` on a shared server.
 	busPrefix string
@@ -118,6 +120,9 @@ type baseConfig struct {
 	NATSURL     string
 	DataDir     string
 	NATSListen  string
+	// NATSListenSet reports RELAY_NATS_LISTEN set: when it is not and the
+	// default address is taken, `relay serve` listens on a free port.
+	NATSListenSet bool
 	// NATSToken is required by the embedded server from every client, and
 	// used by the operator commands and by workers whose NATS_URL has no
 	// credentials of its own.
@@ -135,6 +140,7 @@ func (a *app) readBase() {
 		NATSToken:  a.env.Secret("RELAY_NATS_TOKEN"),
 		Replicas:   a.env.Int("RELAY_STREAM_REPLICAS", 1, 1, 5),
 	}
+	a.base.NATSListenSet = a.env.String("RELAY_NATS_LISTEN", "") != ""
 	if a.env.String("RELAY_METRICS_ADDR", "") != "" {
 		a.base.MetricsAddr = a.env.Addr("RELAY_METRICS_ADDR", "")
 	}
@@ -200,15 +206,14 @@ func (a *app) startTracing(ctx context.Context, s telemetry.Settings) (func(), e
 	}, nil
 }
 
-// clientBus connects an operator command to the running relay: NATS_URL, or the
-// embedded server of a running `relay serve` on RELAY_NATS_LISTEN. It names
-// the server it reached on stderr, never on stdout (the error of a failed
-// connection names the URL it tried).
+// clientBus connects an operator command to the running relay: NATS_URL, or
+// the bus of the `relay serve` recorded in RELAY_DATA_DIR (relay.json), or
+// the embedded server on RELAY_NATS_LISTEN. It says on stderr, never on
+// stdout, which address it uses and why, then the server it reached (the
+// error of a failed connection names the URL it tried).
 func (a *app) clientBus(ctx context.Context) (*bus.Bus, error) {
-	url := a.base.NATSURL
-	if url == "" {
-		url = "nats://" + a.base.NATSListen
-	}
+	url, why := a.busURL()
+	fmt.Fprintf(a.stderr, "relay: using the bus at %s: %s\n", secret.RedactURLs(url), why)
 	b, err := bus.Connect(ctx, bus.Config{URL: url, Token: a.base.NATSToken, Replicas: a.base.Replicas,
 		FailFast: true, Name: "relay-cli", Logger: a.log})
 	if err != nil {
@@ -364,6 +369,7 @@ func (a *app) serve(ctx context.Context, svcs []*service) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	start := time.Now()
+	a.freeNATSListen()
 	// The bus may not be reachable yet: health endpoints answer from the
 	// start (readiness 503 until the bus is up), webhooks get 503 with
 	// Retry-After, and the services are built once the bus is up.
@@ -404,6 +410,11 @@ func (a *app) serve(ctx context.Context, svcs []*service) error {
 	}
 	srv.Release()
 	a.logStarted(svcs, b, start)
+	if unrecord, err := a.recordRunning(svcs, b, start); err != nil {
+		a.log.Warn("operator commands will not find this relay by its data dir", "err", err)
+	} else {
+		defer unrecord()
+	}
 	err = runAll(ctx, b, runners, httpErr)
 	httpStop()
 	if herr := <-httpErr; herr != nil && err == nil {
@@ -424,6 +435,7 @@ func (a *app) listen(ctx context.Context, srv *httpserver.Server) (chan error, e
 	if err != nil {
 		return nil, fmt.Errorf("RELAY_HTTP_ADDR %s: %w", a.base.HTTPAddr, err)
 	}
+	a.httpListening = ln.Addr().String()
 	httpErr := make(chan error, 2)
 	go func() { httpErr <- srv.ServeListener(ctx, ln) }()
 	if a.base.MetricsAddr != "" {

@@ -52,7 +52,7 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	}
 	payload, err := payloadOf(r)
 	if err != nil {
-		return mappers.Result{}, &mappers.ParseError{Provider: Name, Err: err}
+		return mappers.Result{}, &mappers.ParseError{Provider: Name, Err: mappers.CheckContentType(r, mappers.JSON, err)}
 	}
 	f, err := p.extract(event, payload)
 	if err != nil {

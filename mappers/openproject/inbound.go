@@ -175,7 +175,7 @@ var payloadKey = map[string]string{
 func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	var body map[string]json.RawMessage
 	if err := json.Unmarshal(r.Body, &body); err != nil {
-		return mappers.Result{}, parseErr(fmt.Errorf("body: %w", err))
+		return mappers.Result{}, parseErr(mappers.CheckContentType(r, mappers.JSON, fmt.Errorf("body: %w", err)))
 	}
 	var action string
 	if raw, ok := body["action"]; !ok || json.Unmarshal(raw, &action) != nil || action == "" {

@@ -194,7 +194,7 @@ func (p *Provider) Map(r *mappers.Request) (mappers.Result, error) {
 	}
 	var h hook
 	if err := json.Unmarshal(r.Body, &h); err != nil {
-		return mappers.Result{}, parseErr(fmt.Errorf("%s body: %w", resource, err))
+		return mappers.Result{}, parseErr(mappers.CheckContentType(r, mappers.JSON, fmt.Errorf("%s body: %w", resource, err)))
 	}
 	if d := bytes.TrimSpace(h.Data); len(d) > 0 && d[0] != '{' && string(d) != "null" {
 		return mappers.Result{}, parseErr(fmt.Errorf("%s: data is not an object", resource))

@@ -172,7 +172,7 @@ type message struct {
 func (p *Provider) mapEvents(r *mappers.Request) (mappers.Result, error) {
 	var o outerEvent
 	if err := json.Unmarshal(r.Body, &o); err != nil {
-		return mappers.Result{}, parseErr(fmt.Errorf("events body: %w", err))
+		return mappers.Result{}, parseErr(mappers.CheckContentType(r, mappers.JSON, fmt.Errorf("events body: %w", err)))
 	}
 	switch o.Type {
 	case slackevents.URLVerification:
@@ -382,10 +382,10 @@ func (p *Provider) mapCommand(r *mappers.Request) (mappers.Result, error) {
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	cmd, err := slackapi.SlashCommandParse(req)
 	if err != nil {
-		return mappers.Result{}, parseErr(fmt.Errorf("slash command form: %w", err))
+		return mappers.Result{}, parseErr(mappers.CheckContentType(r, mappers.Form, fmt.Errorf("slash command form: %w", err)))
 	}
 	if cmd.Command == "" {
-		return mappers.Result{}, parseErr(errors.New("slash command without a command"))
+		return mappers.Result{}, parseErr(mappers.CheckContentType(r, mappers.Form, errors.New("slash command without a command")))
 	}
 	content := "<@" + cmd.UserID + "> ran " + strings.TrimSpace(cmd.Command+" "+cmd.Text)
 	if cmd.ChannelID != "" {
@@ -422,7 +422,7 @@ func (p *Provider) mapCommand(r *mappers.Request) (mappers.Result, error) {
 func (p *Provider) mapInteraction(r *mappers.Request) (mappers.Result, error) {
 	ic, err := parseInteraction(r.Body)
 	if err != nil {
-		return mappers.Result{}, parseErr(err)
+		return mappers.Result{}, parseErr(mappers.CheckContentType(r, mappers.Form, err))
 	}
 	typ := string(ic.Type)
 	team := cmp.Or(ic.Team.ID, ic.User.TeamID, ic.View.TeamID)

@@ -36,6 +36,9 @@ type outcome struct {
 	level  slog.Level
 	stored int
 	dups   int
+	// event, delivery and thread are those of the first envelope stored,
+	// for the accepted line.
+	event, delivery, thread string
 	// body is the request's body buffer, given back to growPool once the
 	// answer is written (nothing of the request outlives the handler).
 	body []byte
@@ -76,6 +79,9 @@ func (s *Service) handler(rt *route) http.Handler {
 			}
 		}
 		s.metrics.observe(rt, o, time.Since(start))
+		if o.err == nil && o.status < 300 && o.stored+o.dups > 0 {
+			s.logAccepted(r.Context(), rt, &o, start)
+		}
 		if o.err != nil || s.log.Enabled(r.Context(), slog.LevelDebug) {
 			s.log.Log(r.Context(), o.level, "webhook", "provider", rt.name, "route", rt.suffix, "status", o.status,
 				"envelopes", o.stored, "duplicates", o.dups, "remote", r.RemoteAddr, "err", o.err, "duration", time.Since(start))
@@ -144,7 +150,12 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start
 	if err != nil {
 		var pe *mappers.ParseError
 		if errors.As(err, &pe) {
-			return outcome{status: http.StatusBadRequest, msg: "cannot parse payload", err: err, level: slog.LevelInfo}
+			msg := "cannot parse payload"
+			var cte *mappers.ContentTypeError
+			if errors.As(err, &cte) {
+				msg += ": " + cte.Hint()
+			}
+			return outcome{status: http.StatusBadRequest, msg: msg, err: err, level: slog.LevelInfo}
 		}
 		return outcome{status: http.StatusInternalServerError, msg: "internal error", err: err, level: slog.LevelError}
 	}
@@ -175,6 +186,12 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start
 				o.msg = "busy, retry later"
 			}
 			return o
+		}
+		if o.stored+o.dups == 0 {
+			o.thread = it.Envelope.Meta.Thread
+			if src := it.Envelope.Meta.Source; src != nil {
+				o.event, o.delivery = src.Event, src.DeliveryID
+			}
 		}
 		if pr.Duplicate {
 			o.dups++

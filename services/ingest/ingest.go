@@ -110,11 +110,17 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// LogPerSecond bounds the "webhook accepted" info lines (provider,
+	// event, delivery, thread) written in one second; the others are
+	// counted and summed up once a second ("suppressed"). Default
+	// DefaultLogPerSecond; negative: none.
+	LogPerSecond int
 }
 
 func (c *Config) setDefaults() {
 	c.MaxInflightBytes = cmp.Or(c.MaxInflightBytes, 256<<20)
 	c.MaxHeld = cmp.Or(c.MaxHeld, 1024)
+	c.LogPerSecond = cmp.Or(c.LogPerSecond, DefaultLogPerSecond)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -151,6 +157,7 @@ type Service struct {
 	inflight *semaphore.Weighted
 	held     chan struct{} // one token per held request (Config.MaxHeld)
 	metrics  *metrics
+	accepted *lineSampler
 }
 
 // route is one webhook URL of one provider.
@@ -183,6 +190,7 @@ func New(cfg Config, pub Publisher, providers ...mappers.Provider) (*Service, er
 		inflight: semaphore.NewWeighted(cfg.MaxInflightBytes),
 		held:     make(chan struct{}, cfg.MaxHeld),
 		metrics:  newMetrics(cfg.Registerer),
+		accepted: &lineSampler{per: int64(cfg.LogPerSecond)},
 	}
 	seen := map[string]bool{}
 	for _, p := range providers {
@@ -265,10 +273,11 @@ func (s *Service) Handler() http.Handler {
 	return mux
 }
 
-// Run blocks until ctx is cancelled. The gateway has no background work: the
-// HTTP server that carries its routes is owned by the caller, and its graceful
-// shutdown lets requests being handled finish publishing.
+// Run blocks until ctx is cancelled, summing up once a second the
+// "webhook accepted" lines the sampler left out. The HTTP server that
+// carries the routes is owned by the caller, and its graceful shutdown lets
+// requests being handled finish publishing.
 func (s *Service) Run(ctx context.Context) error {
-	<-ctx.Done()
+	s.reportSuppressed(ctx)
 	return nil
 }
