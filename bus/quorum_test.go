@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -18,31 +17,6 @@ import (
 	"github.com/relaystation/relay/internal/testenv"
 )
 
-// restartableCluster is an n-node JetStream cluster whose nodes can be
-// stopped and started again on their ports and stores; it is not started.
-func restartableCluster(t *testing.T, n int) []*bustest.Restartable {
-	t.Helper()
-	routePorts := make([]int, n)
-	for i := range routePorts {
-		routePorts[i] = testenv.FreePort(t)
-	}
-	nodes := make([]*bustest.Restartable, n)
-	for i := range n {
-		var routes []*url.URL
-		for j, p := range routePorts {
-			if j != i {
-				routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
-			}
-		}
-		nodes[i] = bustest.NewRestartable(t, server.Options{
-			ServerName: fmt.Sprintf("q%d", i+1),
-			Cluster:    server.ClusterOpts{Name: "relay", Host: "127.0.0.1", Port: routePorts[i]},
-			Routes:     routes,
-		})
-	}
-	return nodes
-}
-
 // A bucket opened while the cluster has no quorum (two of three nodes
 // down: no meta leader, no stream leader) is waited for, and Ready names
 // it meanwhile, however many request timeouts pass; once the nodes are
@@ -51,7 +25,7 @@ func restartableCluster(t *testing.T, n int) []*bustest.Restartable {
 func TestOpenBucketWaitsForQuorum(t *testing.T) {
 	t.Parallel()
 	testenv.SkipShort(t, "the three-node cluster test")
-	nodes := restartableCluster(t, 3)
+	nodes := bustest.NewCluster(t, "q", 3)
 	for _, n := range nodes {
 		n.Start()
 	}
