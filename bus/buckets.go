@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,10 +14,16 @@ import (
 // OpenBucket creates or opens the file-backed key-value bucket name, whose
 // keys live for ttl (0: for ever); description says what it holds. It
 // follows the bus's replica count, as every bucket opened through
-// JetStream does, and its error names the bucket. Its writes (Put, Create,
-// Update) go straight to the bucket's stream, their acks read without
-// encoding/json (jsack.Bucket); their results and errors are jetstream's.
-// Each of its requests waits at most the bus's RequestTimeout.
+// JetStream does, and its error names the bucket. While JetStream is slow
+// or has no leader it waits (Ensure), with Ready naming the bucket; it
+// returns an error only when ctx ends or for a setting the server refuses.
+//
+// Its writes (Put, Create, Update) go straight to the bucket's stream,
+// their acks read without encoding/json (jsack.Bucket); their results and
+// errors are jetstream's. Each of its requests waits at most the bus's
+// RequestTimeout, and a transient failure (a timeout, no leader) is tried
+// again as soon as a leader is elected, for at most RetryFor, then returned
+// wrapping ErrUnavailable.
 func (b *Bus) OpenBucket(ctx context.Context, name, description string, ttl time.Duration) (jetstream.KeyValue, error) {
 	kv, err := b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      name,
@@ -27,5 +34,82 @@ func (b *Bus) OpenBucket(ctx context.Context, name, description string, ttl time
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", name, err)
 	}
-	return jsack.Bucket(b.js, kv), nil
+	return b.Bucket(kv), nil
+}
+
+// Bucket returns kv (a bucket made through JetStream()) with OpenBucket's
+// requests: bounded, written straight to the stream, retried through a
+// leader change.
+func (b *Bus) Bucket(kv jetstream.KeyValue) jetstream.KeyValue {
+	return &retrying{KeyValue: jsack.Bucket(b.js, kv), b: b}
+}
+
+// retrying retries a bucket's requests through a leader change (Bus.retry).
+type retrying struct {
+	jetstream.KeyValue
+	b *Bus
+}
+
+func (r *retrying) Get(ctx context.Context, key string) (e jetstream.KeyValueEntry, err error) {
+	err = r.b.retry(ctx, func(ctx context.Context) error { e, err = r.KeyValue.Get(ctx, key); return err })
+	return e, err
+}
+
+func (r *retrying) GetRevision(ctx context.Context, key string, rev uint64) (e jetstream.KeyValueEntry, err error) {
+	err = r.b.retry(ctx, func(ctx context.Context) error { e, err = r.KeyValue.GetRevision(ctx, key, rev); return err })
+	return e, err
+}
+
+func (r *retrying) Put(ctx context.Context, key string, value []byte) (rev uint64, err error) {
+	err = r.b.retry(ctx, func(ctx context.Context) error { rev, err = r.KeyValue.Put(ctx, key, value); return err })
+	return rev, err
+}
+
+func (r *retrying) PutString(ctx context.Context, key string, value string) (uint64, error) {
+	return r.Put(ctx, key, []byte(value))
+}
+
+// Create retries as the others do; when an attempt whose outcome is
+// unknown (it timed out) is followed by one finding the key written, that
+// may be the first attempt's write: Create then reports the failure as
+// ErrUnavailable rather than jetstream.ErrKeyExists, and the caller's retry
+// (a redelivery) finds the key.
+func (r *retrying) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (rev uint64, err error) {
+	unknown := false
+	err = r.b.retry(ctx, func(ctx context.Context) error {
+		rev, err = r.KeyValue.Create(ctx, key, value, opts...)
+		if unknown && errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("%w: %w: create %s: an earlier attempt may have written it: %w", ErrUnavailable, errAmbiguous, key, err)
+		}
+		unknown = unknown || Transient(err)
+		return err
+	})
+	return rev, err
+}
+
+// Update is Create's counterpart for a write at a revision.
+func (r *retrying) Update(ctx context.Context, key string, value []byte, revision uint64) (rev uint64, err error) {
+	unknown := false
+	err = r.b.retry(ctx, func(ctx context.Context) error {
+		rev, err = r.KeyValue.Update(ctx, key, value, revision)
+		if unknown && errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("%w: %w: update %s: an earlier attempt may have written it: %w", ErrUnavailable, errAmbiguous, key, err)
+		}
+		unknown = unknown || Transient(err)
+		return err
+	})
+	return rev, err
+}
+
+func (r *retrying) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	return r.b.retry(ctx, func(ctx context.Context) error { return r.KeyValue.Delete(ctx, key, opts...) })
+}
+
+func (r *retrying) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	return r.b.retry(ctx, func(ctx context.Context) error { return r.KeyValue.Purge(ctx, key, opts...) })
+}
+
+func (r *retrying) Status(ctx context.Context) (st jetstream.KeyValueStatus, err error) {
+	err = r.b.retry(ctx, func(ctx context.Context) error { st, err = r.KeyValue.Status(ctx); return err })
+	return st, err
 }

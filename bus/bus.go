@@ -75,6 +75,11 @@ type Config struct {
 	// not fail the requests in flight on a reconnect) holds its caller, and a
 	// handler's delivery, no longer than this. Default 5s.
 	RequestTimeout time.Duration
+	// RetryFor is how long an operation on a bucket opened through the bus
+	// retries a transient failure (a timeout, no leader) before it returns
+	// an error wrapping ErrUnavailable; a handler then naks its message.
+	// Default DefaultRetryFor.
+	RetryFor time.Duration
 	// MaxAsyncPending bounds PublishAsync's unacknowledged publishes. Default 256.
 	MaxAsyncPending int
 	// Metrics, when set, records publish and consume counts and latencies.
@@ -100,6 +105,7 @@ func (c *Config) setDefaults() {
 	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, 15*time.Minute)
 	c.MaxAsyncPending = cmp.Or(c.MaxAsyncPending, 256)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, 5*time.Second)
+	c.RetryFor = cmp.Or(c.RetryFor, DefaultRetryFor)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -145,6 +151,9 @@ type Bus struct {
 	lost      atomic.Pointer[error] // why the connection closed for good
 	lostCh    chan struct{}         // closed with lost
 	opened    time.Time             // where a new DeliverNew consumer starts
+	leaders   *beacon               // fired when a leader is elected or the connection is back
+	waiting   pending               // streams, buckets, consumers not in place yet
+	setupErr  atomic.Pointer[error] // a setting the server refuses (replicas, credentials)
 }
 
 // Connect connects to cfg.URL, or starts the embedded server when it is
@@ -176,7 +185,7 @@ func Open(cfg Config) (*Bus, error) {
 	b := &Bus{
 		cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, names: newStreamNames(cfg.Prefix),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), ready: make(chan struct{}),
-		lostCh: make(chan struct{}), opened: time.Now(),
+		lostCh: make(chan struct{}), opened: time.Now(), leaders: newBeacon(),
 	}
 	url := cfg.URL
 	opts := b.natsOptions()
@@ -204,7 +213,8 @@ func Open(cfg Config) (*Bus, error) {
 		b.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	b.js = replicated{JetStream: js, replicas: cfg.Replicas}
+	b.js = replicated{JetStream: js, b: b}
+	b.watchLeaders()
 	b.keeperWG.Add(1)
 	go b.keepStreams()
 	// The connect handler kicks the stream keeper once connected, now or
@@ -227,7 +237,7 @@ func (b *Bus) natsOptions() []nats.Option {
 		// A server that refuses credentials twice (say, while it restarts with
 		// new ones) must not end the connection for good.
 		nats.IgnoreAuthErrorAbort(),
-		nats.ConnectHandler(func(*nats.Conn) { b.signal() }),
+		nats.ConnectHandler(func(*nats.Conn) { b.signal(); b.leaders.fire() }),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if sub != nil {
 				b.log.Warn("nats subscription error", "subject", sub.Subject, "err", err)
@@ -243,6 +253,7 @@ func (b *Bus) natsOptions() []nats.Option {
 		nats.ReconnectHandler(func(c *nats.Conn) {
 			b.log.Info("nats reconnected", "url", secret.RedactURLs(c.ConnectedUrl()))
 			b.signal()
+			b.leaders.fire()
 		}),
 		nats.ClosedHandler(func(c *nats.Conn) {
 			if b.closing.Load() {
@@ -269,8 +280,12 @@ func (b *Bus) natsOptions() []nats.Option {
 }
 
 // WaitReady blocks until the bus first connected and its streams exist, or
-// ctx is done, or the connection was given up.
+// ctx is done, or the connection was given up, or a setting proved wrong:
+// the server refused the credentials (for authRefusal on end), or it cannot
+// hold the streams' replica count (an error wrapping ErrReplicas). A slow or
+// leaderless server is waited for, however long.
 func (b *Bus) WaitReady(ctx context.Context) error {
+	var refused time.Time
 	for {
 		select {
 		case <-b.ready:
@@ -285,8 +300,37 @@ func (b *Bus) WaitReady(ctx context.Context) error {
 			if err := b.Alive(); err != nil {
 				return err
 			}
+			if p := b.setupErr.Load(); p != nil {
+				return *p
+			}
+			switch err := b.nc.LastError(); {
+			case !b.nc.IsConnected() && authError(err):
+				if refused.IsZero() {
+					refused = time.Now()
+				} else if time.Since(refused) > authRefusal {
+					return fmt.Errorf("NATS_URL %s or RELAY_NATS_TOKEN: the server refuses the credentials: %w", secret.RedactURLs(b.cfg.URL), err)
+				}
+			default:
+				refused = time.Time{}
+			}
 		}
 	}
+}
+
+// authRefusal is how long a server must go on refusing the credentials at
+// start-up before WaitReady takes them for wrong (a server restarting with
+// new ones refuses them for a moment).
+const authRefusal = 3 * time.Second
+
+// authError reports whether err is the server refusing the credentials.
+func authError(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		return true
+	}
+	return strings.Contains(strings.ToLower(err.Error()), "authorization violation")
 }
 
 // signal asks the stream keeper to ensure the streams.
@@ -311,22 +355,17 @@ func (b *Bus) keepStreams() {
 			return
 		case <-b.kick:
 		}
-		for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-			err := b.ensureStreams(ctx)
-			if err == nil {
-				b.readyOnce.Do(func() { close(b.ready) })
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			b.log.Warn("streams not ensured yet; retrying", "err", err, "retry_in", wait)
-			select {
-			case <-b.stop:
-				return
-			case <-time.After(wait):
-			}
+		if err := b.ensureStreams(ctx); err != nil && ctx.Err() == nil {
+			// A replica count the server cannot hold: start-up stops
+			// (WaitReady); a running process keeps what it has.
+			b.setupErr.CompareAndSwap(nil, &err)
+			b.log.Error("streams not in place", "err", err)
+			continue
 		}
+		if ctx.Err() != nil {
+			return
+		}
+		b.readyOnce.Do(func() { close(b.ready) })
 	}
 }
 
@@ -399,7 +438,9 @@ func (b *Bus) Relative(abs string) string {
 	return strings.TrimPrefix(abs, b.cfg.Prefix+".")
 }
 
-// Ready reports nil when the connection is up and every stream exists.
+// Ready reports nil when the connection is up and every stream exists; while
+// the bus waits for a stream, bucket or consumer (Ensure), an error wrapping
+// ErrWaiting that names each. It waits at most RequestTimeout.
 func (b *Bus) Ready(ctx context.Context) error {
 	if err := b.Alive(); err != nil {
 		return err
@@ -407,6 +448,11 @@ func (b *Bus) Ready(ctx context.Context) error {
 	if b.nc == nil || !b.nc.IsConnected() {
 		return ErrNotConnected
 	}
+	if err := b.waiting.err(); err != nil {
+		return err
+	}
+	ctx, cancel := b.withTimeout(ctx)
+	defer cancel()
 	for _, s := range b.streams() {
 		if _, err := b.js.Stream(ctx, s.Name); err != nil {
 			return fmt.Errorf("stream %s: %w", s.Name, err)

@@ -39,7 +39,9 @@ type ConsumerConfig struct {
 	// redelivers it (a crashed worker's messages come back after it). Default 30s.
 	AckWait time.Duration
 	// NakDelays are the redelivery delays after the 1st, 2nd, ... transient
-	// failure; the last repeats. Default 1s, 5s, 15s, 30s, 60s.
+	// failure; the last repeats. Default 1s, 5s, 15s, 30s, 60s. A failure
+	// of the bus itself (ErrUnavailable: no leader, a timeout), retried by
+	// the bus through the election already, is redelivered after 1s instead.
 	NakDelays []time.Duration
 	// Concurrency is how many messages this process handles at once. Default 1.
 	Concurrency int
@@ -149,35 +151,27 @@ func (b *Bus) createConsumer(ctx context.Context, cfg *ConsumerConfig) (string, 
 	}
 	// A cluster electing a leader, a server restarting or a stream being
 	// re-created answers with timeouts and 503s for a while: keep trying
-	// until ctx ends. Only a request JetStream refuses as bad (400: the
-	// configuration cannot be applied) is returned.
-	delay := 100 * time.Millisecond
-	for {
-		setupCtx, cancel := b.withTimeout(ctx)
-		err := b.startAt(setupCtx, stream, cfg, &cc)
-		var cons jetstream.Consumer
+	// until ctx ends (Ensure, which Ready reports meanwhile). Only a request
+	// JetStream refuses as bad (400: the configuration cannot be applied) is
+	// returned.
+	var cons jetstream.Consumer
+	err := b.Ensure(ctx, "consumer "+cfg.Name+" on "+stream, func(ctx context.Context) error {
+		err := b.startAt(ctx, stream, cfg, &cc)
 		if err == nil {
-			cons, err = b.js.CreateOrUpdateConsumer(setupCtx, stream, cc)
+			cons, err = b.js.CreateOrUpdateConsumer(ctx, stream, cc)
 		}
-		cancel()
-		if err == nil {
-			return stream, cons, nil
+		if err != nil && !badRequest(err) && !Transient(err) {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err) // a stream being re-created, say
 		}
-		if ctx.Err() != nil {
-			return "", nil, nil
-		}
-		err = fmt.Errorf("create consumer %s on %s: %w", cfg.Name, stream, err)
-		if badRequest(err) {
-			return "", nil, err
-		}
-		b.log.Warn("consumer not created yet; retrying", "consumer", cfg.Name, "stream", stream, "in", delay, "err", err)
-		select {
-		case <-ctx.Done():
-			return "", nil, nil
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 5*time.Second)
+		return err
+	})
+	switch {
+	case err == nil:
+		return stream, cons, nil
+	case ctx.Err() != nil:
+		return "", nil, nil
 	}
+	return "", nil, fmt.Errorf("create consumer %s on %s: %w", cfg.Name, stream, err)
 }
 
 // startAt sets where a DeliverNew consumer starts: an existing consumer's own
@@ -433,7 +427,15 @@ func (b *Bus) settle(ctx context.Context, cfg *ConsumerConfig, msg jetstream.Msg
 		b.deadLetter(ctx, cfg, msg, m, fmt.Sprintf("max deliveries (%d) reached: %v", cfg.MaxDeliver, herr), log)
 	default:
 		delay := RetryDelay(herr)
-		if delay == 0 {
+		switch {
+		case delay > 0:
+		case unavailable(herr):
+			// The bus itself was unavailable (no leader, a timeout): its
+			// requests already retried through the election, and the
+			// next delivery follows it too, instead of waiting out the
+			// consumer's growing schedule.
+			delay = unavailableNak
+		default:
 			delay = nakDelay(cfg.NakDelays, delivered)
 		}
 		log.WarnContext(ctx, "handler failed; will retry", "envelope_id", m.Envelope.ID, "subject", m.Subject,
@@ -468,6 +470,19 @@ func heartbeat(ctx context.Context, msg jetstream.Msg, every time.Duration) (sto
 		stopped = true
 		t.Stop()
 	}
+}
+
+// unavailableNak is the redelivery delay of a message whose handler failed
+// because the bus was unavailable.
+const unavailableNak = retryMax
+
+// unavailable reports whether err is the bus (JetStream) being unavailable
+// rather than the handler's own failure: ErrUnavailable, which the bus's
+// publishes and bucket requests wrap, or a JetStream request that timed out
+// or found no responder.
+func unavailable(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 func nakDelay(delays []time.Duration, delivered uint64) time.Duration {

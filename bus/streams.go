@@ -107,11 +107,13 @@ func (b *Bus) stream(kind, desc string, subjects []string, maxAge time.Duration)
 // the server. (Updating a stream that already has these settings is not
 // harmless: nats-server 2.15 rewrites its store config then, racing with
 // consumers being created on it.)
+//
+// It waits (Ensure) while JetStream does not answer: a restarted server
+// replaying its store, a cluster electing leaders. It returns only when ctx
+// ends or for a setting the server refuses.
 func (b *Bus) ensureStreams(ctx context.Context) error {
-	ctx, cancel := b.withTimeout(ctx)
-	defer cancel()
 	for _, sc := range b.streams() {
-		if err := b.ensureStream(ctx, sc); err != nil {
+		if err := b.Ensure(ctx, "stream "+sc.Name, func(ctx context.Context) error { return b.ensureStream(ctx, sc) }); err != nil {
 			return err
 		}
 	}
@@ -121,7 +123,7 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error {
 	s, err := b.js.Stream(ctx, sc.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err = b.js.CreateStream(ctx, sc); err == nil {
+		if _, err = b.js.(replicated).JetStream.CreateStream(ctx, sc); err == nil {
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -135,7 +137,7 @@ func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error
 	if sameStream(s.CachedInfo().Config, sc) {
 		return nil
 	}
-	if _, err := b.js.UpdateStream(ctx, sc); err != nil {
+	if _, err := b.js.(replicated).JetStream.UpdateStream(ctx, sc); err != nil {
 		return fmt.Errorf("update stream %s: %w", sc.Name, err)
 	}
 	return nil
@@ -170,34 +172,49 @@ func (b *Bus) DeleteStreams(ctx context.Context) error {
 // replicated is the bus's JetStream context: streams, key-value buckets and
 // object stores created through it without a replica count get the bus's
 // (Config.Replicas), so every service's buckets follow RELAY_STREAM_REPLICAS.
+//
+// Creating or updating one waits while JetStream is slow or has no leader
+// (Bus.Ensure): only ctx's end or a configuration the server refuses ends
+// the wait, and Ready names the stream or bucket meanwhile.
 type replicated struct {
 	jetstream.JetStream
-	replicas int
+	b *Bus
+}
+
+// ensure runs op until it succeeds (Bus.Ensure) and returns its result.
+func ensure[T any](ctx context.Context, b *Bus, what string, op func(ctx context.Context) (T, error)) (T, error) {
+	var v T
+	err := b.Ensure(ctx, what, func(ctx context.Context) error {
+		var err error
+		v, err = op(ctx)
+		return err
+	})
+	return v, err
 }
 
 func (r replicated) CreateStream(ctx context.Context, c jetstream.StreamConfig) (jetstream.Stream, error) {
-	c.Replicas = cmp.Or(c.Replicas, r.replicas)
-	return r.JetStream.CreateStream(ctx, c)
+	c.Replicas = cmp.Or(c.Replicas, r.b.cfg.Replicas)
+	return ensure(ctx, r.b, "stream "+c.Name, func(ctx context.Context) (jetstream.Stream, error) { return r.JetStream.CreateStream(ctx, c) })
 }
 
 func (r replicated) UpdateStream(ctx context.Context, c jetstream.StreamConfig) (jetstream.Stream, error) {
-	c.Replicas = cmp.Or(c.Replicas, r.replicas)
-	return r.JetStream.UpdateStream(ctx, c)
+	c.Replicas = cmp.Or(c.Replicas, r.b.cfg.Replicas)
+	return ensure(ctx, r.b, "stream "+c.Name, func(ctx context.Context) (jetstream.Stream, error) { return r.JetStream.UpdateStream(ctx, c) })
 }
 
 func (r replicated) CreateOrUpdateStream(ctx context.Context, c jetstream.StreamConfig) (jetstream.Stream, error) {
-	c.Replicas = cmp.Or(c.Replicas, r.replicas)
-	return r.JetStream.CreateOrUpdateStream(ctx, c)
+	c.Replicas = cmp.Or(c.Replicas, r.b.cfg.Replicas)
+	return ensure(ctx, r.b, "stream "+c.Name, func(ctx context.Context) (jetstream.Stream, error) { return r.JetStream.CreateOrUpdateStream(ctx, c) })
 }
 
 func (r replicated) CreateKeyValue(ctx context.Context, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	c.Replicas = cmp.Or(c.Replicas, r.replicas)
-	return r.JetStream.CreateKeyValue(ctx, c)
+	c.Replicas = cmp.Or(c.Replicas, r.b.cfg.Replicas)
+	return ensure(ctx, r.b, "bucket "+c.Bucket, func(ctx context.Context) (jetstream.KeyValue, error) { return r.JetStream.CreateKeyValue(ctx, c) })
 }
 
 func (r replicated) UpdateKeyValue(ctx context.Context, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	c.Replicas = cmp.Or(c.Replicas, r.replicas)
-	return r.JetStream.UpdateKeyValue(ctx, c)
+	c.Replicas = cmp.Or(c.Replicas, r.b.cfg.Replicas)
+	return ensure(ctx, r.b, "bucket "+c.Bucket, func(ctx context.Context) (jetstream.KeyValue, error) { return r.JetStream.UpdateKeyValue(ctx, c) })
 }
 
 // CreateOrUpdateKeyValue leaves a bucket that already has the asked-for
@@ -205,13 +222,20 @@ func (r replicated) UpdateKeyValue(ctx context.Context, c jetstream.KeyValueConf
 // buckets at start, and a needless update races in nats-server 2.15 with
 // watchers being created on the bucket.
 func (r replicated) CreateOrUpdateKeyValue(ctx context.Context, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	c.Replicas = cmp.Or(c.Replicas, r.replicas)
-	if kv, err := r.JetStream.KeyValue(ctx, c.Bucket); err == nil {
-		if st, err := kv.Status(ctx); err == nil && sameBucket(st, c) {
-			return kv, nil
+	c.Replicas = cmp.Or(c.Replicas, r.b.cfg.Replicas)
+	return ensure(ctx, r.b, "bucket "+c.Bucket, func(ctx context.Context) (jetstream.KeyValue, error) {
+		kv, err := r.JetStream.KeyValue(ctx, c.Bucket)
+		if err == nil {
+			var st jetstream.KeyValueStatus
+			if st, err = kv.Status(ctx); err == nil && sameBucket(st, c) {
+				return kv, nil
+			}
 		}
-	}
-	return r.JetStream.CreateOrUpdateKeyValue(ctx, c)
+		if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) && Transient(err) {
+			return nil, err // no leader: an update now would time out too
+		}
+		return r.JetStream.CreateOrUpdateKeyValue(ctx, c)
+	})
 }
 
 // sameBucket reports whether a bucket has the settings c asks for (those
@@ -232,11 +256,13 @@ func sameBucket(st jetstream.KeyValueStatus, c jetstream.KeyValueConfig) bool {
 }
 
 func (r replicated) CreateObjectStore(ctx context.Context, c jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
-	c.Replicas = cmp.Or(c.Replicas, r.replicas)
-	return r.JetStream.CreateObjectStore(ctx, c)
+	c.Replicas = cmp.Or(c.Replicas, r.b.cfg.Replicas)
+	return ensure(ctx, r.b, "object store "+c.Bucket, func(ctx context.Context) (jetstream.ObjectStore, error) { return r.JetStream.CreateObjectStore(ctx, c) })
 }
 
 func (r replicated) CreateOrUpdateObjectStore(ctx context.Context, c jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
-	c.Replicas = cmp.Or(c.Replicas, r.replicas)
-	return r.JetStream.CreateOrUpdateObjectStore(ctx, c)
+	c.Replicas = cmp.Or(c.Replicas, r.b.cfg.Replicas)
+	return ensure(ctx, r.b, "object store "+c.Bucket, func(ctx context.Context) (jetstream.ObjectStore, error) {
+		return r.JetStream.CreateOrUpdateObjectStore(ctx, c)
+	})
 }

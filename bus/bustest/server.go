@@ -3,6 +3,7 @@ package bustest
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"sync"
 	"testing"
@@ -84,4 +85,31 @@ func (r *Restartable) Stop() {
 	r.srv.Shutdown()
 	r.srv.WaitForShutdown()
 	r.srv = nil
+}
+
+// NewCluster returns n stopped Restartable servers forming one JetStream
+// cluster named "relay" (nodes <prefix>1..<prefix>n, routes on free
+// loopback ports), for tests that stop nodes and start them again on their
+// stores.
+func NewCluster(t testing.TB, prefix string, n int) []*Restartable {
+	t.Helper()
+	routePorts := make([]int, n)
+	for i := range routePorts {
+		routePorts[i] = testenv.FreePort(t)
+	}
+	nodes := make([]*Restartable, n)
+	for i := range n {
+		var routes []*url.URL
+		for j, p := range routePorts {
+			if j != i {
+				routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+			}
+		}
+		nodes[i] = NewRestartable(t, server.Options{
+			ServerName: fmt.Sprintf("%s%d", prefix, i+1),
+			Cluster:    server.ClusterOpts{Name: "relay", Host: "127.0.0.1", Port: routePorts[i]},
+			Routes:     routes,
+		})
+	}
+	return nodes
 }

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -380,6 +381,16 @@ func (a *app) serve(ctx context.Context, svcs []*service) error {
 	defer b.Close()
 	srv := httpserver.New(a.log, reg)
 	srv.AddCheck("bus", b.Ready)
+	// Until every service is built (its buckets and consumers in place,
+	// which the bus check names while it waits for them), not ready.
+	var building atomic.Pointer[string]
+	building.Store(new("the bus"))
+	srv.AddCheck("services", func(context.Context) error {
+		if p := building.Load(); p != nil {
+			return fmt.Errorf("starting: waiting for %s", *p)
+		}
+		return nil
+	})
 	srv.AddLiveness("bus", func(context.Context) error { return b.Alive() })
 	srv.Hold()
 	// The HTTP server stops only after the workers drained, so health stays up
@@ -405,9 +416,14 @@ func (a *app) serve(ctx context.Context, svcs []*service) error {
 		}
 	}()
 	d := &deps{Bus: b, Log: a.log, Registry: reg, DataDir: a.base.DataDir}
-	if runners, err = buildRunners(ctx, d, svcs, builds, srv); err != nil {
+	runners, err = buildRunners(ctx, d, svcs, builds, srv, func(name string) { building.Store(new("service " + name)) })
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for NATS
+		}
 		return err
 	}
+	building.Store(nil)
 	srv.Release()
 	a.logStarted(svcs, b, start)
 	if unrecord, err := a.recordRunning(svcs, b, start); err != nil {
@@ -451,9 +467,13 @@ func (a *app) listen(ctx context.Context, srv *httpserver.Server) (chan error, e
 
 // buildRunners builds the services on d and mounts their routes; on an error
 // it returns the runners built so far, for the caller to close.
-func buildRunners(ctx context.Context, d *deps, svcs []*service, builds []buildFunc, srv *httpserver.Server) ([]*runner, error) {
+// Each build waits for the streams, buckets and consumers it needs (the
+// bus retries while NATS is slow or leaderless); starting names the service
+// being built, for readiness.
+func buildRunners(ctx context.Context, d *deps, svcs []*service, builds []buildFunc, srv *httpserver.Server, starting func(name string)) ([]*runner, error) {
 	runners := make([]*runner, 0, len(svcs))
 	for i, build := range builds {
+		starting(svcs[i].name)
 		sd := *d
 		sd.Log = d.Log.With("service", svcs[i].name)
 		r, err := build(ctx, &sd)

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
-	"github.com/relaystation/relay/internal/jsack"
 	"github.com/relaystation/relay/tools"
 )
 
@@ -40,7 +39,7 @@ func OpenState(ctx context.Context, b *bus.Bus) (*KVState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open state bucket %s: %w", StateBucket(b.Prefix()), err)
 	}
-	return &KVState{kv: jsack.Bucket(b.JetStream(), kv)}, nil
+	return &KVState{kv: b.Bucket(kv)}, nil
 }
 
 const (
