@@ -139,12 +139,21 @@ func (f SamplerFunc) Sample(ctx context.Context, req *SampleRequest) (*SampleRes
 	return f(ctx, req)
 }
 
+// DefaultMaxQuestions is how many elicitation questions one tool call may
+// ask by default.
+const DefaultMaxQuestions = 3
+
+// MetaNote is the _meta key of the relay's note on an elicitation result it
+// gave without asking anyone (the cap of questions per call).
+const MetaNote = "relay/note"
+
 // inflight is one call on a session, as the server requests see it.
 type inflight struct {
-	req    *Request
-	tool   string
-	run    *running     // the execution (Cancel)
-	tokens atomic.Int64 // sampling tokens spent, and reserved by requests in flight
+	req       *Request
+	tool      string
+	run       *running     // the execution (Cancel)
+	tokens    atomic.Int64 // sampling tokens spent, and reserved by requests in flight
+	questions atomic.Int64 // elicitation questions asked
 }
 
 // reserve takes from the call's budget of b tokens what one sampling
@@ -287,6 +296,16 @@ func (c *conn) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitR
 	}
 	if ambiguous {
 		log.Warn("elicitation during calls for different threads; nobody is asked")
+	}
+	if f != nil {
+		if n, limit := f.questions.Add(1), int64(c.r.cfg.MaxQuestions); n > limit {
+			if n == limit+1 {
+				log.Warn("tool call asked more elicitation questions than allowed; cancelling the rest unasked",
+					"limit", limit, "setting", "RELAY_LIMIT_QUESTIONS_PER_CALL")
+			}
+			note := fmt.Sprintf("not asked: this tool call already asked %d questions, the most the relay allows per call", limit)
+			return &mcp.ElicitResult{Action: ElicitCancel, Meta: mcp.Meta{MetaNote: note}}, nil
+		}
 	}
 	if e := c.r.cfg.Elicitor; e != nil && !ambiguous {
 		timeout := c.r.cfg.ElicitTimeout

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -51,6 +52,21 @@ func askServer(t *testing.T) mcpconfig.Server {
 	}
 	mcp.AddTool(s, &mcp.Tool{Name: "ask"}, elicit(defaults))
 	mcp.AddTool(s, &mcp.Tool{Name: "ask-required"}, elicit(required))
+	// ask-many asks 13 questions in a row and reports each action, and the
+	// relay's note on the last.
+	mcp.AddTool(s, &mcp.Tool{Name: "ask-many"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		var actions []string
+		var note any
+		for range 13 {
+			res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Again?", RequestedSchema: required})
+			if err != nil {
+				return nil, nil, err
+			}
+			actions = append(actions, res.Action)
+			note = res.Meta[MetaNote]
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Join(actions, " ") + " | " + fmt.Sprint(note)}}}, nil, nil
+	})
 	type sumIn struct {
 		Text string `json:"text"`
 	}
@@ -111,6 +127,34 @@ func TestElicitationWithoutHumanUsesDefaults(t *testing.T) {
 	st := r.Servers()[0]
 	if st.State != StateReady {
 		t.Errorf("state %s, want ready", st.State)
+	}
+}
+
+// A tool call that asks question after question gets at most the cap asked
+// of a human; the rest are cancelled unasked, with a note.
+func TestElicitationQuestionsPerCallAreCapped(t *testing.T) {
+	t.Parallel()
+	var asked atomic.Int64
+	cfg := fastConfig(t, askServer(t))
+	cfg.Elicitor = ElicitorFunc(func(context.Context, *Question) (*Answer, error) {
+		asked.Add(1)
+		return &Answer{Action: ElicitAccept, Content: map[string]any{"reason": "ok"}, By: "U1"}, nil
+	})
+	r := startRunner(t, cfg)
+	for i := range 2 { // the cap is per call: a second call asks again
+		asked.Store(0)
+		res := r.Call(t.Context(), Request{Tool: "ask.ask-many", Operator: true, CallID: fmt.Sprint("call-", i), Thread: "slack:T1/C1/1.2", ActsFor: "U9"})
+		if res.Err != nil {
+			t.Fatalf("ask-many: %v", res.Err)
+		}
+		actions, note, _ := strings.Cut(res.Text, " | ")
+		want := strings.TrimSpace(strings.Repeat("accept ", DefaultMaxQuestions) + strings.Repeat("cancel ", 13-DefaultMaxQuestions))
+		if actions != want || !strings.Contains(note, "already asked 3 questions") {
+			t.Errorf("call %d: got %q, note %q; want %q and a note", i, actions, note, want)
+		}
+		if got := asked.Load(); got != DefaultMaxQuestions {
+			t.Errorf("call %d: a human was asked %d questions, want %d", i, got, DefaultMaxQuestions)
+		}
 	}
 }
 

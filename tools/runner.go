@@ -131,6 +131,10 @@ type Config struct {
 	// ElicitTimeout bounds the wait for a human's answer (a timeout declines);
 	// the call's own timeout bounds it too. Default 5m.
 	ElicitTimeout time.Duration
+	// MaxQuestions caps the elicitation questions one tool call may ask
+	// (RELAY_LIMIT_QUESTIONS_PER_CALL); beyond it the server gets "cancel"
+	// with a note in _meta and nobody is asked. Default DefaultMaxQuestions.
+	MaxQuestions int
 	// Sampler answers servers' sampling requests; nil refuses them.
 	Sampler Sampler
 
@@ -174,6 +178,7 @@ func (c *Config) setDefaults() {
 	c.RetryBackoff = config.Positive(c.RetryBackoff, 250*time.Millisecond)
 	c.RetryWindow = config.Positive(c.RetryWindow, 5*time.Second)
 	c.ElicitTimeout = config.Positive(c.ElicitTimeout, 5*time.Minute)
+	c.MaxQuestions = config.Positive(c.MaxQuestions, DefaultMaxQuestions)
 	c.ClientName = cmp.Or(c.ClientName, "relay")
 	c.ClientVersion = cmp.Or(c.ClientVersion, "dev")
 	if c.Logger == nil {

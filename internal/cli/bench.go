@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strings"
 
 	"github.com/relaystation/relay/internal/gatewaybench"
 	"github.com/relaystation/relay/internal/ingestbench"
@@ -16,13 +17,14 @@ import (
 
 const benchUsage = "usage: relay bench ingest [-c N] [-d 5s] [-rate 1000] [-n N] [-nats URL] [-cpuprofile F]\n" +
 	"     | relay bench serve [-rate 1000] [-d 10s] [-runs 3] [-agent] [-hot] [-baseline BIN] [-cpuprofile DIR]\n" +
-	"     | relay bench gateway [-benthos BIN] [-baseline BIN] [-nats URL] [-c 32] [-d 5s] [-rate 1000] [-runs 3] [-cpuprofile DIR]"
+	"     | relay bench gateway [-benthos BIN] [-baseline BIN] [-nats URL] [-c 32] [-d 5s] [-rate 1000] [-runs 3] [-cpuprofile DIR]\n" +
+	"     | relay bench flood [-n 10000] [-rate 2000] [-other 5] [-set NAME=VALUE]..."
 
 func init() {
 	registerCommand(&command{
 		name:    "bench",
-		usage:   "ingest|serve|gateway",
-		summary: "load-test on loopback: the gateway (`bench ingest`), the gateway alone vs the whole relay (`bench serve`), the gateway vs Benthos (`bench gateway`)",
+		usage:   "ingest|serve|gateway|flood",
+		summary: "load-test on loopback: the gateway (`bench ingest`), the gateway alone vs the whole relay (`bench serve`), the gateway vs Benthos (`bench gateway`), a flood for one repository (`bench flood`)",
 		run:     runBench,
 	})
 }
@@ -31,7 +33,7 @@ func runBench(ctx context.Context, a *app, args []string) error {
 	if err := a.checkEnv(); err != nil {
 		return err
 	}
-	return subcommands{"ingest": benchIngest, "serve": benchServe, "gateway": benchGateway, "proc": benchProc}.run(ctx, a, "bench", benchUsage, args)
+	return subcommands{"ingest": benchIngest, "serve": benchServe, "gateway": benchGateway, "flood": benchFlood, "proc": benchProc}.run(ctx, a, "bench", benchUsage, args)
 }
 
 func benchIngest(ctx context.Context, a *app, args []string) error {
@@ -83,6 +85,39 @@ func benchServe(ctx context.Context, a *app, args []string) error {
 	cfg.Binary, cfg.Progress, cfg.Logger = bin, a.stderr, a.log
 	fmt.Fprintf(a.stderr, "relay bench serve: %s as child processes, gateway alone / whole relay, %d runs...\n", bin, cfg.Runs)
 	return a.writeReport(servebench.Run(ctx, cfg))
+}
+
+// benchFlood runs this binary as the whole relay with the agent under a
+// flood of webhooks for one repository, beside another repository's
+// trickle (internal/servebench.Flood).
+func benchFlood(ctx context.Context, a *app, args []string) error {
+	fs := a.flags("bench flood")
+	var cfg servebench.FloodConfig
+	fs.IntVar(&cfg.N, "n", 10_000, "webhooks of the flood (at most 100000)")
+	fs.IntVar(&cfg.Rate, "rate", 2000, "webhooks/s of the flood (at most 20000)")
+	fs.IntVar(&cfg.OtherRate, "other", 5, "webhooks/s of the other repository (at most 100)")
+	fs.Func("set", "a setting of the relay under load, NAME=VALUE (repeatable), for example RELAY_LIMIT_TASKS_PER_REPO=0", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("%q: want NAME=VALUE", v)
+		}
+		cfg.Env = append(cfg.Env, v)
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench flood: the relay binary to run: %w", err)
+	}
+	cfg.Binary, cfg.Progress = bin, a.stderr
+	fmt.Fprintf(a.stderr, "relay bench flood: %s serve as a child process, %d webhooks for one repository...\n", bin, cfg.N)
+	rep, err := servebench.Flood(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	rep.Write(a.stdout)
+	return nil
 }
 
 // benchGateway runs this binary's gateway (`relay ingest`) and, with

@@ -64,6 +64,7 @@ import (
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/fairshare"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
@@ -151,10 +152,16 @@ type Config struct {
 	// loses it within LeaseTTL (sooner when its message is redelivered).
 	// Default 30s.
 	LeaseTTL time.Duration
+	// Limits bound the tasks each source starts per window (fairshare.go).
+	// The zero value is no limit; ReadSettings fills the defaults.
+	Limits Limits
 	// Registerer, when set, registers the agent's metrics.
 	Registerer prometheus.Registerer
 	// Logger; nil discards.
 	Logger *slog.Logger
+
+	// now replaces time.Now in the limits' windows (tests).
+	now func() time.Time
 }
 
 func (c *Config) setDefaults() {
@@ -203,6 +210,9 @@ func (c *Config) Validate() error {
 	if c.LeaseTTL < time.Second {
 		errs = append(errs, fmt.Errorf("agent: lease TTL %s must be at least 1s", c.LeaseTTL))
 	}
+	if !c.Limits.off() && c.Limits.Window < time.Second {
+		errs = append(errs, fmt.Errorf("agent: limit window %s must be at least 1s", c.Limits.Window))
+	}
 	return errors.Join(errs...)
 }
 
@@ -214,6 +224,8 @@ type Service struct {
 	log      *slog.Logger
 	bus      *bus.Bus
 	tasks    *Tasks
+	// limiter counts tasks per source; nil without limits or a model.
+	limiter *fairshare.Limiter
 	// runs claims code-block runs (RunBucket); nil without a policy.
 	runs    jetstream.KeyValue
 	match   Matcher
@@ -249,6 +261,12 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 		return nil, err
 	}
 	s.tasks = t
+	if !cfg.Limits.off() {
+		if s.limiter, err = fairshare.Open(ctx, b, b.Prefix(), cfg.Limits.Window); err != nil {
+			return nil, err
+		}
+		s.limiter.SetClock(cfg.now)
+	}
 	return s, nil
 }
 
@@ -300,6 +318,9 @@ func (s *Service) Run(ctx context.Context) error {
 			AckWait: s.cfg.AckWait, MaxDeliver: s.cfg.MaxDeliver, NakDelays: s.cfg.NakDelays, DeliverNew: c.deliverNew}
 		g.Go(func() error { return s.bus.Consume(gctx, cc, c.h) })
 	}
+	if s.limiter != nil {
+		g.Go(func() error { return s.sweepDigests(gctx) })
+	}
 	for _, t := range s.cfg.Triggers {
 		if t.Mention && s.cfg.Mention == "" {
 			s.log.Warn("trigger needs a mention and none is configured; it never fires (set RELAY_AGENT_MENTION)", "trigger", t.String())
@@ -315,6 +336,7 @@ type metrics struct {
 	failed             *prometheus.CounterVec
 	llm                *prometheus.HistogramVec
 	steps              prometheus.Histogram
+	deferred           *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -330,9 +352,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}}, []string{"outcome"}),
 		steps: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "relay", Subsystem: "agent",
 			Name: "task_steps", Help: "Model calls per finished task.", Buckets: []float64{1, 2, 3, 4, 5, 6, 8, 10, 12, 16}}),
+		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "relay", Subsystem: "agent",
+			Name: "triggers_deferred_total", Help: "Triggers over a per-source task limit, collected into a digest task, by the limit's kind (repository, channel, actor)."}, []string{"kind"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.started, m.completed, m.failed, m.llm, m.steps)
+		reg.MustRegister(m.started, m.completed, m.failed, m.llm, m.steps, m.deferred)
 	}
 	return m
 }

@@ -25,7 +25,11 @@ func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 	if switchCommand(e) {
 		return nil // `/relay stop|resume`: the approvals worker's
 	}
+	digest := isDigest(e)
 	ok, why := s.match.Match(e)
+	if digest {
+		ok, why = true, "" // the agent's own digest of triggers over a limit
+	}
 	if ok && s.tasks == nil {
 		ok, why = false, "no model configured"
 	}
@@ -50,6 +54,16 @@ func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 		return s.advance(ctx, id, m)
 	} else if !errors.Is(err, ErrTaskNotFound) {
 		return err
+	}
+	if !digest {
+		v, sl, err := s.admit(ctx, e)
+		if err != nil {
+			return err
+		}
+		if v != nil {
+			log.Debug("trigger over a task limit; collected into the digest", "source", v.Source, "count", v.Count, "limit", v.Limit)
+			return s.deferTrigger(ctx, e, v, sl)
+		}
 	}
 	t := s.newTask(ctx, id, e, log)
 	owner := s.newOwner()

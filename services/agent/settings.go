@@ -27,8 +27,10 @@ type Settings struct {
 	ToolsWait time.Duration
 }
 
-// ReadSettings reads LLM_BASE_URL, LLM_MODEL, LLM_API_KEY and the
-// RELAY_AGENT_* settings. Problems are recorded in env; the caller stops on
+// ReadSettings reads LLM_BASE_URL, LLM_MODEL, LLM_API_KEY, the
+// RELAY_AGENT_* settings and the task limits RELAY_LIMIT_TASKS_PER_REPO,
+// RELAY_LIMIT_TASKS_PER_CHANNEL, RELAY_LIMIT_TASKS_PER_ACTOR (0: off) and
+// RELAY_LIMIT_WINDOW. Problems are recorded in env; the caller stops on
 // env.Err before anything connects.
 func ReadSettings(env *config.Env) Settings {
 	baseURL := env.URL("LLM_BASE_URL", "http", "https")
@@ -54,6 +56,12 @@ func ReadSettings(env *config.Env) Settings {
 		Refs:          env.Int("RELAY_AGENT_REFS", 5, 0, 50),
 		Concurrency:   env.Int("RELAY_AGENT_CONCURRENCY", 4, 1, 256),
 		TaskTTL:       env.Duration("RELAY_AGENT_TASK_TTL", 7*24*time.Hour, time.Hour, 365*24*time.Hour),
+		Limits: Limits{
+			PerRepository: env.Int("RELAY_LIMIT_TASKS_PER_REPO", DefaultLimitPerRepository, 0, 1_000_000),
+			PerChannel:    env.Int("RELAY_LIMIT_TASKS_PER_CHANNEL", DefaultLimitPerChannel, 0, 1_000_000),
+			PerActor:      env.Int("RELAY_LIMIT_TASKS_PER_ACTOR", DefaultLimitPerActor, 0, 1_000_000),
+			Window:        env.Duration("RELAY_LIMIT_WINDOW", DefaultLimitWindow, time.Second, 24*time.Hour),
+		},
 	}
 	if cfg.Refs == 0 {
 		cfg.Refs = -1

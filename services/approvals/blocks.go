@@ -167,7 +167,7 @@ func message(r *Record, ref slackmapper.RefLinker) ([]slack.Block, string) {
 			mrkdwn(":warning: cites refs it was not given: "+slackmapper.Escape(strings.Join(in.UnknownRefs, ", ")))))
 	}
 	if r.EditedBy != "" {
-		blocks = append(blocks, slack.NewContextBlock("relay_approval_edited", mrkdwn(":pencil2: edited by <@"+r.EditedBy+">")))
+		blocks = append(blocks, slack.NewContextBlock("relay_approval_edited", mrkdwn(":pencil2: edited by "+decider(r.EditedBy))))
 	}
 
 	var state, fallback string
@@ -295,4 +295,14 @@ func editedText(state map[string]map[string]any) (string, bool) {
 func reasonOf(state map[string]map[string]any) string {
 	s, _ := state[InputReason][InputReason].(string)
 	return strings.TrimSpace(s)
+}
+
+// decider is who decided or edited, in mrkdwn: a Slack user as a mention,
+// an operator of the console by name, marked as such and never as a Slack
+// user (a console name is not a Slack identity).
+func decider(by string) string {
+	if name, ok := strings.CutPrefix(by, ConsolePrefix); ok {
+		return "console operator " + slackmapper.Escape(name)
+	}
+	return "<@" + by + ">"
 }

@@ -181,6 +181,23 @@ func TestMessageGolden(t *testing.T) {
 	}
 }
 
+// A decision made in the operator console names the operator as such and
+// is never rendered as a Slack user mention.
+func TestConsoleDeciderIsNotASlackUser(t *testing.T) {
+	t.Parallel()
+	for _, by := range []string{ConsolePrefix + "alice", ConsolePrefix + "mallory (self-declared)"} {
+		for _, st := range []Status{StatusApproved, StatusRejected} {
+			r := &Record{TaskID: "t", Round: 1, Status: st, Text: "x", DecidedBy: by, EditedBy: by, Target: envelope.Target{Channel: "github"}}
+			blocks, _ := message(r, nil)
+			got, _ := json.Marshal(blocks)
+			name := strings.TrimPrefix(by, ConsolePrefix)
+			if strings.Contains(string(got), "<@") || !strings.Contains(string(got), "console operator "+name) {
+				t.Errorf("%s by %q: got %s, want the console operator named and no Slack mention", st, by, got)
+			}
+		}
+	}
+}
+
 func TestLongTextStaysWithinSlackLimits(t *testing.T) {
 	t.Parallel()
 	r := &Record{TaskID: "t", Round: 1, Status: StatusPending, Text: strings.Repeat("word ", 40000), Target: envelope.Target{Channel: "github"}}

@@ -41,9 +41,9 @@ func (s *Service) act(a action) func(http.ResponseWriter, *http.Request, *sessio
 		status := http.StatusSeeOther
 		if err != nil {
 			notice, status = "Failed: "+err.Error(), http.StatusSeeOther
-			s.log.Warn("console action failed", "path", r.URL.Path, "operator", sess.Operator, "err", err)
+			s.log.Warn("console action failed", "path", r.URL.Path, "operator", sess.who(), "err", err)
 		} else {
-			s.log.Info("console action", "path", r.URL.Path, "operator", sess.Operator, "notice", notice)
+			s.log.Info("console action", "path", r.URL.Path, "operator", sess.who(), "notice", notice)
 		}
 		back := consolePath(r.PostFormValue("back"))
 		u, _ := url.Parse(back)
@@ -55,7 +55,7 @@ func (s *Service) act(a action) func(http.ResponseWriter, *http.Request, *sessio
 }
 
 func (s *Service) decide(ctx context.Context, r *http.Request, sess *session) (string, error) {
-	req := approvalrpc.DecideRequest{TaskID: r.PathValue("task"), By: sess.Operator,
+	req := approvalrpc.DecideRequest{TaskID: r.PathValue("task"), By: sess.who(),
 		Text: r.PostFormValue("text"), Reason: r.PostFormValue("reason")}
 	req.Round, _ = strconv.Atoi(r.PostFormValue("round"))
 	switch verb := r.PathValue("verb"); verb {
@@ -71,7 +71,7 @@ func (s *Service) decide(ctx context.Context, r *http.Request, sess *session) (s
 	if !resp.Won {
 		return fmt.Sprintf("Task %s was already %s by %s; nothing changed.", req.TaskID, resp.Item.Status, resp.Item.DecidedBy), nil
 	}
-	return fmt.Sprintf("Task %s: %s by %s.", req.TaskID, resp.Item.Status, sess.Operator), nil
+	return fmt.Sprintf("Task %s: %s by %s.", req.TaskID, resp.Item.Status, sess.who()), nil
 }
 
 func seqOf(r *http.Request) (uint64, error) {
@@ -127,7 +127,7 @@ func (s *Service) switchServer(ctx context.Context, r *http.Request, sess *sessi
 	}
 	st := tools.ServerState{Disabled: verb == "disable", By: "operator", At: time.Now().UTC()}
 	if st.Disabled {
-		st.Reason = "disabled in the console by " + sess.Operator
+		st.Reason = "disabled in the console by " + sess.who()
 	}
 	if err := s.cfg.Tools.SetServer(ctx, name, st); err != nil {
 		return "", err
@@ -153,7 +153,7 @@ func (s *Service) stopSwitch(ctx context.Context, r *http.Request, _ *session) (
 // owns it, as the signed-in operator (the audit record names them).
 func (s *Service) cancelExecution(ctx context.Context, r *http.Request, sess *session) (string, error) {
 	id := r.PathValue("id")
-	if err := tools.CancelRemote(ctx, s.bus.Conn(), s.bus.Prefix(), id, "console:"+sess.Operator); err != nil {
+	if err := tools.CancelRemote(ctx, s.bus.Conn(), s.bus.Prefix(), id, "console:"+sess.who()); err != nil {
 		return "", fmt.Errorf("cancel execution %s: %w", id, err)
 	}
 	return "Cancelled execution " + id + ".", nil

@@ -25,9 +25,12 @@ const LocalOperator = "local"
 // session is one signed-in browser.
 type session struct {
 	Operator string
-	CSRF     string
-	Expires  time.Time
-	live     int // open live streams, under Service.liveMu
+	// SelfDeclared marks a name typed at sign-in with the shared token,
+	// which nothing vouches for.
+	SelfDeclared bool
+	CSRF         string
+	Expires      time.Time
+	live         int // open live streams, under Service.liveMu
 }
 
 // MaxSessions is how many sessions the console keeps; beyond it the
@@ -45,24 +48,37 @@ type sessions struct {
 		id string
 		s  *session
 	}
-	token secret.Value
-	ttl   time.Duration
-	now   func() time.Time
+	token     secret.Value
+	operators []Operator
+	ttl       time.Duration
+	now       func() time.Time
 }
 
-func newSessions(token secret.Value, ttl time.Duration, now func() time.Time) *sessions {
-	return &sessions{byID: map[string]*session{}, token: token, ttl: ttl, now: now}
+func newSessions(token secret.Value, operators []Operator, ttl time.Duration, now func() time.Time) *sessions {
+	return &sessions{byID: map[string]*session{}, token: token, operators: operators, ttl: ttl, now: now}
 }
 
 // loginRequired reports whether a token must be given to sign in.
-func (ss *sessions) loginRequired() bool { return ss.token.IsSet() }
+func (ss *sessions) loginRequired() bool { return ss.token.IsSet() || len(ss.operators) > 0 }
 
-// checkToken compares a presented token with the configured one in constant
-// time (over their hashes, so the length does not leak either).
-func (ss *sessions) checkToken(presented string) bool {
-	want := sha256.Sum256([]byte(ss.token.Reveal()))
+// sharedToken reports whether the shared token (a typed name) signs in.
+func (ss *sessions) sharedToken() bool { return ss.token.IsSet() }
+
+// checkToken compares a presented token with the configured ones in
+// constant time (over their hashes, so the length does not leak either),
+// every one of them whatever matches. It returns the operator a named
+// token belongs to, or shared for the shared token.
+func (ss *sessions) checkToken(presented string) (operator string, shared bool) {
 	got := sha256.Sum256([]byte(presented))
-	return ss.token.IsSet() && subtle.ConstantTimeCompare(want[:], got[:]) == 1
+	for _, o := range ss.operators {
+		want := sha256.Sum256([]byte(o.Token.Reveal()))
+		if subtle.ConstantTimeCompare(want[:], got[:]) == 1 && operator == "" {
+			operator = o.Name
+		}
+	}
+	want := sha256.Sum256([]byte(ss.token.Reveal()))
+	shared = ss.token.IsSet() && subtle.ConstantTimeCompare(want[:], got[:]) == 1
+	return operator, shared
 }
 
 func randomHex(n int) string {
@@ -72,9 +88,9 @@ func randomHex(n int) string {
 }
 
 // create starts a session for operator and returns its id.
-func (ss *sessions) create(operator string) (string, *session) {
+func (ss *sessions) create(operator string, selfDeclared bool) (string, *session) {
 	id := randomHex(32)
-	s := &session{Operator: operator, CSRF: randomHex(32), Expires: ss.now().Add(ss.ttl)}
+	s := &session{Operator: operator, SelfDeclared: selfDeclared, CSRF: randomHex(32), Expires: ss.now().Add(ss.ttl)}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	now := ss.now()
@@ -112,7 +128,7 @@ func (ss *sessions) localSession() (string, *session) {
 		return ss.local.id, s
 	}
 	ss.mu.Unlock()
-	id, s := ss.create(LocalOperator)
+	id, s := ss.create(LocalOperator, false)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	ss.local.id, ss.local.s = id, s
@@ -206,7 +222,7 @@ func (s *Service) loginPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	data := map[string]any{"Next": next}
+	data := map[string]any{"Next": next, "Shared": s.sessions.sharedToken(), "Named": len(s.cfg.Operators) > 0}
 	if r.Method == http.MethodPost {
 		client := clientAddr(r)
 		if wait := s.throttle.wait(client); wait > 0 {
@@ -216,11 +232,16 @@ func (s *Service) loginPage(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		name := strings.TrimSpace(r.PostFormValue("operator"))
-		if s.sessions.checkToken(r.PostFormValue("token")) && validOperator(name) {
+		named, shared := s.sessions.checkToken(r.PostFormValue("token"))
+		selfDeclared := named == ""
+		if named != "" {
+			name = named // the token names the operator; a typed name is ignored
+		}
+		if named != "" || shared && validOperator(name) {
 			s.throttle.succeeded(client)
-			id, _ := s.sessions.create(name)
+			id, sess := s.sessions.create(name, selfDeclared)
 			s.sessions.setCookie(w, id)
-			s.log.Info("console: operator signed in", "operator", name, "remote", r.RemoteAddr)
+			s.log.Info("console: operator signed in", "operator", sess.who(), "remote", r.RemoteAddr)
 			http.Redirect(w, r, next, http.StatusSeeOther)
 			return
 		}
@@ -239,6 +260,19 @@ func (s *Service) logout(w http.ResponseWriter, r *http.Request, _ *session) {
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// SelfDeclared is the mark after a name typed at sign-in with the shared
+// token, wherever the console records or passes it on.
+const SelfDeclared = " (self-declared)"
+
+// who is the session's operator as the console records it: the name,
+// marked when it is self-declared.
+func (s *session) who() string {
+	if s.SelfDeclared {
+		return s.Operator + SelfDeclared
+	}
+	return s.Operator
 }
 
 func validOperator(name string) bool {

@@ -33,6 +33,11 @@ type Config struct {
 	// Token is the sign-in token (RELAY_CONSOLE_TOKEN). Required when Addr
 	// is not loopback; when set, every page needs a signed-in session.
 	Token secret.Value
+	// Operators are named operators, each with a token of their own
+	// (RELAY_CONSOLE_OPERATORS): signing in with one names the operator by
+	// configuration. With only Token, the name is typed at sign-in and is
+	// marked self-declared wherever it is recorded.
+	Operators []Operator
 	// Tools is the tool runners' shared state (enable, disable, stop); nil
 	// shows the servers without those actions.
 	Tools tools.StateStore
@@ -74,13 +79,13 @@ var ErrNoToken = errors.New("console: RELAY_CONSOLE_TOKEN is required when RELAY
 
 // Validate reports a configuration the console cannot run with.
 func (c *Config) Validate() error {
-	if !Loopback(c.Addr) && !c.Token.IsSet() {
+	if !Loopback(c.Addr) && !c.Token.IsSet() && len(c.Operators) == 0 {
 		return fmt.Errorf("%w (it is %q)", ErrNoToken, c.Addr)
 	}
 	if c.Token.IsSet() && len(c.Token.Reveal()) < MinTokenLen {
 		return fmt.Errorf("console: RELAY_CONSOLE_TOKEN is too short: at least %d characters", MinTokenLen)
 	}
-	return nil
+	return checkOperators(c.Operators, c.Token)
 }
 
 // Service is the console. Run it once; it is safe for concurrent use.
@@ -112,7 +117,7 @@ func New(cfg Config, b *bus.Bus) (*Service, error) {
 		return nil, fmt.Errorf("console templates: %w", err)
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger, bus: b, tmpl: tmpl,
-		hub: newHub(b, cfg.Recent, cfg.Idle, cfg.Now, cfg.Logger), sessions: newSessions(cfg.Token, cfg.SessionTTL, cfg.Now)}
+		hub: newHub(b, cfg.Recent, cfg.Idle, cfg.Now, cfg.Logger), sessions: newSessions(cfg.Token, cfg.Operators, cfg.SessionTTL, cfg.Now)}
 	s.throttle = newThrottle(cfg.Now)
 	s.story = cfg.Story
 	if s.story == nil {
@@ -136,8 +141,13 @@ func (s *Service) Run(ctx context.Context) error {
 	defer s.hub.close()
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	login := "no sign-in (loopback)"
-	if s.cfg.Token.IsSet() {
-		login = "sign in with RELAY_CONSOLE_TOKEN"
+	switch {
+	case s.cfg.Token.IsSet() && len(s.cfg.Operators) > 0:
+		login = "sign in with an operator's token (RELAY_CONSOLE_OPERATORS) or RELAY_CONSOLE_TOKEN (name self-declared)"
+	case len(s.cfg.Operators) > 0:
+		login = "sign in with an operator's token (RELAY_CONSOLE_OPERATORS)"
+	case s.cfg.Token.IsSet():
+		login = "sign in with RELAY_CONSOLE_TOKEN (names self-declared)"
 	}
 	s.log.Info("operator console listening", "url", "http://"+ln.Addr().String()+"/", "access", login)
 	errc := make(chan error, 1)

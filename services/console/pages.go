@@ -133,7 +133,7 @@ func (s *Service) render(w http.ResponseWriter, _ *http.Request, name string, se
 func (s *Service) live(p page) func(http.ResponseWriter, *http.Request, *session) {
 	return func(w http.ResponseWriter, r *http.Request, sess *session) {
 		if !s.liveStart(sess) {
-			s.log.Warn("console: live stream refused: too many open", "operator", sess.Operator, "remote", r.RemoteAddr)
+			s.log.Warn("console: live stream refused: too many open", "operator", sess.who(), "remote", r.RemoteAddr)
 			w.Header().Set("Retry-After", "5")
 			http.Error(w, fmt.Sprintf("too many live pages open (at most %d per session, %d in all): close some", MaxLiveStreamsPerSession, MaxLiveStreams), http.StatusTooManyRequests)
 			return

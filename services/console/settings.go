@@ -27,8 +27,10 @@ type Settings struct {
 }
 
 // ReadSettings reads RELAY_CONSOLE_ADDR, RELAY_CONSOLE_TOKEN,
-// RELAY_CONSOLE_RECENT and RELAY_CONSOLE_IDLE. A non-loopback address
-// without a token is recorded in env, naming RELAY_CONSOLE_TOKEN.
+// RELAY_CONSOLE_OPERATORS (name=token pairs, a secret: also from
+// RELAY_CONSOLE_OPERATORS_FILE), RELAY_CONSOLE_RECENT and RELAY_CONSOLE_IDLE.
+// A non-loopback address without a token or operators is recorded in env,
+// naming RELAY_CONSOLE_TOKEN.
 func ReadSettings(env *config.Env) Settings {
 	cfg := Config{
 		Addr:  env.Addr("RELAY_CONSOLE_ADDR", DefaultAddr),
@@ -38,8 +40,16 @@ func ReadSettings(env *config.Env) Settings {
 		// How long it keeps following the bus, unlooked at.
 		Idle: env.Duration("RELAY_CONSOLE_IDLE", DefaultIdle, time.Second, 24*time.Hour),
 	}
-	if !Loopback(cfg.Addr) && !cfg.Token.IsSet() {
-		env.Failf("RELAY_CONSOLE_TOKEN", "required: RELAY_CONSOLE_ADDR %q is not a loopback address, so the console needs a token to sign in with", cfg.Addr)
+	if ops := env.Secret("RELAY_CONSOLE_OPERATORS"); ops.IsSet() {
+		var err error
+		if cfg.Operators, err = ParseOperators(ops.Reveal()); err != nil {
+			env.Failf("RELAY_CONSOLE_OPERATORS", "%v", err)
+		} else if err := checkOperators(cfg.Operators, cfg.Token); err != nil {
+			env.Failf("RELAY_CONSOLE_OPERATORS", "%v", err)
+		}
+	}
+	if !Loopback(cfg.Addr) && !cfg.Token.IsSet() && len(cfg.Operators) == 0 {
+		env.Failf("RELAY_CONSOLE_TOKEN", "required: RELAY_CONSOLE_ADDR %q is not a loopback address, so the console needs a token to sign in with (or named operators in RELAY_CONSOLE_OPERATORS)", cfg.Addr)
 	}
 	if cfg.Token.IsSet() && len(cfg.Token.Reveal()) < MinTokenLen {
 		env.Failf("RELAY_CONSOLE_TOKEN", "too short: it must be at least %d characters (it is %d); generate one with: openssl rand -hex 24", MinTokenLen, len(cfg.Token.Reveal()))

@@ -104,6 +104,7 @@ func ReadSettings(env *config.Env) *Settings {
 		AuditPath:      env.String("RELAY_AUDIT_LOG", filepath.Join(dataDir, "audit", "tools.jsonl")),
 		HealthInterval: env.Duration("RELAY_MCP_HEALTH_INTERVAL", 30*time.Second, time.Second, time.Hour),
 		DisableAfter:   env.Int("RELAY_MCP_DISABLE_AFTER", 3, 1, 100),
+		MaxQuestions:   env.Int("RELAY_LIMIT_QUESTIONS_PER_CALL", tools.DefaultMaxQuestions, 1, 100),
 		Redactor:       tools.NewRedactor(secrets...),
 		BaseEnv:        tools.BaseEnvFrom(os.Environ()),
 	}
