@@ -290,6 +290,7 @@ func (c *conn) status() ServerStatus {
 	h := &c.health
 	st := ServerStatus{
 		Name:           c.cfg.Name,
+		DisplayName:    c.cfg.DisplayName,
 		Type:           string(c.cfg.Type),
 		Description:    c.cfg.Description,
 		Capabilities:   c.cfg.Capabilities,
