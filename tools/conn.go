@@ -180,7 +180,7 @@ func dial(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client
 		if lerr := challenge.err(s.Name, s.OAuth != nil); lerr != nil {
 			return nil, nil, lerr
 		}
-		return nil, nil, hint(s, err)
+		return nil, nil, hint(s, handshakeError(r, t, err))
 	}
 	return session, cmd, nil
 }

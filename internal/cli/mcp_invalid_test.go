@@ -31,7 +31,7 @@ func mixedConfig(t *testing.T, everything string) string {
 func TestMCPInvalidEntryFailsAlone(t *testing.T) {
 	t.Parallel()
 	env, _ := tokenServer(t)
-	cfg := mixedConfig(t, "io.github.modelcontextprotocol/everything")
+	cfg := mixedConfig(t, "io.github.mcp/everything")
 	env["RELAY_MCP_CONFIG"] = cfg
 	cli := cliRunner(t, env)
 
@@ -40,10 +40,10 @@ func TestMCPInvalidEntryFailsAlone(t *testing.T) {
 		t.Errorf("mcp list: exit %d, want 1; stderr %q", code, errs)
 	}
 	for _, want := range []string{
-		"io-github-modelcontextprotocol-everything (io.github.modelcontextprotocol/everything)",
+		"io-github-mcp-everything (io.github.mcp/everything)",
 		"Dev-Box-MCP (Dev Box MCP)",
 		"broken", "invalid",
-		"invalid: broken: " + cfg + ":5:33: server \"broken\": timeout:",
+		"invalid: broken: " + cfg + ":5:32: server \"broken\": timeout:",
 		"3 server(s) in " + cfg + " (1 invalid)",
 	} {
 		if !strings.Contains(out, want) {
@@ -56,11 +56,11 @@ func TestMCPInvalidEntryFailsAlone(t *testing.T) {
 	if !strings.Contains(errs, "1 invalid server entry") {
 		t.Errorf("mcp list: stderr %q, want the invalid entry counted", errs)
 	}
-	if code, out, errs := cli("mcp", "list", "-json"); code != 1 || !strings.Contains(out, `"invalid":[{"name":"broken","id":"broken","reason":"`+cfg+`:5:33`) {
+	if code, out, errs := cli("mcp", "list", "-json"); code != 1 || !strings.Contains(out, `"invalid":[{"name":"broken","id":"broken","reason":"`+cfg+`:5:32`) {
 		t.Errorf("mcp list -json: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	// By id or by the name as written.
-	for _, name := range []string{"io-github-modelcontextprotocol-everything", "io.github.modelcontextprotocol/everything"} {
+	for _, name := range []string{"io-github-mcp-everything", "io.github.mcp/everything"} {
 		if code, out, errs := cli("mcp", "test", name); code != 0 || !strings.Contains(out, "Healthy") {
 			t.Errorf("mcp test %s: exit %d, stdout %q, stderr %q", name, code, out, errs)
 		}
@@ -70,7 +70,7 @@ func TestMCPInvalidEntryFailsAlone(t *testing.T) {
 		t.Errorf("mcp call: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	code, _, errs = cli("mcp", "test", "broken")
-	if code != 1 || !strings.Contains(errs, `server "broken" is invalid in mcp.json: `+cfg+":5:33") {
+	if code != 1 || !strings.Contains(errs, `server "broken" is invalid in mcp.json: `+cfg+":5:32") {
 		t.Errorf("mcp test broken: exit %d, stderr %q; want the reason with its place", code, errs)
 	}
 

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -130,7 +129,7 @@ func (w *ConfigWatcher) reload(path string, r reloader) {
 		}
 		f, err = mcpconfig.ParseFile(data, opts)
 		if err != nil {
-			err = fmt.Errorf("%s: %w", path, err)
+			err = mcpconfig.WithPath(err, path)
 		}
 	}
 	if err != nil && w.last == nil && errors.Is(err, mcpconfig.ErrNotFound) {
@@ -163,10 +162,8 @@ func (w *ConfigWatcher) merge(path string, f *mcpconfig.File) (servers []mcpconf
 	warned := map[string]string{}
 	var errs []error
 	for _, iv := range f.Invalid {
-		reason := path + ": " + iv.Reason()
-		if strings.HasPrefix(iv.Reason(), path) {
-			reason = iv.Reason()
-		}
+		iv.Err = mcpconfig.WithPath(iv.Err, path)
+		reason := iv.Reason()
 		prev, running := w.good[iv.ID]
 		if running && !slices.ContainsFunc(servers, func(s mcpconfig.Server) bool { return s.Name == iv.ID }) {
 			prev.Line = iv.Line

@@ -200,6 +200,10 @@ func WorkspaceOf(path string) string {
 	return dir
 }
 
+// WithPath gives the *ValidationErrors in err (joined or not) the file
+// path; other errors are prefixed with it.
+func WithPath(err error, path string) error { return withPath(err, path) }
+
 func withPath(err error, path string) error {
 	var joined interface{ Unwrap() []error }
 	if errors.As(err, &joined) {
