@@ -180,7 +180,7 @@ func dial(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client
 		if lerr := challenge.err(s.Name, s.OAuth != nil); lerr != nil {
 			return nil, nil, lerr
 		}
-		return nil, nil, hint(s, err)
+		return nil, nil, hint(s, handshakeError(r, t, err))
 	}
 	return session, cmd, nil
 }
@@ -290,6 +290,7 @@ func (c *conn) status() ServerStatus {
 	h := &c.health
 	st := ServerStatus{
 		Name:           c.cfg.Name,
+		DisplayName:    c.cfg.DisplayName,
 		Type:           string(c.cfg.Type),
 		Description:    c.cfg.Description,
 		Capabilities:   c.cfg.Capabilities,

@@ -69,6 +69,8 @@ type StatusResponse struct {
 	// the mcp.json the runner read. Runners before these fields send neither.
 	Pending    []string `json:"pending,omitempty"`
 	ConfigPath string   `json:"config_path,omitempty"`
+	// Invalid are the entries of the file that did not validate.
+	Invalid []InvalidEntry `json:"invalid,omitempty"`
 }
 
 // RefreshRequest names the server whose tool list to drop; "" means all.

@@ -102,6 +102,9 @@ type Config struct {
 	StderrLevel slog.Level
 	// ConfigPath is the mcp.json this runner read, reported by status.
 	ConfigPath string
+	// Invalid are the entries of ConfigPath that did not validate, reported
+	// by status (SetInvalid replaces them on reload).
+	Invalid []InvalidEntry
 	// TerminateDuration is how long a stdio server gets to exit after its
 	// stdin closes before SIGTERM. Default 2s.
 	TerminateDuration time.Duration
@@ -246,8 +249,9 @@ type Runner struct {
 	progress *progressRouter
 	audit    *AuditLog
 
-	conns map[string]*conn
-	order []string
+	conns   map[string]*conn
+	order   []string
+	invalid atomic.Pointer[[]InvalidEntry]
 	// connsMu guards conns, order and the fields Reload (reload.go) uses.
 	connsMu sync.RWMutex
 
@@ -456,7 +460,10 @@ func (r *Runner) Close() error {
 
 // ServerStatus is one server's health, as `relay mcp list` shows it.
 type ServerStatus struct {
-	Name        string `json:"name"`
+	Name string `json:"name"`
+	// DisplayName is the mcp.json key when it differs from Name (a
+	// gallery name, a name with spaces).
+	DisplayName string `json:"display_name,omitempty"`
 	Type        string `json:"type"`
 	Description string `json:"description,omitempty"`
 	// Capabilities and SchemaVersion are what the mcp.json entry declares
@@ -505,7 +512,7 @@ type ServerStatus struct {
 // Status is what a status request answers: every server, the stop switch,
 // the servers still on their first attempt and the file the runner read.
 func (r *Runner) Status() StatusResponse {
-	return StatusResponse{Servers: r.Servers(), Stopped: r.Stopped(), Pending: r.Pending(), ConfigPath: r.cfg.ConfigPath}
+	return StatusResponse{Servers: r.Servers(), Stopped: r.Stopped(), Pending: r.Pending(), ConfigPath: r.cfg.ConfigPath, Invalid: r.Invalid()}
 }
 
 // Servers reports every server, in mcp.json order.

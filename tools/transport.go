@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -56,12 +57,82 @@ func stdioTransport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transp
 	cmd := exec.Command(s.Command, s.Args...)
 	cmd.Env = stdioEnv(r.cfg.BaseEnv, s.Env)
 	cmd.Dir = s.Dir
-	stderr, err := cmd.StderrPipe()
+	// The relay's own pipe, not cmd.StderrPipe: Wait closes that one at
+	// once, losing the last lines a failing server wrote (its reason).
+	stderr, stderrW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
 	}
-	go logStderr(stderr, log, r.cfg.StderrLevel)
-	return &stdioCommand{cmd: cmd, terminate: r.cfg.TerminateDuration, log: log}, cmd, nil
+	cmd.Stderr = stderrW
+	tail := &stderrTail{done: make(chan struct{})}
+	go func() {
+		defer close(tail.done)
+		defer stderr.Close()
+		logStderr(stderr, log, r.cfg.StderrLevel, tail.add)
+	}()
+	return &stdioCommand{cmd: cmd, terminate: r.cfg.TerminateDuration, log: log, tail: tail, stderrW: stderrW}, cmd, nil
+}
+
+// Bounds of the stderr lines an error shows.
+const (
+	stderrTailLines   = 10
+	stderrTailLineLen = 300
+)
+
+// stderrTail keeps a stdio server's last stderr lines, for the error of a
+// handshake that failed: the server usually says there why.
+type stderrTail struct {
+	mu    sync.Mutex
+	lines []string
+	done  chan struct{} // closed when stderr is at its end
+}
+
+func (t *stderrTail) add(line string) {
+	if len(line) > stderrTailLineLen {
+		line = line[:stderrTailLineLen] + "…"
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lines = append(t.lines, line)
+	if len(t.lines) > stderrTailLines {
+		t.lines = t.lines[len(t.lines)-stderrTailLines:]
+	}
+}
+
+// text waits up to d for stderr to end (the process was killed) and
+// returns its last lines.
+func (t *stderrTail) text(d time.Duration) string {
+	select {
+	case <-t.done:
+	case <-time.After(d):
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines, "\n")
+}
+
+// stderrDrain bounds the wait for a failed server's stderr to end.
+const stderrDrain = 2 * time.Second
+
+// handshakeError names the cause of a stdio server's failed handshake and
+// adds its last stderr lines (redacted); the process has been killed.
+func handshakeError(r *Runner, t mcp.Transport, err error) error {
+	sc, ok := t.(*stdioCommand)
+	if !ok {
+		return err
+	}
+	msg := err.Error()
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(msg, "EOF") || strings.Contains(msg, "broken pipe") || strings.Contains(msg, "file already closed") {
+		err = fmt.Errorf("the server exited or closed its stdout during the handshake (%w)", err)
+	}
+	tail := sc.tail.text(stderrDrain)
+	if tail == "" {
+		return fmt.Errorf("%w; the server wrote nothing on stderr", err)
+	}
+	if red, ok := r.redactor.String(tail); ok {
+		tail = red
+	}
+	return fmt.Errorf("%w; server stderr (last lines):\n%s", err, tail)
 }
 
 // stdioCommand is the SDK's CommandTransport with one difference, as in the
@@ -72,9 +143,14 @@ type stdioCommand struct {
 	cmd       *exec.Cmd
 	terminate time.Duration
 	log       *slog.Logger
+	tail      *stderrTail
+	stderrW   *os.File // the child's end of the stderr pipe, closed here once started
 }
 
 func (t *stdioCommand) Connect(ctx context.Context) (mcp.Connection, error) {
+	// Once started the child holds its own copy of the stderr pipe's write
+	// end: the reader sees EOF when the child exits.
+	defer t.stderrW.Close()
 	stdout, err := t.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -190,7 +266,7 @@ const maxStderrLine = 4096
 // level. A line of any length is read to its end (a server blocked on a full
 // stderr pipe would stop answering); one over maxStderrLine bytes is logged
 // cut, with the number of bytes left out.
-func logStderr(rd io.Reader, log *slog.Logger, level slog.Level) {
+func logStderr(rd io.Reader, log *slog.Logger, level slog.Level, keep func(string)) {
 	br := bufio.NewReaderSize(rd, maxStderrLine)
 	for {
 		line, err := br.ReadSlice('\n')
@@ -200,6 +276,9 @@ func logStderr(rd io.Reader, log *slog.Logger, level slog.Level) {
 			var more []byte
 			more, err = br.ReadSlice('\n')
 			dropped += len(bytes.TrimRight(more, "\r\n"))
+		}
+		if (text != "" || dropped > 0 || err == nil) && keep != nil {
+			keep(text)
 		}
 		if text != "" || dropped > 0 || err == nil {
 			if dropped > 0 {

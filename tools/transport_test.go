@@ -420,7 +420,7 @@ func TestStderrLineOfAnyLengthIsRead(t *testing.T) {
 	var mu sync.Mutex
 	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
 	done := make(chan struct{})
-	go func() { logStderr(pr, log, slog.LevelInfo); close(done) }()
+	go func() { logStderr(pr, log, slog.LevelInfo, nil); close(done) }()
 	long := strings.Repeat("x", 200*1024)
 	for _, line := range []string{"before\n", long + "\n", "after\r\n"} {
 		if _, err := io.WriteString(pw, line); err != nil {

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"path/filepath"
@@ -15,7 +16,7 @@ import (
 
 const bundlesUsage = "usage:\n" + bundlesUsageLines
 
-const bundlesUsageLines = `  relay mcp install <path> [--config FILE] [--set KEY=VALUE]... [--dry-run] [--force]
+const bundlesUsageLines = `  relay mcp install <path> [--config FILE] [--set KEY=VALUE]... [--allow-env NAME]... [--dry-run] [--force]
                          a bundle.json / bundle.yaml (or its directory), an MCP Bundle directory or a .mcpb file
   relay mcp uninstall <bundle-id> [--config FILE] [--dry-run] [--force]
   relay mcp bundles [--config FILE] [-json]           installed bundles: id, version, servers, installed at`
@@ -29,17 +30,31 @@ var bundleCommands = map[string]func(context.Context, *app, []string) error{
 	"bundles":   mcpBundles,
 }
 
-// kvFlags collects repeated --set KEY=VALUE flags.
-type kvFlags map[string]string
+// kvFlags collects repeated --set KEY=VALUE flags: every value of a key
+// repeated is kept (a "multiple" setting gets each as its own argument).
+type kvFlags map[string][]string
 
-func (k kvFlags) String() string { return fmt.Sprint(map[string]string(k)) }
+func (k kvFlags) String() string { return fmt.Sprint(map[string][]string(k)) }
 
 func (k kvFlags) Set(s string) error {
 	key, v, ok := strings.Cut(s, "=")
 	if !ok || key == "" {
 		return fmt.Errorf("want KEY=VALUE, got %q", s)
 	}
-	k[key] = v
+	k[key] = append(k[key], v)
+	return nil
+}
+
+// listFlags collects a repeated flag's values.
+type listFlags []string
+
+func (l *listFlags) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlags) Set(s string) error {
+	if s == "" {
+		return errors.New("empty")
+	}
+	*l = append(*l, s)
 	return nil
 }
 
@@ -94,8 +109,10 @@ func changeBundle(ctx context.Context, a *app, args []string, verb, forceHelp st
 	fs := a.flags("mcp " + verb)
 	config := fs.String("config", "", "mcp.json to edit (default RELAY_MCP_CONFIG, else ./mcp.json)")
 	set := kvFlags{}
+	var allowEnv listFlags
 	if verb == "install" {
-		fs.Var(set, "set", "a non-sensitive user_config value of an MCP Bundle, KEY=VALUE (repeatable)")
+		fs.Var(set, "set", "a non-sensitive user_config value of an MCP Bundle, KEY=VALUE (repeatable; repeat a key for a \"multiple\" setting)")
+		fs.Var(&allowEnv, "allow-env", "let the MCP Bundle's server read ${env:NAME} (input:ID for ${input:ID}) from the relay's environment (repeatable)")
 	}
 	dry := fs.Bool("dry-run", false, "print the change to mcp.json as a diff and write nothing")
 	force := fs.Bool("force", false, forceHelp)
@@ -111,9 +128,12 @@ func changeBundle(ctx context.Context, a *app, args []string, verb, forceHelp st
 	if verb == "install" {
 		change = in.Install
 	}
-	res, err := change(ctx, pos[0], bundle.Options{Set: set, DryRun: *dry, Force: *force})
+	res, err := change(ctx, pos[0], bundle.Options{Values: set, AllowEnv: allowEnv, DryRun: *dry, Force: *force})
 	if err != nil {
 		return err
+	}
+	if len(allowEnv) > 0 {
+		fmt.Fprintf(a.stdout, "allowed to read from the relay's environment (--allow-env): %s\n", strings.Join(allowEnv, ", "))
 	}
 	a.printResult(in, res, verb+"ed")
 	return nil

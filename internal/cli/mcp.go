@@ -12,6 +12,7 @@ import (
 	"mime"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -105,10 +106,17 @@ func (a *app) localTools(cmd string) (ts *toolrunner.Settings, ok bool) {
 	return ts, true
 }
 
+// findServer finds a server of ts by id or by its name as written in
+// mcp.json; an invalid entry is refused with its reason.
 func findServer(ts *toolrunner.Settings, name string) (mcpconfig.Server, error) {
 	for _, s := range ts.Servers {
-		if s.Name == name {
+		if s.Name == name || s.DisplayName == name {
 			return s, nil
+		}
+	}
+	for _, iv := range ts.Invalid {
+		if iv.ID == name || iv.Name == name {
+			return mcpconfig.Server{}, &exitError{code: 1, msg: fmt.Sprintf("server %q is invalid in mcp.json: %s", iv.Name, iv.Reason())}
 		}
 	}
 	names := make([]string, len(ts.Servers))
@@ -125,6 +133,7 @@ func mcpList(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	var statuses []tools.ServerStatus
+	var invalid []tools.InvalidEntry
 	source, file := "running relay", ""
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	b, err := a.clientBus(cctx)
@@ -132,7 +141,7 @@ func mcpList(ctx context.Context, a *app, args []string) error {
 	if err == nil {
 		defer b.Close()
 		if st, err := tools.StatusRemote(ctx, b.Conn(), b.Prefix()); err == nil {
-			statuses = st.Servers
+			statuses, invalid = st.Servers, st.Invalid
 			file = st.ConfigPath // what the running relay read, not this shell's RELAY_MCP_CONFIG
 			if st.Stopped {
 				fmt.Fprintln(a.stderr, "stop switch is ON: no new tool executions")
@@ -152,14 +161,43 @@ func mcpList(ctx context.Context, a *app, args []string) error {
 		if statuses == nil {
 			source = "probed now (no running tool runner answered)"
 			statuses = probeAll(ctx, ts, persistedStates(ctx, b))
+			invalid = toolrunner.InvalidEntries(ts.Invalid)
+			for _, n := range ts.Notes {
+				fmt.Fprintf(a.stderr, "info: %s\n", n)
+			}
 		}
 	}
-	if *asJSON {
-		return json.NewEncoder(a.stdout).Encode(map[string]any{"source": source, "config": file, "servers": statuses})
+	var listErr error
+	if len(invalid) > 0 {
+		listErr = &exitError{code: 1, msg: fmt.Sprintf("%d invalid server entr%s in %s", len(invalid), map[bool]string{true: "y", false: "ies"}[len(invalid) == 1], file)}
 	}
-	printStatuses(a.stdout, statuses, time.Now())
-	fmt.Fprintf(a.stdout, "%d server(s) in %s; status from %s\n", len(statuses), file, source)
-	return nil
+	if *asJSON {
+		if jerr := json.NewEncoder(a.stdout).Encode(map[string]any{"source": source, "config": file, "servers": statuses, "invalid": invalid}); jerr != nil {
+			return jerr
+		}
+		return listErr
+	}
+	printStatuses(a.stdout, statuses, invalid, time.Now())
+	fmt.Fprintf(a.stdout, "%d server(s) in %s (%d invalid); status from %s\n", len(statuses)+countSkipped(invalid), file, len(invalid), source)
+	for _, iv := range invalid {
+		line := fmt.Sprintf("invalid: %s: %s", iv.Name, iv.Reason)
+		if iv.Running {
+			line += " (its last good version keeps running)"
+		}
+		fmt.Fprintln(a.stdout, line)
+	}
+	return listErr
+}
+
+// countSkipped counts the invalid entries that have no running version.
+func countSkipped(invalid []tools.InvalidEntry) int {
+	n := 0
+	for _, iv := range invalid {
+		if !iv.Running {
+			n++
+		}
+	}
+	return n
 }
 
 // persistedStates are the servers' states in the tool runners' shared
@@ -175,8 +213,10 @@ func persistedStates(ctx context.Context, b *bus.Bus) map[string]tools.ServerSta
 	return map[string]tools.ServerState{}
 }
 
-// printStatuses writes the `relay mcp list` table.
-func printStatuses(w io.Writer, statuses []tools.ServerStatus, now time.Time) {
+// printStatuses writes the `relay mcp list` table: a server's id, its name
+// as written when it differs, and the invalid entries (state invalid, the
+// reason in full below the table).
+func printStatuses(w io.Writer, statuses []tools.ServerStatus, invalid []tools.InvalidEntry, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVER\tTYPE\tSTATE\tFAILS\tCONNECTED\tLAST PING\tNEXT RETRY\tAUTO-DISABLED\tCALLS OK/ERR\tLAST CALL\tAVG (100)\tTOOLS\tLISTED\tNOTE")
 	for _, s := range statuses {
@@ -184,6 +224,14 @@ func printStatuses(w io.Writer, statuses []tools.ServerStatus, now time.Time) {
 		if s.State == tools.StateDisabled {
 			note = s.DisabledReason
 		}
+		if i := slices.IndexFunc(invalid, func(iv tools.InvalidEntry) bool { return iv.ID == s.Name }); i >= 0 {
+			note = "entry invalid, last good version running; " + note
+		}
+		name := s.Name
+		if s.DisplayName != "" && s.DisplayName != s.Name {
+			name += " (" + s.DisplayName + ")"
+		}
+		s.Name = name
 		ping := ago(now, s.LastPing)
 		if !s.LastPing.IsZero() {
 			ping += " (" + s.PingLatency.Round(time.Microsecond).String() + ")"
@@ -195,6 +243,16 @@ func printStatuses(w io.Writer, statuses []tools.ServerStatus, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Type, s.State, s.Failures,
 			ago(now, s.LastConnected), ping, in(now, s.NextRetry), ago(now, s.AutoDisabledAt), s.Successes, s.Errors,
 			ago(now, s.LastInvocation), avg, toolList(s), ago(now, s.ToolsListed), clip.Line(note, 80))
+	}
+	for _, iv := range invalid {
+		if iv.Running {
+			continue
+		}
+		name := iv.ID
+		if iv.Name != iv.ID {
+			name += " (" + iv.Name + ")"
+		}
+		fmt.Fprintf(tw, "%s\t-\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\n", name, "invalid", "skipped: see below")
 	}
 	_ = tw.Flush()
 }
@@ -236,7 +294,7 @@ func probeAll(ctx context.Context, ts *toolrunner.Settings, persisted map[string
 	out := make([]tools.ServerStatus, len(ts.Servers))
 	var wg sync.WaitGroup
 	for i, s := range ts.Servers {
-		st := tools.ServerStatus{Name: s.Name, Type: string(s.Type), Description: s.Description,
+		st := tools.ServerStatus{Name: s.Name, DisplayName: s.DisplayName, Type: string(s.Type), Description: s.Description,
 			Capabilities: s.Capabilities, SchemaVersion: s.SchemaVersion}
 		disabled, why := s.Disabled, s.Description
 		if p, ok := persisted[s.Name]; ok {

@@ -65,13 +65,18 @@ func ReadSettings(env *config.Env) *Settings {
 // ServerNames are the server names of the mcp.json at path (none when it is
 // missing), or nil when it cannot be read (the tool runner reports why).
 func ServerNames(path, dataDir string) []string {
-	servers, err := mcpconfig.Load(path, mcpconfig.Options{Lookup: os.LookupEnv, DataDir: dataDir})
+	f, err := mcpconfig.LoadFile(path, mcpconfig.Options{Lookup: os.LookupEnv, DataDir: dataDir})
 	if err != nil && !errors.Is(err, mcpconfig.ErrNotFound) {
 		return nil
 	}
 	out := []string{}
-	for _, sv := range servers {
-		out = append(out, sv.Name)
+	if f != nil {
+		for _, sv := range f.Servers {
+			out = append(out, sv.Name)
+		}
+		for _, iv := range f.Invalid {
+			out = append(out, iv.ID) // configured; the tool runner says why it is invalid
+		}
 	}
 	return out
 }

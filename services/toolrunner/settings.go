@@ -27,7 +27,11 @@ type Settings struct {
 	// ConfigPath is the mcp.json read (./mcp.json unless RELAY_MCP_CONFIG).
 	ConfigPath string
 	Servers    []mcpconfig.Server
-	Policy     *mcpconfig.Policy
+	// Invalid are the entries of ConfigPath that did not validate (skipped);
+	// Notes the file's information lines (keys of other clients ignored).
+	Invalid []mcpconfig.Invalid
+	Notes   []string
+	Policy  *mcpconfig.Policy
 	// PolicySet is false when RELAY_POLICY is unset (the default policy
 	// grants nothing).
 	PolicySet bool
@@ -60,10 +64,11 @@ func ReadSettings(env *config.Env) *Settings {
 		path = "./mcp.json"
 	}
 	ts := &Settings{ConfigPath: path, DataDir: dataDir}
-	servers, err := mcpconfig.Load(path, mcpconfig.Options{Lookup: os.LookupEnv, DataDir: dataDir})
+	f, err := mcpconfig.LoadFile(path, mcpconfig.Options{Lookup: os.LookupEnv, DataDir: dataDir})
 	switch {
 	case err == nil:
-		ts.Servers = servers
+		// A bad entry fails alone: it is listed as invalid and skipped.
+		ts.Servers, ts.Invalid, ts.Notes = f.Servers, f.Invalid, f.Notes
 	case errors.Is(err, mcpconfig.ErrNotFound) && !explicit:
 		// No default mcp.json: no servers.
 	default:
@@ -79,9 +84,12 @@ func ReadSettings(env *config.Env) *Settings {
 		}
 	}
 	if ts.PolicySet {
-		names := make([]string, len(ts.Servers))
-		for i, s := range ts.Servers {
-			names[i] = s.Name
+		names := make([]string, 0, len(ts.Servers)+len(ts.Invalid))
+		for _, s := range ts.Servers {
+			names = append(names, s.Name)
+		}
+		for _, iv := range ts.Invalid {
+			names = append(names, iv.ID) // configured, if not valid now
 		}
 		if err := ts.Policy.CheckServers(names); err != nil {
 			env.Failf("RELAY_POLICY", "%v", err)
@@ -100,6 +108,7 @@ func ReadSettings(env *config.Env) *Settings {
 	ts.Runner = tools.Config{
 		Servers:        ts.Servers,
 		ConfigPath:     configPathForStatus(path),
+		Invalid:        InvalidEntries(ts.Invalid),
 		Policy:         ts.Policy,
 		AuditPath:      env.String("RELAY_AUDIT_LOG", filepath.Join(dataDir, "audit", "tools.jsonl")),
 		HealthInterval: env.Duration("RELAY_MCP_HEALTH_INTERVAL", 30*time.Second, time.Second, time.Hour),
@@ -116,3 +125,13 @@ func ReadSettings(env *config.Env) *Settings {
 var channelRE = regexp.MustCompile(`^[CGD][A-Z0-9]{2,}$`)
 
 func validChannelID(s string) bool { return channelRE.MatchString(s) }
+
+// InvalidEntries are invalid mcp.json entries as the runner's status
+// reports them.
+func InvalidEntries(invalid []mcpconfig.Invalid) []tools.InvalidEntry {
+	var out []tools.InvalidEntry
+	for _, iv := range invalid {
+		out = append(out, tools.InvalidEntry{Name: iv.Name, ID: iv.ID, Reason: iv.Reason()})
+	}
+	return out
+}

@@ -182,9 +182,9 @@ func (s *Service) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &ConfigWatcher{Path: s.cfg.Tools.ConfigPath, Options: s.cfg.ConfigOptions, Logger: s.log,
+			w := &ConfigWatcher{Path: s.cfg.Tools.ConfigPath, Options: s.cfg.ConfigOptions, Logger: s.log, Servers: s.cfg.Tools.Servers,
 				OnReload: func(res tools.ReloadResult, err error) {
-					if err != nil || !res.Changed() {
+					if !res.Changed() {
 						return
 					}
 					// Other runners, the hooks workers and the agent cache

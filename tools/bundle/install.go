@@ -50,8 +50,15 @@ func (in *Installer) write(path string, data []byte, perm os.FileMode) error {
 
 // Options change one install or uninstall.
 type Options struct {
-	// Set are non-sensitive user_config values of an MCP Bundle (--set K=V).
-	Set map[string]string
+	// Set are non-sensitive user_config values of an MCP Bundle (--set K=V);
+	// Values the same with every value of a repeated --set (a "multiple"
+	// setting gets each as its own argument). Both may be used.
+	Set    map[string]string
+	Values map[string][]string
+	// AllowEnv names the ${env:NAME} (and "input:ID" for ${input:ID})
+	// references of an MCP Bundle's server that may read the relay's
+	// environment (--allow-env); others are refused.
+	AllowEnv []string
 	// DryRun computes the change and its diff but writes nothing.
 	DryRun bool
 	// Force removes servers the user has edited since they were installed.
@@ -264,7 +271,7 @@ func (in *Installer) change(ctx context.Context, opts Options, res *Result, muta
 	}
 	res.Disabled, res.Enabled = d.dedupe(t)
 	out := d.v.Pack()
-	if err := in.validate(out); err != nil {
+	if err := in.validate(out, res.Added); err != nil {
 		return fmt.Errorf("the new %s would be invalid, nothing was written: %w", in.Config, err)
 	}
 	if err := d.hashes(t); err != nil {
@@ -303,16 +310,27 @@ func (in *Installer) change(ctx context.Context, opts Options, res *Result, muta
 	return nil
 }
 
-// validate parses the new file as the tool runner will. Variables are not
-// resolved here (${env:VAR} resolves at run time, in the runner's
+// validate parses the new file as the tool runner will: it must be
+// readable and the servers added must load (the runner reads entry by
+// entry, so another entry's problem is not this change's). Variables are
+// not resolved here (${env:VAR} resolves at run time, in the runner's
 // environment): every lookup succeeds.
-func (in *Installer) validate(data []byte) error {
-	_, err := mcpconfig.Parse(data, mcpconfig.Options{
+func (in *Installer) validate(data []byte, added []string) error {
+	f, err := mcpconfig.ParseFile(data, mcpconfig.Options{
 		Lookup:  func(string) (string, bool) { return "value", true },
 		DataDir: in.DataDir,
 		BaseDir: filepath.Dir(in.Config),
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, iv := range f.Invalid {
+		if slices.Contains(added, iv.Name) {
+			errs = append(errs, iv.Err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // installVarRE matches the variables substituted at install time; every
@@ -531,4 +549,16 @@ func (d *document) dedupe(t *Tracking) (disabled, enabled []string) {
 		}
 	}
 	return disabled, enabled
+}
+
+// values merges Set and Values.
+func (o Options) values() map[string][]string {
+	out := map[string][]string{}
+	for k, v := range o.Set {
+		out[k] = []string{v}
+	}
+	for k, vs := range o.Values {
+		out[k] = append(out[k], vs...)
+	}
+	return out
 }

@@ -35,7 +35,8 @@ type mcpbManifest struct {
 		EntryPoint string     `json:"entry_point"`
 		MCPConfig  mcpbConfig `json:"mcp_config"`
 	} `json:"server"`
-	UserConfig map[string]mcpbUserConfig `json:"user_config"`
+	UserConfig    map[string]mcpbUserConfig `json:"user_config"`
+	Compatibility mcpbCompat                `json:"compatibility"`
 }
 
 type mcpbConfig struct {
@@ -153,10 +154,28 @@ func (in *Installer) readMCPB(source, stage string, opts Options) (*Bundle, erro
 	}
 	final := filepath.Join(in.DataDir, "bundles", id, m.Version)
 	cfg := m.Server.MCPConfig.forPlatform(platformKey())
+	if !opts.Force {
+		if err := checkCompat(m); err != nil {
+			return nil, err
+		}
+	}
+	if m.Server.Type == "uv" {
+		if cfg, err = uvCommand(m, cfg); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Command == "" {
 		return nil, errors.New("manifest.json: server.mcp_config.command is required")
 	}
-	vars, lists, err := in.userConfig(m, final, opts.Set)
+	if _, err := checkEnvRefs(cfg, opts.AllowEnv); err != nil {
+		return nil, err
+	}
+	if !opts.Force {
+		if err := checkSensitiveArgs(m, cfg); err != nil {
+			return nil, err
+		}
+	}
+	vars, lists, err := in.userConfig(m, final, opts.values())
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +291,7 @@ func placeMCPB(stage, final string) (func(bool), error) {
 // every ${user_config.KEY}: a sensitive value becomes a reference to its
 // environment variable (checked to be set when required), others come from
 // set, else the default.
-func (in *Installer) userConfig(m mcpbManifest, dir string, set map[string]string) (map[string]string, map[string][]string, error) {
+func (in *Installer) userConfig(m mcpbManifest, dir string, set map[string][]string) (map[string]string, map[string][]string, error) {
 	lookup := in.Lookup
 	if lookup == nil {
 		lookup = os.LookupEnv
@@ -286,8 +305,11 @@ func (in *Installer) userConfig(m mcpbManifest, dir string, set map[string]strin
 	var errs []string
 	for _, k := range slices.Sorted(maps.Keys(m.UserConfig)) {
 		uc := m.UserConfig[k]
-		v, given := set[k]
+		vs, given := set[k]
+		v := strings.Join(vs, ",")
 		switch {
+		case given && len(vs) > 1 && !uc.Multiple:
+			errs = append(errs, fmt.Sprintf("user_config.%s takes one value, got %d (it is not \"multiple\")", k, len(vs)))
 		case uc.Sensitive && given:
 			errs = append(errs, fmt.Sprintf("user_config.%s is sensitive: set it in the environment as %s, not with --set", k, UserConfigEnv(k)))
 		case uc.Sensitive:
@@ -303,10 +325,15 @@ func (in *Installer) userConfig(m mcpbManifest, dir string, set map[string]strin
 				lists[k] = nil
 			}
 		case given:
-			if err := checkUserValue(uc, v); err != nil {
-				errs = append(errs, fmt.Sprintf("user_config.%s: %v", k, err))
+			for _, v := range vs {
+				if err := checkUserValue(uc, v); err != nil {
+					errs = append(errs, fmt.Sprintf("user_config.%s: %v", k, err))
+				}
 			}
 			vars["user_config."+k] = v
+			if uc.Multiple {
+				lists[k] = vs // each value its own argument
+			}
 		case uc.Default != nil:
 			var ds []string
 			if l, ok := uc.Default.([]any); ok {
@@ -366,6 +393,8 @@ func checkUserValue(uc mcpbUserConfig, v string) error {
 		if v != "true" && v != "false" {
 			return fmt.Errorf("%q is not a boolean (true or false)", v)
 		}
+	case "directory", "file":
+		return checkPathValue(uc.Type, v)
 	}
 	return nil
 }

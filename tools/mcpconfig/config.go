@@ -19,8 +19,6 @@ package mcpconfig
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -52,9 +50,12 @@ const (
 
 // Server is one validated, substituted mcp.json entry.
 type Server struct {
-	// Name is the entry's key: letters, digits, '-' and '_', at most
-	// MaxNameLen characters. Tools are called as "<Name>.<tool>".
+	// Name is the entry's tool-safe id, ServerID of its key: letters,
+	// digits, '-' and '_'. Tools are called as "<Name>.<tool>".
 	Name string
+	// DisplayName is the entry's key as written ("microsoft/playwright-mcp",
+	// "Dev Box MCP"); it equals Name for keys that are already tool-safe.
+	DisplayName string
 	// Type is the transport, inferred from Command or URL when the entry has
 	// none (TypeInferred is then set).
 	Type         Transport
@@ -165,36 +166,19 @@ func (e *ValidationError) Error() string {
 	return b.String()
 }
 
-// Load reads and validates the mcp.json at path. A missing file is an error
+// Load reads and validates the mcp.json at path: every entry must be
+// valid (LoadFile reads entry by entry). A missing file is an error
 // wrapping ErrNotFound (the caller decides whether a missing default file
 // means "no servers").
 func Load(path string, opts Options) ([]Server, error) {
-	data, err := os.ReadFile(path)
+	f, err := LoadFile(path, opts)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s: %w", path, ErrNotFound)
-		}
-		return nil, fmt.Errorf("read mcp config: %w", err)
+		return nil, err
 	}
-	if opts.BaseDir == "" {
-		opts.BaseDir = filepath.Dir(path)
+	if err := f.Err(); err != nil {
+		return nil, err
 	}
-	if opts.Workspace == "" {
-		lookup := opts.Lookup
-		if lookup == nil {
-			lookup = os.LookupEnv
-		}
-		if v, ok := lookup(WorkspaceEnv); ok && v != "" {
-			opts.Workspace = v
-		} else {
-			opts.Workspace = WorkspaceOf(path)
-		}
-	}
-	servers, err := Parse(data, opts)
-	if err != nil {
-		return nil, withPath(err, path)
-	}
-	return servers, nil
+	return f.Servers, nil
 }
 
 // WorkspaceEnv names the folder ${workspaceFolder} stands for.
@@ -215,6 +199,10 @@ func WorkspaceOf(path string) string {
 	}
 	return dir
 }
+
+// WithPath gives the *ValidationErrors in err (joined or not) the file
+// path; other errors are prefixed with it.
+func WithPath(err error, path string) error { return withPath(err, path) }
 
 func withPath(err error, path string) error {
 	var joined interface{ Unwrap() []error }

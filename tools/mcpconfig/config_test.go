@@ -112,7 +112,7 @@ func TestParseErrorsNameServerAndField(t *testing.T) {
 		doc  string
 		want []string
 	}{
-		{"bad name", `{"servers": {"bad name": {"command": "x"}}}`, []string{`server "bad name"`, "letters, digits"}},
+		{"empty name", `{"servers": {"": {"command": "x"}}}`, []string{"line 1, column 14", "name is empty"}},
 		{"stdio without command", `{"servers": {"a": {"type": "stdio"}}}`, []string{`server "a"`, "command: required"}},
 		{"nothing", `{"servers": {"a": {}}}`, []string{`server "a"`, "command: required"}},
 		{"remote without url", `{"servers": {"a": {"type": "http"}}}`, []string{`server "a"`, "url: required"}},

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/tailscale/hujson"
 )
@@ -16,11 +18,28 @@ import (
 var serverKeys = []string{"servers", "mcpServers"}
 
 // Parse validates an mcp.json document (JSON or JSONC) and returns its
-// servers in file order ("servers" first, then "mcpServers"). Every problem
-// is reported, each as a *ValidationError with its line and column, joined.
-// Top-level keys other than servers, mcpServers and inputs are ignored (the
-// settings Claude Desktop and Cursor keep in the same file).
+// servers in file order ("servers" first, then "mcpServers"); every entry
+// must be valid. Every problem is reported, each as a *ValidationError with
+// its line and column, joined. ParseFile reads entry by entry.
 func Parse(data []byte, opts Options) ([]Server, error) {
+	f, err := ParseFile(data, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Err(); err != nil {
+		return nil, err
+	}
+	return f.Servers, nil
+}
+
+// ParseFile reads an mcp.json document entry by entry: a bad entry goes to
+// File.Invalid with its reasons and the others load. The error is set only
+// when the document as a whole cannot be read: not JSON or JSONC (with its
+// line and column), not an object, a server list that is not an object,
+// bad inputs, or no server list at all. Top-level keys other than servers,
+// mcpServers and inputs are ignored (the settings Claude Desktop and
+// Cursor keep in the same file).
+func ParseFile(data []byte, opts Options) (*File, error) {
 	if opts.Lookup == nil {
 		opts.Lookup = os.LookupEnv
 	}
@@ -37,18 +56,27 @@ func Parse(data []byte, opts Options) ([]Server, error) {
 	}
 	inputs, errs := doc.inputs(top)
 	opts.inputs = inputs
-	var entries []field
+	type keyed struct {
+		field
+		key string
+	}
+	var entries []keyed
+	f := &File{}
+	invalid := func(e field, errs ...error) {
+		line, _ := doc.pos(e.off)
+		f.Invalid = append(f.Invalid, Invalid{Name: e.name, ID: ServerID(e.name), Line: line, Err: errors.Join(errs...)})
+	}
 	seen := map[string]string{}
 	hasServers := false
 	for _, key := range serverKeys {
-		f, ok := top.get(key)
-		if !ok || string(f.raw) == "null" {
+		fl, ok := top.get(key)
+		if !ok || string(fl.raw) == "null" {
 			continue
 		}
 		hasServers = true
-		list, err := doc.fields(f.valOff, f.raw)
+		list, err := doc.fields(fl.valOff, fl.raw)
 		if err != nil {
-			errs = append(errs, doc.errorAt(f.off, "", key, "must be an object of servers: "+err.Error()))
+			errs = append(errs, doc.errorAt(fl.off, "", key, "must be an object of servers: "+err.Error()))
 			continue
 		}
 		for _, e := range list {
@@ -57,36 +85,64 @@ func Parse(data []byte, opts Options) ([]Server, error) {
 				if other == key {
 					reason = fmt.Sprintf("defined twice in %q (server names must be unique)", key)
 				}
-				errs = append(errs, doc.errorAt(e.off, e.name, "", reason))
+				invalid(e, doc.errorAt(e.off, e.name, "", reason))
 				continue
 			}
 			seen[e.name] = key
-			entries = append(entries, e)
+			entries = append(entries, keyed{e, key})
 		}
 	}
 	if !hasServers && len(top) > 0 && !top.has("inputs") && !top.has("$schema") {
 		errs = append(errs, &ValidationError{Reason: "no \"servers\" (VS Code) or \"mcpServers\" (Claude Desktop, Cursor) object"})
 	}
-	servers := make([]Server, 0, len(entries))
-	for _, e := range entries {
-		s, serr := parseServer(doc, e, opts)
-		if serr != nil {
-			errs = append(errs, serr...)
-			continue
-		}
-		servers = append(servers, s)
-	}
-	if len(errs) == 0 {
-		// The schema is a backstop for what the Go checks do not cover.
-		if err := validateSchema(ConfigSchema, std); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	dedupe(servers)
-	return servers, nil
+	ids := map[string]string{} // id -> entry name
+	for _, e := range entries {
+		s, notes, serr := parseServer(doc, e.field, opts)
+		if serr == nil {
+			// The schema is a backstop for what the Go checks do not cover.
+			if err := validateSchema(ConfigSchema, entryDoc(e.key, e.name, e.raw)); err != nil {
+				serr = []error{withPlace(err, doc, e.off, e.name)}
+			}
+		}
+		if serr == nil {
+			if other, dup := ids[s.Name]; dup {
+				serr = []error{doc.errorAt(e.off, e.name, "", fmt.Sprintf("its id %q is the id of server %q: rename one of them", s.Name, other))}
+			}
+		}
+		if serr != nil {
+			invalid(e.field, serr...)
+			continue
+		}
+		ids[s.Name] = e.name
+		if len(notes) > 0 {
+			f.Notes = append(f.Notes, fmt.Sprintf("server %q: ignored %s (%s)", e.name, strings.Join(notes, ", "), "keys of other MCP clients that mean nothing to the relay"))
+		}
+		f.Servers = append(f.Servers, s)
+	}
+	dedupe(f.Servers)
+	return f, nil
+}
+
+// entryDoc is a document holding one entry, for the schema check.
+func entryDoc(key, name string, raw json.RawMessage) []byte {
+	k, _ := json.Marshal(key)
+	n, _ := json.Marshal(name)
+	return slices.Concat([]byte("{"), k, []byte(":{"), n, []byte(":"), raw, []byte("}}"))
+}
+
+// withPlace gives a schema error the entry's place.
+func withPlace(err error, doc *document, off int, name string) error {
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		c := *ve
+		c.Line, c.Column = doc.pos(off)
+		c.Server = name
+		return &c
+	}
+	return doc.errorAt(off, name, "", err.Error())
 }
 
 var hujsonPosRE = regexp.MustCompile(`^hujson: line (\d+), column (\d+): (.*)$`)

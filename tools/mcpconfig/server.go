@@ -104,21 +104,52 @@ func (e *entry) secret(v string) {
 // everywhere in results.
 const minSecretLen = 6
 
-func parseServer(doc *document, f field, opts Options) (Server, []error) {
+// foreignKeys are per-entry keys other MCP clients write that mean nothing
+// to the relay: they are ignored with one information line (File.Notes).
+// Cline and Roo Code: autoApprove, alwaysAllow, disabledTools,
+// transportType, networkTimeout, watchPaths; Gemini CLI and Qwen: trust,
+// includeTools, excludeTools; Claude Code and Cursor: icon, name, notes,
+// auth, sandbox; Windsurf: disabledTools; VS Code: roots, sandboxEnabled.
+var foreignKeys = map[string]bool{
+	"autoApprove": true, "alwaysAllow": true, "disabledTools": true, "transportType": true,
+	"networkTimeout": true, "watchPaths": true, "trust": true, "includeTools": true,
+	"excludeTools": true, "icon": true, "name": true, "notes": true, "auth": true,
+	"sandbox": true, "sandboxEnabled": true, "roots": true, "$schema": true, "comment": true,
+	"autoStart": true, "restartOnFailure": true, "inputs": true, "metadata": true,
+}
+
+func parseServer(doc *document, f field, opts Options) (Server, []string, []error) {
 	e := &entry{doc: doc, name: f.name, off: f.off, opts: opts, secrets: map[string]bool{}}
 	e.members, _ = doc.fields(f.valOff, f.raw)
-	if !nameRE.MatchString(f.name) {
-		e.fail("", "name must be letters, digits, '-' or '_'")
-	} else if len(f.name) > MaxNameLen {
+	switch {
+	case strings.TrimSpace(f.name) == "":
+		e.fail("", "name is empty")
+	case len(f.name) > MaxNameLen:
 		e.fail("", "name is %d characters long, at most %d allowed", len(f.name), MaxNameLen)
 	}
-	r, ok := e.decode(f.raw)
+	raw, notes := f.raw, []string(nil)
+	for _, m := range e.members {
+		if foreignKeys[m.name] {
+			notes = append(notes, m.name)
+		}
+	}
+	if len(notes) > 0 {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(f.raw, &obj) == nil {
+			for _, k := range notes {
+				delete(obj, k)
+			}
+			raw, _ = json.Marshal(obj)
+		}
+	}
+	r, ok := e.decode(raw)
 	if !ok {
-		return Server{}, e.errs
+		return Server{}, nil, e.errs
 	}
 	line, _ := doc.pos(f.off)
 	s := Server{
-		Name:          f.name,
+		Name:          ServerID(f.name),
+		DisplayName:   f.name,
 		Disabled:      r.Disabled || r.Enabled != nil && !*r.Enabled,
 		Description:   r.Description,
 		Capabilities:  r.Capabilities,
@@ -137,7 +168,10 @@ func parseServer(doc *document, f field, opts Options) (Server, []error) {
 		s.Secrets = append(s.Secrets, v)
 	}
 	sort.Strings(s.Secrets)
-	return s, e.errs
+	if len(e.errs) > 0 {
+		return Server{}, nil, e.errs
+	}
+	return s, notes, nil
 }
 
 // decode reads the entry strictly: unknown fields and wrong types are errors.
