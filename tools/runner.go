@@ -1267,7 +1267,7 @@ func ProbeServer(ctx context.Context, cfg Config, s mcpconfig.Server) *Probe {
 	}
 	p.Capabilities, _ = json.Marshal(init.Capabilities)
 	start = time.Now()
-	if err := session.Ping(ctx, nil); err != nil {
+	if err := ping(ctx, session); err != nil {
 		p.Error = "ping: " + err.Error()
 		return p
 	}
