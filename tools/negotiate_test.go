@@ -68,7 +68,11 @@ func (g *verServer) record(h http.Handler) http.Handler {
 // streamable serves g's server speaking versions over streamable HTTP
 // (stateless, as 2026-07-28 needs).
 func (g *verServer) streamable(t *testing.T, stateless bool, versions ...string) string {
-	s := g.server(versions...)
+	return g.serve(t, g.server(versions...), stateless)
+}
+
+// serve serves s over streamable HTTP, recording requests.
+func (g *verServer) serve(t *testing.T, s *mcp.Server, stateless bool) string {
 	srv := httptest.NewServer(g.record(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
 		&mcp.StreamableHTTPOptions{Stateless: stateless})))
 	t.Cleanup(srv.Close)

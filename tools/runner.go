@@ -820,10 +820,7 @@ func (r *Runner) call(ctx context.Context, req *Request, e Execution, run *runni
 	if entry.schemaErr != nil {
 		r.log.Warn("tool schema does not compile; not validating", "tool", entry.info.Name, "err", entry.schemaErr)
 	}
-	args := req.Args
-	if args == nil {
-		args = map[string]any{}
-	}
+	args := omitNullOptional(req.Args, entry.info.InputSchema)
 	if err := entry.validateArgs(args); err != nil {
 		res.Err = fmt.Errorf("%w: %v", ErrInvalidArguments, err)
 		return res

@@ -38,6 +38,7 @@ func init() {
 const mcpUsage = `usage:
   relay mcp list [-json]                              servers, status and tools (from the running relay, else probed)
   relay mcp test <server> [-json]                     Healthy / Degraded / Unhealthy with a timestamp; exit 1 when unhealthy
+  relay mcp tools <server> [-json]                    the server's tools with their input/output schemas exactly as sent
   relay mcp call <server> <tool> [--args '{...}'] [--role R] [--save DIR] [-v] [-json]
   relay mcp active [-json]                            executions running in every tool runner (id, server, tool, thread, actor, started, elapsed)
   relay mcp cancel <id> [--actor WHO]                 cancel a running execution (the server gets notifications/cancelled)
@@ -60,7 +61,7 @@ func runMCP(ctx context.Context, a *app, args []string) error {
 	}
 	sub, rest := args[0], args[1:]
 	var ts *toolrunner.Settings
-	if sub == "call" || sub == "test" {
+	if sub == "call" || sub == "test" || sub == "tools" {
 		// They run the servers of this shell's mcp.json under its policy:
 		// invalid files stop them like any invalid setting.
 		ts = readToolSettings(a.env)
@@ -75,6 +76,8 @@ func runMCP(ctx context.Context, a *app, args []string) error {
 		return mcpTest(ctx, a, ts, rest)
 	case "call":
 		return mcpCall(ctx, a, ts, rest)
+	case "tools":
+		return mcpTools(ctx, a, ts, rest)
 	case "enable", "disable":
 		return mcpEnable(ctx, a, sub == "enable", rest)
 	case "refresh":
