@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -87,19 +89,24 @@ func TestNegotiationSideBySide(t *testing.T) {
 	g2026, g0618, g0326 := &verServer{}, &verServer{}, &verServer{}
 	sse0326 := httptest.NewServer(mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return g0326.server("2025-03-26") }, nil))
 	t.Cleanup(sse0326.Close)
-	pinned := everythingStdio(t, "pinned0618")
-	pinned.ProtocolVersion = "2025-06-18"
-	auto := everythingStdio(t, "everything")
-	auto.ProtocolVersion = ""
-	everythingSSE := mcpconfig.Server{Name: "everythingsse", Type: mcpconfig.SSE, URL: "http://" + startEverything(t, "sse") + "/sse",
-		ProtocolVersion: "2025-03-26"}
-	servers := []mcpconfig.Server{
-		{Name: "new", Type: mcpconfig.HTTP, URL: g2026.streamable(t, true, "2026-07-28")},
-		auto,
-		{Name: "old0618", Type: mcpconfig.HTTP, URL: g0618.streamable(t, false, "2025-06-18")},
-		pinned,
-		{Name: "sse0326", Type: mcpconfig.SSE, URL: sse0326.URL},
-		everythingSSE,
+	bin := everythingStdio(t, "x").Command
+	// The same program twice: another spelling of its path, as an entry of
+	// the same command and arguments would be disabled as a duplicate.
+	bin2 := filepath.Dir(bin) + "/./" + filepath.Base(bin)
+	// One mcp.json, as a user writes it: only pinned0618 and everythingsse
+	// name a version.
+	doc := fmt.Sprintf(`{"servers": {
+		"new": {"type": "http", "url": %q},
+		"everything": {"command": %q, "args": ["stdio"]},
+		"old0618": {"type": "http", "url": %q},
+		"pinned0618": {"command": %q, "args": ["stdio"], "protocolVersion": "2025-06-18"},
+		"sse0326": {"type": "sse", "url": %q},
+		"everythingsse": {"type": "sse", "url": %q, "protocolVersion": "2025-03-26"}}}`,
+		g2026.streamable(t, true, "2026-07-28"), bin, g0618.streamable(t, false, "2025-06-18"), bin2, sse0326.URL,
+		"http://"+startEverything(t, "sse")+"/sse")
+	servers, err := mcpconfig.Parse([]byte(doc), mcpconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
 	want := map[string]string{"new": "2026-07-28", "everything": "2025-11-25", "old0618": "2025-06-18",
 		"pinned0618": "2025-06-18", "sse0326": "2025-03-26", "everythingsse": "2025-03-26"}
