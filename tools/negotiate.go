@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
@@ -107,13 +108,19 @@ func requestMeta() mcp.Middleware {
 				mu.Unlock()
 				return next(ctx, method, req)
 			}
-			cs, ok := req.GetSession().(*mcp.ClientSession)
-			if !ok || !negotiated(cs) {
-				return next(ctx, method, req)
-			}
 			m := p.GetMeta()
 			if m == nil {
 				m = map[string]any{}
+			}
+			if tp := traceparent(ctx); tp != "" {
+				if _, set := m["traceparent"]; !set {
+					m["traceparent"] = tp // SEP-414: the server's spans join the relay's trace
+					p.SetMeta(m)
+				}
+			}
+			cs, ok := req.GetSession().(*mcp.ClientSession)
+			if !ok || !negotiated(cs) {
+				return next(ctx, method, req)
 			}
 			mu.Lock()
 			for k, v := range triple {
@@ -129,6 +136,15 @@ func requestMeta() mcp.Middleware {
 			return next(ctx, method, req)
 		}
 	}
+}
+
+// traceparent is the W3C traceparent of the span in ctx, "" without one.
+func traceparent(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ""
+	}
+	return fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
 }
 
 // isNilParams reports whether p is a typed nil (a request sent with nil

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
@@ -202,5 +203,30 @@ func TestStdioServerExitingOnDiscover(t *testing.T) {
 	}
 	if res := r.Call(t.Context(), Request{Tool: "quits.echo", Args: map[string]any{"message": "x"}, Operator: true}); res.Err != nil {
 		t.Fatal(res.Err)
+	}
+}
+
+// TestTraceparentInMeta: a call made under a span carries its W3C
+// traceparent in _meta, at 2026-07-28 and 2025 alike.
+func TestTraceparentInMeta(t *testing.T) {
+	t.Parallel()
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithSpanContext(t.Context(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
+	var servers []mcpconfig.Server
+	for _, v := range []string{"2026-07-28", "2025-11-25"} {
+		s := mcp.NewServer(&mcp.Implementation{Name: "tp", Version: "1.0.0"}, &mcp.ServerOptions{SupportedProtocolVersions: []string{v}})
+		mcp.AddTool(s, &mcp.Tool{Name: "tp"}, func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			tp, _ := req.Params.Meta["traceparent"].(string)
+			return textResult(tp), nil, nil
+		})
+		servers = append(servers, mcpconfig.Server{Name: "v" + v[:4], Type: mcpconfig.HTTP, URL: (&verServer{}).serve(t, s, v == "2026-07-28")})
+	}
+	r := startRunner(t, fastConfig(t, servers...))
+	for _, s := range servers {
+		res := r.Call(ctx, Request{Tool: s.Name + ".tp", Operator: true})
+		if want := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"; res.Err != nil || res.Text != want {
+			t.Errorf("%s: got %q, %v; want %s", s.Name, res.Text, res.Err, want)
+		}
 	}
 }
