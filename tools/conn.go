@@ -161,18 +161,18 @@ func (c *conn) client() *mcp.Client {
 		ElicitationHandler:   c.elicit,
 		CreateMessageHandler: c.sample,
 	})
-	cl.AddSendingMiddleware(c.trackCalls)
+	cl.AddSendingMiddleware(c.trackCalls, requestMeta())
 	return cl
 }
 
-// dial opens a session to s with a fresh client.
-func dial(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client, log *slog.Logger) (*mcp.ClientSession, *exec.Cmd, error) {
+// dialAt opens a session to s with client, asking for version (negotiate.go).
+func dialAt(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client, log *slog.Logger, version string) (*mcp.ClientSession, *exec.Cmd, error) {
 	t, cmd, err := transport(r, s, log)
 	if err != nil {
 		return nil, nil, err
 	}
 	ctx, challenge := withChallengeSlot(ctx)
-	session, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: s.ProtocolVersion})
+	session, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		if cmd != nil && cmd.Process != nil {
 			_ = cmd.Process.Kill()

@@ -133,7 +133,7 @@ func (c *conn) check(ctx context.Context) (pinged bool, err error) {
 	pctx, cancel := context.WithTimeout(ctx, c.r.cfg.PingTimeout)
 	defer cancel()
 	start := time.Now()
-	if err := s.Ping(pctx, nil); err != nil {
+	if err := ping(pctx, s); err != nil {
 		c.dropSession(s)
 		// This failure is counted now: an end-of-session signal that raced
 		// with the ping would count it twice.

@@ -66,6 +66,19 @@ func serveHelper() int {
 		opts = &mcp.ServerOptions{InitializedHandler: func(context.Context, *mcp.InitializedRequest) { os.Exit(0) }}
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "relay-test-helper", Version: "1.0.0"}, opts)
+	if h.exists("exit-on-discover") {
+		// A server that ends the session on a method it does not know, as
+		// some 2025 stdio servers do with server/discover.
+		s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if method == "server/discover" {
+					h.mark("discover-seen")
+					os.Exit(0)
+				}
+				return next(ctx, method, req)
+			}
+		})
+	}
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "echoes", Annotations: readOnly},
 		func(_ context.Context, _ *mcp.CallToolRequest, in msgIn) (*mcp.CallToolResult, any, error) {
 			return textResult("Echo: " + in.Message), nil, nil

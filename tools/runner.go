@@ -832,10 +832,7 @@ func (r *Runner) call(ctx context.Context, req *Request, e Execution, run *runni
 	if entry.schemaErr != nil {
 		r.log.Warn("tool schema does not compile; not validating", "tool", entry.info.Name, "err", entry.schemaErr)
 	}
-	args := req.Args
-	if args == nil {
-		args = map[string]any{}
-	}
+	args := omitNullOptional(req.Args, entry.info.InputSchema)
 	if err := entry.validateArgs(args); err != nil {
 		res.Err = fmt.Errorf("%w: %v", ErrInvalidArguments, err)
 		return res
@@ -1279,7 +1276,7 @@ func ProbeServer(ctx context.Context, cfg Config, s mcpconfig.Server) *Probe {
 	}
 	p.Capabilities, _ = json.Marshal(init.Capabilities)
 	start = time.Now()
-	if err := session.Ping(ctx, nil); err != nil {
+	if err := ping(ctx, session); err != nil {
 		p.Error = "ping: " + err.Error()
 		return p
 	}

@@ -39,6 +39,7 @@ func init() {
 const mcpUsage = `usage:
   relay mcp list [-json]                              servers, status and tools (from the running relay, else probed)
   relay mcp test <server> [-json]                     Healthy / Degraded / Unhealthy with a timestamp; exit 1 when unhealthy
+  relay mcp tools <server> [-json]                    the server's tools with their input/output schemas exactly as sent
   relay mcp call <server> <tool> [--args '{...}'] [--role R] [--save DIR] [-v] [-json]
   relay mcp active [-json]                            executions running in every tool runner (id, server, tool, thread, actor, started, elapsed)
   relay mcp cancel <id> [--actor WHO]                 cancel a running execution (the server gets notifications/cancelled)
@@ -61,7 +62,7 @@ func runMCP(ctx context.Context, a *app, args []string) error {
 	}
 	sub, rest := args[0], args[1:]
 	var ts *toolrunner.Settings
-	if sub == "call" || sub == "test" {
+	if sub == "call" || sub == "test" || sub == "tools" {
 		// They run the servers of this shell's mcp.json under its policy:
 		// invalid files stop them like any invalid setting.
 		ts = readToolSettings(a.env)
@@ -76,6 +77,8 @@ func runMCP(ctx context.Context, a *app, args []string) error {
 		return mcpTest(ctx, a, ts, rest)
 	case "call":
 		return mcpCall(ctx, a, ts, rest)
+	case "tools":
+		return mcpTools(ctx, a, ts, rest)
 	case "enable", "disable":
 		return mcpEnable(ctx, a, sub == "enable", rest)
 	case "refresh":
@@ -218,7 +221,7 @@ func persistedStates(ctx context.Context, b *bus.Bus) map[string]tools.ServerSta
 // reason in full below the table).
 func printStatuses(w io.Writer, statuses []tools.ServerStatus, invalid []tools.InvalidEntry, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVER\tTYPE\tSTATE\tFAILS\tCONNECTED\tLAST PING\tNEXT RETRY\tAUTO-DISABLED\tCALLS OK/ERR\tLAST CALL\tAVG (100)\tTOOLS\tLISTED\tNOTE")
+	fmt.Fprintln(tw, "SERVER\tTYPE\tPROTOCOL\tSTATE\tFAILS\tCONNECTED\tLAST PING\tNEXT RETRY\tAUTO-DISABLED\tCALLS OK/ERR\tLAST CALL\tAVG (100)\tTOOLS\tLISTED\tNOTE")
 	for _, s := range statuses {
 		note := s.LastError
 		if s.State == tools.StateDisabled {
@@ -240,7 +243,7 @@ func printStatuses(w io.Writer, statuses []tools.ServerStatus, invalid []tools.I
 		if s.AvgLatency > 0 {
 			avg = s.AvgLatency.Round(time.Microsecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Type, s.State, s.Failures,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Type, orDash(s.ProtocolVersion), s.State, s.Failures,
 			ago(now, s.LastConnected), ping, in(now, s.NextRetry), ago(now, s.AutoDisabledAt), s.Successes, s.Errors,
 			ago(now, s.LastInvocation), avg, toolList(s), ago(now, s.ToolsListed), clip.Line(note, 80))
 	}
@@ -280,6 +283,14 @@ func toolList(s tools.ServerStatus) string {
 		return fmt.Sprint(s.Tools)
 	}
 	return fmt.Sprintf("%d: %s", len(s.ToolNames), clip.Line(strings.Join(s.ToolNames, ","), 60))
+}
+
+// versionChoice says how the protocol version of s is chosen.
+func versionChoice(s mcpconfig.Server) string {
+	if s.ProtocolVersion == "" {
+		return "negotiated"
+	}
+	return "pinned in mcp.json"
 }
 
 func orDash(s string) string {
@@ -364,7 +375,7 @@ func mcpTest(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 		fmt.Fprintf(a.stdout, "status:       %s at %s\n", status, p.Timestamp.Format(time.RFC3339))
 		fmt.Fprintf(a.stdout, "handshake:    %s\n", p.Handshake.Round(time.Microsecond))
 		fmt.Fprintf(a.stdout, "ping:         %s\n", p.Ping.Round(time.Microsecond))
-		fmt.Fprintf(a.stdout, "protocol:     %s (requested %s)\n", orDash(p.ProtocolVersion), s.ProtocolVersion)
+		fmt.Fprintf(a.stdout, "protocol:     %s (%s)\n", orDash(p.ProtocolVersion), versionChoice(s))
 		fmt.Fprintf(a.stdout, "server info:  %s %s\n", orDash(p.ServerName), p.ServerVersion)
 		fmt.Fprintf(a.stdout, "capabilities: %s\n", orDash(string(p.Capabilities)))
 		fmt.Fprintf(a.stdout, "tools (%d):    %s\n", len(p.Tools), strings.Join(p.Tools, ", "))

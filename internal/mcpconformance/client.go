@@ -4,7 +4,8 @@
 // a client program with the server's URL; Client is that program's body: it
 // connects through package tools exactly as the tool runner does (one session,
 // health loop, elicitation with the schema's defaults since no human is
-// present), lists the tools and calls each one.
+// present), lists the tools and calls each one (or the calls the scenario
+// asks for: plan.go).
 //
 // The program is cmd/relay-conformance-client (for runs by hand); the Go test
 // runs the suite with its own binary as the client, running Client the same
@@ -34,7 +35,7 @@ func Client(ctx context.Context, scenario, url string, out io.Writer, log *slog.
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	srv := mcpconfig.Server{Name: "conformance", Type: mcpconfig.HTTP, URL: url, ProtocolVersion: mcpconfig.DefaultProtocolVersion}
+	srv := mcpconfig.Server{Name: "conformance", Type: mcpconfig.HTTP, URL: url}
 	r, err := tools.New(tools.Config{
 		Servers:        []mcpconfig.Server{srv},
 		Logger:         log.With("scenario", scenario),
@@ -61,13 +62,14 @@ func Client(ctx context.Context, scenario, url string, out io.Writer, log *slog.
 	}
 	fmt.Fprintf(out, "%d tools\n", len(list))
 	var errs []error
-	for _, t := range list {
-		res := r.Call(ctx, tools.Request{Tool: t.Name, Args: Args(t.InputSchema), Operator: true})
+	for _, c := range plan(scenario, list) {
+		name := srv.Name + "." + c.Tool
+		res := r.Call(ctx, tools.Request{Tool: name, Args: c.Args, Operator: true})
 		if res.Err != nil {
-			errs = append(errs, fmt.Errorf("call %s: %w", t.Name, res.Err))
+			errs = append(errs, fmt.Errorf("call %s: %w", name, res.Err))
 			continue
 		}
-		fmt.Fprintf(out, "%s: %s\n", t.Name, res.Text)
+		fmt.Fprintf(out, "%s: %s\n", name, res.Text)
 	}
 	return errors.Join(errs...)
 }

@@ -32,11 +32,21 @@ const (
 	PolicySchema = "policy.schema.json"
 )
 
-// DefaultProtocolVersion is the MCP protocol version requested unless a
-// server entry sets "protocolVersion": the initialize handshake, which every
-// server speaks. Newer versions (2026-07-28) first probe server/discover,
-// which some stdio servers answer by exiting.
-const DefaultProtocolVersion = "2025-11-25"
+// Protocol versions. An entry without "protocolVersion" is negotiated: the
+// runner speaks LatestProtocolVersion (server/discover) and falls back to
+// the initialize handshake at DefaultProtocolVersion, which the server may
+// answer with an older version it speaks (docs/protocol.md). An entry that
+// sets "protocolVersion" pins it: the handshake asks for that version only
+// and fails when the server answers another.
+const (
+	LatestProtocolVersion = "2026-07-28"
+	// DefaultProtocolVersion is the version of the initialize handshake the
+	// negotiation falls back to (and what tests pin for a 2025 handshake).
+	DefaultProtocolVersion = "2025-11-25"
+)
+
+// ProtocolVersions are the versions an entry may pin, newest first.
+var ProtocolVersions = []string{LatestProtocolVersion, DefaultProtocolVersion, "2025-06-18", "2025-03-26", "2024-11-05"}
 
 // Transport is how the runner reaches a server.
 type Transport string
@@ -77,8 +87,8 @@ type Server struct {
 	// with Description "Duplicate of X".
 	Disabled    bool
 	Description string
-	// ProtocolVersion is the MCP version requested; DefaultProtocolVersion
-	// when the entry sets none.
+	// ProtocolVersion is the MCP version the entry pins; "" negotiates
+	// (LatestProtocolVersion, else the server's best 2025 version).
 	ProtocolVersion string
 	// Timeout bounds one call when the policy sets no timeout budget for the
 	// server or tool (the orchestrator's "timeout"); 0 means the default.

@@ -29,15 +29,15 @@ func TestParseLayouts(t *testing.T) {
 				"remote": {"url": "https://mcp.example.com/mcp", "headers": {"Authorization": "Bearer ${input:github-token}"}}
 			}, "inputs": [{"id": "github-token", "type": "promptString"}]}`,
 			want: []Server{
-				{Name: "fs", Type: Stdio, Command: "npx", Args: []string{"-y", "/data/x"}, Env: map[string]string{"A": "s3cret", "N": "3"}, ProtocolVersion: DefaultProtocolVersion},
-				{Name: "remote", Type: HTTP, URL: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer ghp_x"}, ProtocolVersion: DefaultProtocolVersion},
+				{Name: "fs", Type: Stdio, Command: "npx", Args: []string{"-y", "/data/x"}, Env: map[string]string{"A": "s3cret", "N": "3"}},
+				{Name: "remote", Type: HTTP, URL: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer ghp_x"}},
 			},
 		},
 		{
 			name: "claude mcpServers with sse and protocol version",
 			doc:  `{"mcpServers": {"b": {"type": "sse", "url": "http://127.0.0.1:1/sse"}, "a": {"type": "stdio", "command": "x", "protocolVersion": "2026-07-28"}}}`,
 			want: []Server{
-				{Name: "b", Type: SSE, URL: "http://127.0.0.1:1/sse", ProtocolVersion: DefaultProtocolVersion},
+				{Name: "b", Type: SSE, URL: "http://127.0.0.1:1/sse"},
 				{Name: "a", Type: Stdio, Command: "x", ProtocolVersion: "2026-07-28"},
 			},
 		},
@@ -45,9 +45,9 @@ func TestParseLayouts(t *testing.T) {
 			name: "duplicates disabled, first stays",
 			doc:  `{"servers": {"one": {"command": "x", "args": ["a","b"]}, "two": {"command": "x", "args": ["a","b"]}, "three": {"command": "x", "args": ["a"]}}}`,
 			want: []Server{
-				{Name: "one", Type: Stdio, Command: "x", Args: []string{"a", "b"}, ProtocolVersion: DefaultProtocolVersion},
-				{Name: "two", Type: Stdio, Command: "x", Args: []string{"a", "b"}, Disabled: true, Description: "Duplicate of one", ProtocolVersion: DefaultProtocolVersion},
-				{Name: "three", Type: Stdio, Command: "x", Args: []string{"a"}, ProtocolVersion: DefaultProtocolVersion},
+				{Name: "one", Type: Stdio, Command: "x", Args: []string{"a", "b"}},
+				{Name: "two", Type: Stdio, Command: "x", Args: []string{"a", "b"}, Disabled: true, Description: "Duplicate of one"},
+				{Name: "three", Type: Stdio, Command: "x", Args: []string{"a"}},
 			},
 		},
 		{

@@ -54,7 +54,6 @@ const (
 
 var (
 	nameRE          = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
-	versionRE       = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}$`)
 	schemaVersionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
 	envNameRE       = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	secretNameRE    = regexp.MustCompile(`(?i)token|key|secret|password|passwd|credential`)
@@ -198,10 +197,9 @@ func (e *entry) decode(raw json.RawMessage) (rawServer, bool) {
 // common reads the fields every transport has.
 func (e *entry) common(r rawServer, s *Server) {
 	s.ProtocolVersion = r.ProtocolVersion
-	if r.ProtocolVersion == "" {
-		s.ProtocolVersion = DefaultProtocolVersion
-	} else if !versionRE.MatchString(r.ProtocolVersion) {
-		e.fail("protocolVersion", "%q is not a date version like 2025-11-25", r.ProtocolVersion)
+	if r.ProtocolVersion != "" && !slices.Contains(ProtocolVersions, r.ProtocolVersion) {
+		e.fail("protocolVersion", "%q is not a version the relay speaks (%s); leave it out to negotiate",
+			r.ProtocolVersion, strings.Join(ProtocolVersions, ", "))
 	}
 	if r.SchemaVersion != "" && !schemaVersionRE.MatchString(r.SchemaVersion) {
 		e.fail("schemaVersion", "%q is not a version like 1.0.0", r.SchemaVersion)
