@@ -30,6 +30,76 @@ type GitHub struct {
 	mu       sync.Mutex
 	comments []Comment
 	fail     []int // status codes to answer the next creates with
+	repos    map[string]*Repo
+}
+
+// Repo is a repository the fake knows (GET /repos/{owner}/{name} and its
+// /hooks), for `relay doctor`.
+type Repo struct {
+	Push  bool
+	Hooks []Hook
+}
+
+// Hook is a repository webhook.
+type Hook struct {
+	URL         string
+	ContentType string
+	Active      bool
+	Events      []string
+}
+
+// SetRepo makes the fake know the repository "owner/name"; nil forgets it.
+func (g *GitHub) SetRepo(fullName string, r *Repo) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.repos == nil {
+		g.repos = map[string]*Repo{}
+	}
+	g.repos[fullName] = r
+}
+
+var repoPath = regexp.MustCompile(`^(?:/api/v3)?/repos/([^/]+/[^/]+)(/hooks)?$`)
+
+// serveMeta answers GET /user (any token), /repos/{o}/{r} and its /hooks;
+// it reports whether it answered.
+func (g *GitHub) serveMeta(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodGet {
+		return false
+	}
+	if strings.TrimPrefix(r.URL.Path, "/api/v3") == "/user" {
+		if r.Header.Get("Authorization") == "" {
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, `{"message":"Requires authentication"}`)
+			return true
+		}
+		fmt.Fprint(w, `{"login":"relay-bot","id":1}`)
+		return true
+	}
+	m := repoPath.FindStringSubmatch(r.URL.Path)
+	if m == nil {
+		return false
+	}
+	g.mu.Lock()
+	repo := g.repos[m[1]]
+	var out any
+	if repo != nil && m[2] == "" {
+		out = map[string]any{"full_name": m[1], "permissions": map[string]bool{"push": repo.Push, "admin": repo.Push}}
+	} else if repo != nil {
+		hooks := []map[string]any{}
+		for i, h := range repo.Hooks {
+			hooks = append(hooks, map[string]any{"id": i + 1, "active": h.Active, "events": h.Events,
+				"config": map[string]any{"url": h.URL, "content_type": h.ContentType}})
+		}
+		out = hooks
+	}
+	g.mu.Unlock()
+	if out == nil {
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, `{"message":"Not Found"}`)
+		return true
+	}
+	_ = json.NewEncoder(w).Encode(out)
+	return true
 }
 
 var commentsPath = regexp.MustCompile(`^(?:/api/v3)?/repos/([^/]+)/([^/]+)/issues/(\d+)/comments$`)
@@ -60,8 +130,11 @@ func (g *GitHub) Comments() []Comment {
 }
 
 func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
-	m := commentsPath.FindStringSubmatch(r.URL.Path)
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	if g.serveMeta(w, r) {
+		return
+	}
+	m := commentsPath.FindStringSubmatch(r.URL.Path)
 	if m == nil {
 		w.WriteHeader(http.StatusNotFound)
 		fmt.Fprint(w, `{"message":"Not Found","documentation_url":"https://docs.github.com/rest"}`)
