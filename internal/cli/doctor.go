@@ -96,14 +96,23 @@ func runDoctor(ctx context.Context, a *app, args []string) error {
 	if dbURL != "" {
 		d.postgres(ctx, dbURL)
 	}
+	// Slack, GitHub and the model are what a suggestion approved in Slack
+	// needs: missing, each is a failing line; Redis, Postgres and
+	// embeddings are optional.
 	if slackToken.IsSet() {
 		d.slack(ctx, cmpOrURL(slackAPI, "https://slack.com/api/"), slackToken, channel)
+	} else {
+		d.fail("slack", "create the app from `relay setup slack`'s manifest, install it and set SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET", "SLACK_BOT_TOKEN is not set")
 	}
 	if ghToken.IsSet() {
 		d.github(ctx, cmpOrURL(ghAPI, "https://api.github.com/"), ghToken)
+	} else {
+		d.fail("github", "set GITHUB_TOKEN (a token with issues and pull requests: read and write), then `relay setup github`", "GITHUB_TOKEN is not set")
 	}
 	if llmURL != "" {
 		d.models(ctx, "llm", llmURL, llmKey, llmModel, "LLM_BASE_URL", "LLM_MODEL")
+	} else {
+		d.fail("llm", "set LLM_BASE_URL (an OpenAI-compatible base URL ending in /v1), LLM_API_KEY and LLM_MODEL", "LLM_BASE_URL is not set")
 	}
 	if embURL != "" {
 		d.models(ctx, "embeddings", embURL, embKey, embModel, "EMBEDDINGS_BASE_URL", "EMBEDDINGS_MODEL")
