@@ -38,6 +38,76 @@ type GitHub struct {
 	hooks       []Hook
 	nextHook    int64
 	hookWrites  int
+	repos       map[string]*Repo
+}
+
+// Repo is a repository the fake knows (GET /repos/{owner}/{name} and its
+// /hooks), for `relay doctor`.
+type Repo struct {
+	Push  bool
+	Hooks []Hook
+}
+
+// SetRepo makes the fake know the repository "owner/name"; nil forgets it.
+func (g *GitHub) SetRepo(fullName string, r *Repo) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.repos == nil {
+		g.repos = map[string]*Repo{}
+	}
+	g.repos[fullName] = r
+	// The repository's webhooks are those of the hooks API (github_hooks.go).
+	kept := g.hooks[:0]
+	for _, h := range g.hooks {
+		if h.Of != fullName {
+			kept = append(kept, h)
+		}
+	}
+	g.hooks = kept
+	if r != nil {
+		for _, h := range r.Hooks {
+			g.nextHook++
+			h.ID, h.Of = 100+g.nextHook, fullName
+			g.hooks = append(g.hooks, h)
+		}
+	}
+}
+
+var repoPath = regexp.MustCompile(`^(?:/api/v3)?/repos/([^/]+/[^/]+)$`)
+
+// serveMeta answers GET /user (any token) and /repos/{o}/{r};
+// it reports whether it answered.
+func (g *GitHub) serveMeta(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodGet {
+		return false
+	}
+	if strings.TrimPrefix(r.URL.Path, "/api/v3") == "/user" {
+		if r.Header.Get("Authorization") == "" {
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, `{"message":"Requires authentication"}`)
+			return true
+		}
+		fmt.Fprint(w, `{"login":"relay-bot","id":1}`)
+		return true
+	}
+	m := repoPath.FindStringSubmatch(r.URL.Path)
+	if m == nil {
+		return false
+	}
+	g.mu.Lock()
+	repo := g.repos[m[1]]
+	var out any
+	if repo != nil {
+		out = map[string]any{"full_name": m[1], "permissions": map[string]bool{"push": repo.Push, "admin": repo.Push}}
+	}
+	g.mu.Unlock()
+	if out == nil {
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, `{"message":"Not Found"}`)
+		return true
+	}
+	_ = json.NewEncoder(w).Encode(out)
+	return true
 }
 
 var commentsPath = regexp.MustCompile(`^(?:/api/v3)?/repos/([^/]+)/([^/]+)/issues/(\d+)/comments$`)
@@ -71,6 +141,9 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	if hm := hooksPath.FindStringSubmatch(r.URL.Path); hm != nil {
 		g.serveHooks(w, r, hm)
+		return
+	}
+	if g.serveMeta(w, r) {
 		return
 	}
 	m := commentsPath.FindStringSubmatch(r.URL.Path)

@@ -108,6 +108,7 @@ type LLM struct {
 	script func(*ChatRequest) Reply
 	mu     sync.Mutex
 	reqs   []*ChatRequest
+	models []string
 	n      atomic.Int64
 }
 
@@ -129,7 +130,34 @@ func (l *LLM) Requests() []*ChatRequest {
 	return append([]*ChatRequest(nil), l.reqs...)
 }
 
+// SetModels makes GET /models list ids (by default "fake-model").
+func (l *LLM) SetModels(ids ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.models = ids
+}
+
 func (l *LLM) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/v1/models" {
+		l.mu.Lock()
+		ids := l.models
+		l.mu.Unlock()
+		if ids == nil {
+			ids = []string{"fake-model"}
+		}
+		data := make([]map[string]any, len(ids))
+		for i, id := range ids {
+			data[i] = map[string]any{"id": id, "object": "model"}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data})
+		return
+	}
+	if r.URL.Path == "/v1/embeddings" {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"object":"list","data":[{"object":"embedding","index":0,"embedding":[0.1,0.2,0.3]}]}`)
+		return
+	}
 	if !strings.HasSuffix(r.URL.Path, "/chat/completions") {
 		http.NotFound(w, r)
 		return

@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // SlackCall is one Web API call: the method and its parameters (form fields,
@@ -34,6 +36,31 @@ type Slack struct {
 	wsURL  string
 	msgs   []map[string]any  // posted messages, for conversations.history and .replies
 	files  map[string][]byte // uploaded file contents by file id (files.getUploadURLExternal)
+	scopes string            // auth.test's X-OAuth-Scopes; "" sends none
+	member map[string]bool   // channels the bot is in (conversations.info)
+	skew   time.Duration     // added to the Date header's time
+}
+
+// SetClockSkew makes the fake's Date header d off the real time.
+func (f *Slack) SetClockSkew(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.skew = d
+}
+
+// SetScopes makes auth.test answer with the X-OAuth-Scopes header scopes
+// (comma-separated), as Slack tells a token's granted scopes.
+func (f *Slack) SetScopes(scopes string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.scopes = scopes
+}
+
+// SetMember makes conversations.info say whether the bot is in channel.
+func (f *Slack) SetMember(channel string, member bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.member[channel] = member
 }
 
 // OnCall makes the fake call fn for every call it receives, after recording
@@ -46,7 +73,7 @@ func (f *Slack) OnCall(fn func(SlackCall)) {
 
 // NewSlack starts a fake Slack Web API, closed when the test ends.
 func NewSlack(t Cleaner) *Slack {
-	f := &Slack{groups: map[string][]string{}, fail: map[string]string{}, files: map[string][]byte{}}
+	f := &Slack{groups: map[string][]string{}, fail: map[string]string{}, files: map[string][]byte{}, member: map[string]bool{}}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -153,6 +180,17 @@ func (f *Slack) serve(w http.ResponseWriter, r *http.Request) {
 		found = f.conversation(params)
 	}
 	seq := f.seq
+	if f.skew != 0 {
+		w.Header().Set("Date", time.Now().Add(f.skew).UTC().Format(http.TimeFormat))
+	}
+	if method == "auth.test" && f.scopes != "" {
+		w.Header().Set("X-OAuth-Scopes", f.scopes)
+	}
+	if method == "conversations.info" {
+		if m, ok := f.member[params["channel"]]; ok {
+			params["_member"] = strconv.FormatBool(m)
+		}
+	}
 	hook := f.hook
 	wsURL := f.wsURL
 	f.mu.Unlock()
@@ -185,7 +223,7 @@ func (c call) answer() any {
 	var resp any
 	switch c.method {
 	case "auth.test":
-		resp = map[string]any{"ok": true, "user_id": "UBOT", "bot_id": "BBOT", "team_id": "T0TEAM"}
+		resp = map[string]any{"ok": true, "user_id": "UBOT", "bot_id": "BBOT", "team_id": "T0TEAM", "user": "relay", "team": "Test Team"}
 	case "chat.postMessage":
 		resp = map[string]any{"ok": true, "channel": c.params["channel"], "ts": c.ts,
 			"message": map[string]any{"type": "message", "ts": c.ts, "text": c.params["text"]}}
@@ -204,6 +242,12 @@ func (c call) answer() any {
 		resp = map[string]any{"ok": true, "view": map[string]any{"id": fmt.Sprintf("V%06d", c.seq), "type": "modal"}}
 	case "conversations.history", "conversations.replies":
 		resp = map[string]any{"ok": true, "messages": c.found, "has_more": false}
+	case "conversations.info":
+		if c.params["_member"] == "" {
+			resp = map[string]any{"ok": false, "error": "channel_not_found"}
+		} else {
+			resp = map[string]any{"ok": true, "channel": map[string]any{"id": c.params["channel"], "name": "approvals", "is_member": c.params["_member"] == "true"}}
+		}
 	case "usergroups.users.list":
 		if !c.known {
 			resp = map[string]any{"ok": false, "error": "no_such_subteam"}
