@@ -9,6 +9,7 @@ import (
 
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/fairshare"
+	"github.com/relaystation/relay/internal/testenv"
 )
 
 type testClock struct {
@@ -84,6 +85,10 @@ func TestFloodOfOneRepositoryIsLimitedAndDigested(t *testing.T) {
 	}
 	l.SetClock(clk.now)
 	other.limiter = l
+	testenv.WaitFor(t, 10*time.Second, "the deferred triggers in the digest", func() bool {
+		due, err := l.Due(t.Context())
+		return err == nil && len(due) == 1 && due[0].Count == flood-limit
+	})
 	other.publishDigests(t.Context())
 	e := h.next(t)
 	if e.Role != envelope.RoleAssistant || e.Meta.Thread != "github:mallory/spam#4" {
