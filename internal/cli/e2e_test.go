@@ -125,6 +125,11 @@ func loopEnv(t testing.TB, mcpJSON string, sl *fakes.Slack, gh *fakes.GitHub, ll
 		"LLM_MODEL":              "scripted",
 		"RELAY_AGENT_MENTION":    "@relay-bot",
 		"RELAY_LOG_LEVEL":        "warn",
+		// These tests send many triggers from one actor and repository;
+		// the per-source limits have tests of their own.
+		"RELAY_LIMIT_TASKS_PER_REPO":    "0",
+		"RELAY_LIMIT_TASKS_PER_CHANNEL": "0",
+		"RELAY_LIMIT_TASKS_PER_ACTOR":   "0",
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,7 +30,7 @@ import (
 const MaxItems = 20
 
 // Grace is how long after its window ends a digest is due: a process whose
-// clock is a little behind may still add to it.
+// clock is a little behind, or that has not flushed yet, may still add to it.
 const Grace = 2 * time.Second
 
 // Bucket is the key-value bucket of the counts and digests.
@@ -42,11 +43,31 @@ type Opener interface {
 
 // Limiter counts per source and window. It is safe for concurrent use, and
 // any number of Limiters over one bucket share their counts.
+//
+// Once a source is over its limit in a window, the Limiter remembers it and
+// Take answers from memory for the rest of the window; Defer collects in
+// memory and Flush writes what was collected, one update per digest. So a
+// flood costs a few bucket writes per source and flush, not per event.
 type Limiter struct {
 	kv     jetstream.KeyValue
 	window time.Duration
 	now    func() time.Time
+
+	mu      sync.Mutex
+	over    map[string]Verdict // sources over their limit, by source
+	pending map[string]*batch  // deferred events not yet written, by digest key
 }
+
+// batch is what Defer collected for one digest since the last Flush.
+type batch struct {
+	v     Verdict
+	count int
+	items []Item
+}
+
+// maxCached bounds the sources remembered over their limit and the digests
+// collected in memory; beyond it Take and Defer go to the bucket.
+const maxCached = 10_000
 
 // Open opens the bucket of prefix with windows of window (at least a
 // second).
@@ -60,7 +81,7 @@ func Open(ctx context.Context, o Opener, prefix string, window time.Duration) (*
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{kv: kv, window: window, now: time.Now}, nil
+	return &Limiter{kv: kv, window: window, now: time.Now, over: map[string]Verdict{}, pending: map[string]*batch{}}, nil
 }
 
 // SetClock replaces time.Now (nil: keep it), for tests of windows.
@@ -96,6 +117,13 @@ func (l *Limiter) Take(ctx context.Context, source string, limit int) (Verdict, 
 	if limit <= 0 {
 		return v, nil
 	}
+	l.mu.Lock()
+	if o, ok := l.over[source]; ok && o.Start.Equal(start) && o.Limit == limit {
+		l.mu.Unlock()
+		o.FirstOver = false
+		return o, nil
+	}
+	l.mu.Unlock()
 	key := "n." + strconv.FormatInt(start.Unix(), 10) + "." + hash(source)
 	for range 100 {
 		n, err := l.update(ctx, key, func(b []byte) ([]byte, error) {
@@ -110,6 +138,9 @@ func (l *Limiter) Take(ctx context.Context, source string, limit int) (Verdict, 
 		v.Count, _ = strconv.Atoi(string(n))
 		v.Allowed = v.Count <= limit
 		v.FirstOver = v.Count == limit+1
+		if !v.Allowed {
+			l.remember(v)
+		}
 		return v, nil
 	}
 	return v, fmt.Errorf("count %s: too many concurrent writers", source)
@@ -179,10 +210,73 @@ type Digest struct {
 // what is made of it.
 func (d *Digest) Key() string { return d.key }
 
-// Defer adds it to the digest of v's source and window.
+// remember notes that v's source is over its limit in v's window.
+func (l *Limiter) remember(v Verdict) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.over) >= maxCached {
+		for k, o := range l.over {
+			if !o.Start.Equal(v.Start) {
+				delete(l.over, k)
+			}
+		}
+		if len(l.over) >= maxCached {
+			return
+		}
+	}
+	l.over[v.Source] = v
+}
+
+// Defer adds it to the digest of v's source and window: in memory until
+// the next Flush (written at once when too many digests are collecting).
 func (l *Limiter) Defer(ctx context.Context, v Verdict, it Item) error {
 	key := "d." + strconv.FormatInt(v.Start.Unix(), 10) + "." + hash(v.Source)
 	it.Title = cut(it.Title, 200)
+	l.mu.Lock()
+	b := l.pending[key]
+	if b == nil && len(l.pending) < maxCached {
+		b = &batch{v: v}
+		l.pending[key] = b
+	}
+	if b != nil {
+		b.count++
+		if len(b.items) < MaxItems {
+			b.items = append(b.items, it)
+		}
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.Unlock()
+	return l.write(ctx, key, &batch{v: v, count: 1, items: []Item{it}})
+}
+
+// Flush writes what Defer collected. Call it often (the agent does every
+// 200ms) and once more before stopping; what it could not write stays
+// collected for the next.
+func (l *Limiter) Flush(ctx context.Context) error {
+	l.mu.Lock()
+	pending := l.pending
+	l.pending = map[string]*batch{}
+	l.mu.Unlock()
+	var errs []error
+	for key, b := range pending {
+		if err := l.write(ctx, key, b); err != nil {
+			errs = append(errs, err)
+			l.mu.Lock()
+			if o := l.pending[key]; o != nil { // collected meanwhile: merge
+				b.count += o.count
+				b.items = append(b.items, o.items[:min(len(o.items), MaxItems-min(len(b.items), MaxItems))]...)
+			}
+			l.pending[key] = b
+			l.mu.Unlock()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// write adds b to the digest key in the bucket.
+func (l *Limiter) write(ctx context.Context, key string, bt *batch) error {
+	v := bt.v
 	for range 100 {
 		_, err := l.update(ctx, key, func(b []byte) ([]byte, error) {
 			d := Digest{Source: v.Source, Start: v.Start, End: v.End, Limit: v.Limit}
@@ -191,9 +285,9 @@ func (l *Limiter) Defer(ctx context.Context, v Verdict, it Item) error {
 					return nil, fmt.Errorf("digest %s: %w", key, err)
 				}
 			}
-			d.Count++
-			if len(d.Items) < MaxItems {
-				d.Items = append(d.Items, it)
+			d.Count += bt.count
+			if n := MaxItems - len(d.Items); n > 0 {
+				d.Items = append(d.Items, bt.items[:min(n, len(bt.items))]...)
 			}
 			return json.Marshal(d)
 		})
@@ -201,11 +295,11 @@ func (l *Limiter) Defer(ctx context.Context, v Verdict, it Item) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("defer %s to the digest of %s: %w", it.EnvelopeID, v.Source, err)
+			return fmt.Errorf("add %d events to the digest of %s: %w", bt.count, v.Source, err)
 		}
 		return nil
 	}
-	return fmt.Errorf("defer %s to the digest of %s: too many concurrent writers", it.EnvelopeID, v.Source)
+	return fmt.Errorf("add %d events to the digest of %s: too many concurrent writers", bt.count, v.Source)
 }
 
 // Due returns the digests whose window ended (Grace ago), oldest first.

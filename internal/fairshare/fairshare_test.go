@@ -95,6 +95,9 @@ func TestDigestIsBoundedAndDueOnceAfterItsWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := a.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	if due, err := b.Due(t.Context()); err != nil || len(due) != 0 {
 		t.Fatalf("before the window ends: got %d due, %v, want none", len(due), err)
 	}

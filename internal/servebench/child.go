@@ -109,6 +109,9 @@ func startChild(ctx context.Context, cfg Config, t Target, dir, profile string, 
 	if err != nil {
 		return nil, err
 	}
+	// The serve benchmark measures throughput from one sender: no per-source
+	// task limits (relay bench flood measures those).
+	env = append(env, "RELAY_LIMIT_TASKS_PER_REPO=0", "RELAY_LIMIT_TASKS_PER_CHANNEL=0", "RELAY_LIMIT_TASKS_PER_ACTOR=0")
 	args := []string{t.Service}
 	if profile != "" {
 		args = []string{"bench", "proc", "-cpuprofile", profile, t.Service}

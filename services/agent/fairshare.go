@@ -145,10 +145,28 @@ func (s *Service) deferTrigger(ctx context.Context, e *envelope.Envelope, v *fai
 // de-duplicated by its key and its removal is revision-checked, so one task
 // comes of each.
 func (s *Service) sweepDigests(ctx context.Context) error {
-	every := min(max(s.limiter.Window()/6, 200*time.Millisecond), 10*time.Second)
-	tick.Every(ctx, every, func() { s.publishDigests(ctx) })
+	every := min(max(s.limiter.Window()/6, flushEvery), 10*time.Second)
+	last := time.Now()
+	tick.Every(ctx, flushEvery, func() {
+		if err := s.limiter.Flush(ctx); err != nil {
+			s.log.Warn("deferred triggers not yet added to their digests; trying again", "err", err)
+		}
+		if time.Since(last) >= every {
+			last = time.Now()
+			s.publishDigests(ctx)
+		}
+	})
+	// What was collected since the last flush, before the process stops.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.limiter.Flush(fctx); err != nil {
+		s.log.Warn("deferred triggers lost from their digests at shutdown (their envelopes stay stored)", "err", err)
+	}
 	return nil
 }
+
+// flushEvery is how often deferred triggers are written to their digests.
+const flushEvery = 200 * time.Millisecond
 
 func (s *Service) publishDigests(ctx context.Context) {
 	due, err := s.limiter.Due(ctx)
