@@ -205,6 +205,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`[...document.querySelectorAll("#chart-webhooks svg rect.bar[data-series=github]")].filter(r => r.getBBox().height > 0).length + (document.querySelectorAll("#chart-webhooks svg g.legend").length == 4 ? 0 : -1000)`))
 		return err == nil && n > 0, fmt.Sprintf("no github bar with a height or not 4 providers in the legend of the webhooks chart (%d, %v)", n, err)
 	})
+	// The approvals chart: this test decided its approvals, so it renders
+	// its empty state with the age ranges.
+	do(t, tab, 10*time.Second, "the approvals chart", chromedp.Query(`#chart-approvals svg text.empty`, chromedp.NodeVisible))
 	screenshot(t, tab, "overview")
 }
 
