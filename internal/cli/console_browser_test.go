@@ -197,13 +197,17 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Run("server disabled and enabled", func(t *testing.T) { consoleSwitch(t, tab, base) })
 	do(t, tab, 20*time.Second, "open Overview", chromedp.Navigate(base+"/"), chromedp.Query("#fig-pending", chromedp.NodeVisible))
 	// The webhooks chart, drawn by the server as SVG: the minutes of this
-	// test's webhooks have bars the browser lays out with a height.
+	// test's webhooks (GitHub's) have bars of that provider the browser lays
+	// out with a height, and the legend names every provider.
 	testenv.Poll(t, 30*time.Second, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(tab, 2*time.Second)
 		defer cancel()
-		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`[...document.querySelectorAll("#chart-webhooks svg rect.bar")].filter(r => r.getBBox().height > 0).length`))
-		return err == nil && n > 0, fmt.Sprintf("no bar with a height in the webhooks chart (%d, %v)", n, err)
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`[...document.querySelectorAll("#chart-webhooks svg rect.bar[data-series=github]")].filter(r => r.getBBox().height > 0).length + (document.querySelectorAll("#chart-webhooks svg g.legend").length == 4 ? 0 : -1000)`))
+		return err == nil && n > 0, fmt.Sprintf("no github bar with a height or not 4 providers in the legend of the webhooks chart (%d, %v)", n, err)
 	})
+	// The approvals chart: this test decided its approvals, so it renders
+	// its empty state with the age ranges.
+	do(t, tab, 10*time.Second, "the approvals chart", chromedp.Query(`#chart-approvals svg text.empty`, chromedp.NodeVisible))
 	screenshot(t, tab, "overview")
 }
 

@@ -46,6 +46,23 @@ type minuteSeqs struct {
 // now's minute, oldest first, and the current minute's so far (n+1 values),
 // with the first boundary's time.
 func (m *minuteSeqs) counts(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream string, now time.Time, n int) ([]int, time.Time, error) {
+	bounds, first, err := m.bounds(ctx, nc, js, stream, now, n)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	out := make([]int, n+1)
+	for i := range out {
+		if bounds[i+1] > bounds[i] {
+			out[i] = int(bounds[i+1] - bounds[i])
+		}
+	}
+	return out, first, nil
+}
+
+// bounds returns the first sequence stored at or after each of the n+1
+// minute boundaries from the first one, and the stream's next sequence
+// (n+2 values), with the first boundary's time.
+func (m *minuteSeqs) bounds(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream string, now time.Time, n int) ([]uint64, time.Time, error) {
 	info, err := js.Stream(ctx, stream)
 	if err != nil {
 		return nil, time.Time{}, err
@@ -79,13 +96,7 @@ func (m *minuteSeqs) counts(ctx context.Context, nc *nats.Conn, js jetstream.Jet
 		bounds[i] = seq
 	}
 	bounds[n+1] = end
-	out := make([]int, n+1)
-	for i := range out {
-		if bounds[i+1] > bounds[i] {
-			out[i] = int(bounds[i+1] - bounds[i])
-		}
-	}
-	return out, first, nil
+	return bounds, first, nil
 }
 
 // firstSeqAt is the sequence of the first message stored at or after t, or

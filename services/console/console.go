@@ -104,6 +104,8 @@ type Service struct {
 	// inbound remembers the inbound stream's sequence at each minute
 	// boundary of the overview's chart.
 	inbound minuteSeqs
+	// providers remembers the ended minutes' split per provider.
+	providers providerMinutes
 }
 
 // New returns the console (not started) reading and acting on b.

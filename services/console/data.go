@@ -40,10 +40,10 @@ func (s *Service) overviewData(ctx context.Context, _ url.Values) (map[string]an
 	}
 	d["Rates"] = rates
 	cctx, ccancel := s.rpcContext(ctx)
-	perMinute, first, err := s.inbound.counts(cctx, s.bus.Conn(), s.bus.JetStream(), s.bus.StreamName("in.x"), s.cfg.Now(), chartMinutes)
+	perProvider, first, err := s.providers.counts(cctx, &s.inbound, s.bus.Conn(), s.bus.JetStream(), s.bus.StreamName("in.x"), s.bus.Subject, s.cfg.Now(), chartMinutes)
 	ccancel()
 	if err == nil {
-		d["WebhookChart"] = barChart("Webhooks per minute", perMinute, first)
+		d["WebhookChart"] = stackedChart("Webhooks per minute", perProvider, first)
 	}
 	d["ChartError"] = errText(err)
 	dls, err := s.bus.DeadLetters(ctx, 0)
@@ -57,8 +57,15 @@ func (s *Service) overviewData(ctx context.Context, _ url.Values) (map[string]an
 	d["RecentErrors"] = errs
 	rctx, cancel := s.rpcContext(ctx)
 	defer cancel()
-	_, pending, err := approvalrpc.ListTotal(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{Preview: approvalrpc.PreviewBytes})
+	waiting, pending, err := approvalrpc.ListTotal(rctx, s.bus.Conn(), s.bus.Prefix(), approvalrpc.ListRequest{Preview: approvalrpc.PreviewBytes})
 	d["Pending"], d["PendingError"] = pending, errText(err)
+	if err == nil {
+		ages := make([]time.Duration, len(waiting))
+		for i, it := range waiting {
+			ages[i] = max(s.cfg.Now().Sub(it.CreatedAt), 0)
+		}
+		d["ApprovalsChart"] = ageChart(ages, max(pending-len(waiting), 0))
+	}
 	st, err := tools.StatusRemote(rctx, s.bus.Conn(), s.bus.Prefix())
 	d["Tools"], d["ToolsError"] = st, errText(err)
 	d["Seen"] = s.hub.count()
