@@ -231,4 +231,3 @@ func withFields(body []byte, fields map[string]any) ([]byte, error) {
 	}
 	return json.Marshal(doc)
 }
-
