@@ -231,7 +231,10 @@ func (c *natsCluster) metaLeader() string {
 }
 
 func newClusterDeployment(t *testing.T, c *natsCluster, p clusterParams) *deployment {
-	bin := relayBinary(t)
+	bin := os.Getenv("FAULT_RELAY_BIN") // another build of the relay, to compare versions
+	if bin == "" {
+		bin = relayBinary(t)
+	}
 	d := &deployment{t: t, cluster: c, slack: fakes.NewSlack(t), gh: fakes.NewGitHub(t), clicked: map[int]time.Time{}}
 	llm := fakes.NewLLM(t, func(r *fakes.ChatRequest) fakes.Reply { time.Sleep(300 * time.Millisecond); return script(r) })
 	env := faultEnv(t, d.slack, d.gh, llm, c.urls())
