@@ -72,14 +72,15 @@ func (r *retrying) PutString(ctx context.Context, key string, value string) (uin
 // Create retries as the others do; when an attempt whose outcome is
 // unknown (it timed out) is followed by one finding the key written, that
 // may be the first attempt's write: Create then reports the failure as
-// ErrUnavailable rather than jetstream.ErrKeyExists, and the caller's retry
-// (a redelivery) finds the key.
+// ErrUnavailable, not matching jetstream.ErrKeyExists (a caller taking
+// "exists" for "someone else's" would drop its own work), and the caller's
+// retry (a redelivery) finds the key.
 func (r *retrying) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (rev uint64, err error) {
 	unknown := false
 	err = r.b.retry(ctx, func(ctx context.Context) error {
 		rev, err = r.KeyValue.Create(ctx, key, value, opts...)
 		if unknown && errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("%w: %w: create %s: an earlier attempt may have written it: %w", ErrUnavailable, errAmbiguous, key, err)
+			return fmt.Errorf("%w: %w: create %s: an earlier attempt may have written it (%v)", ErrUnavailable, errAmbiguous, key, err)
 		}
 		unknown = unknown || Transient(err)
 		return err
@@ -93,7 +94,7 @@ func (r *retrying) Update(ctx context.Context, key string, value []byte, revisio
 	err = r.b.retry(ctx, func(ctx context.Context) error {
 		rev, err = r.KeyValue.Update(ctx, key, value, revision)
 		if unknown && errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("%w: %w: update %s: an earlier attempt may have written it: %w", ErrUnavailable, errAmbiguous, key, err)
+			return fmt.Errorf("%w: %w: update %s: an earlier attempt may have written it (%v)", ErrUnavailable, errAmbiguous, key, err)
 		}
 		unknown = unknown || Transient(err)
 		return err

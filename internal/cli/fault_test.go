@@ -88,6 +88,7 @@ func TestFaults(t *testing.T) {
 type deployment struct {
 	t       *testing.T
 	nats    *bustest.Restartable
+	cluster *natsCluster // instead of nats, for TestClusterFaults
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	slack   *fakes.Slack

@@ -1,0 +1,477 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/procs"
+	"github.com/relaystation/relay/internal/testenv"
+)
+
+var clusterFaults = flag.Bool("cluster.faults", false,
+	"run TestClusterFaults' short form (one SIGKILL of each kind); not yet on by default: it finds a lost task, see docs/scaling.md")
+
+var clusterLong = flag.Bool("cluster.long", false,
+	"run TestClusterFaults' long form (a node SIGKILLed every 15 s, workers every 2 s, 200 webhooks)")
+
+// TestClusterFaults runs the split deployment, every worker its own process,
+// on a three-node JetStream cluster of nats-server processes (the version
+// go.mod requires, built by the test) with RELAY_STREAM_REPLICAS=3, sends
+// issues.opened webhooks as GitHub does (once: GitHub does not retry a
+// failed delivery), approves each suggestion as Slack does (a click retried
+// three times), and SIGKILLs NATS nodes, each restarted on its store 5 s
+// later: the short form kills one of each kind (any node, the meta leader,
+// the inbound stream's leader, the agent task bucket's leader) while the
+// webhooks arrive. It counts non-2xx answers, lost and duplicated comments,
+// worker processes that exited on their own, and the p50/p99 from webhook
+// to comment; all but the times must be 0. The long form
+// (-args -cluster.long) kills a node every 15 s and a random worker every
+// 2 s over 200 webhooks, and requires p99 under 15 s. The short form
+// runs with -args -cluster.faults; it is not on by default yet (see
+// docs/scaling.md, "The test family").
+func TestClusterFaults(t *testing.T) {
+	t.Parallel()
+	testenv.SkipShort(t, "a NATS cluster of processes and worker processes")
+	if !*clusterFaults && !*clusterLong {
+		// Off until the lost task it finds (1 of 24 issues without a
+		// comment, in every run so far) is fixed: docs/scaling.md.
+		t.Skip("-cluster.faults or -cluster.long runs it")
+	}
+	p := clusterParams{issues: 24, spread: 40 * time.Second, nodeEvery: 9 * time.Second, down: 5 * time.Second,
+		kinds: []string{"node", "meta leader", "inbound stream leader", "bucket leader"}, settle: 60 * time.Second}
+	if *clusterLong {
+		p = clusterParams{issues: 200, spread: 180 * time.Second, nodeEvery: 15 * time.Second, down: 5 * time.Second,
+			workerEvery: 2 * time.Second, settle: 120 * time.Second}
+	}
+	c := startNATSCluster(t, 3)
+	d := newClusterDeployment(t, c, p)
+	r := d.run(t, p)
+	t.Logf("cluster faults: %d webhooks, non-2xx %d, lost %d, duplicated %d, process exits %d, node kills %v, worker kills %d, "+
+		"dead letters %d; webhook->comment p50 %s, p99 %s, max %s",
+		p.issues, r.non2xx, r.lost, r.duplicated, r.exits, r.nodeKills, r.workerKills, r.deadLetters,
+		r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.max.Round(time.Millisecond))
+	if r.non2xx != 0 || r.lost != 0 || r.duplicated != 0 || r.exits != 0 {
+		t.Errorf("non-2xx %d, lost %d, duplicated %d, process exits %d; want all 0", r.non2xx, r.lost, r.duplicated, r.exits)
+	}
+	if *clusterLong && r.p99 > 15*time.Second {
+		t.Errorf("webhook->comment p99 %s, want under 15s", r.p99)
+	}
+}
+
+type clusterParams struct {
+	issues      int
+	spread      time.Duration // the webhooks arrive over this time
+	nodeEvery   time.Duration // a node kill this often
+	down        time.Duration // a killed node restarts after this
+	kinds       []string      // the short form's kills, in order; nil: random nodes
+	workerEvery time.Duration // a random worker killed this often (0: never)
+	settle      time.Duration
+}
+
+// natsServerBin returns a nats-server binary of the version go.mod
+// requires, built with `go build` once and kept in the user's cache
+// directory. Only when the build fails does it fall back to
+// /usr/sbin/nats-server (it logs which).
+func natsServerBin(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/nats-io/nats-server/v2").Output()
+	version := strings.TrimSpace(string(out))
+	if err == nil && version != "" {
+		cache, _ := os.UserCacheDir()
+		bin := filepath.Join(cmpOr(cache, os.TempDir()), "relay-test", "nats-server-"+version)
+		if _, err := os.Stat(bin); err == nil {
+			return bin
+		}
+		tmp := bin + "." + uuid.NewString()
+		out, err := exec.Command("go", "build", "-o", tmp, "github.com/nats-io/nats-server/v2").CombinedOutput()
+		if err == nil && os.Rename(tmp, bin) == nil {
+			t.Logf("built nats-server %s into %s", version, bin)
+			return bin
+		}
+		t.Logf("go build nats-server %s: %v\n%s", version, err, out)
+	}
+	const system = "/usr/sbin/nats-server"
+	if _, err := os.Stat(system); err != nil {
+		t.Fatalf("no nats-server: the build failed and %s is missing", system)
+	}
+	t.Logf("using %s (building nats-server failed)", system)
+	return system
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// natsNode is one nats-server process of a cluster, restartable on its
+// ports and store.
+type natsNode struct {
+	name, bin, store string
+	port, route, mon int
+	routes           []string
+	logs             *syncBuffer
+	mu               sync.Mutex
+	proc             *procs.Process
+}
+
+type natsCluster struct{ nodes []*natsNode }
+
+func startNATSCluster(t *testing.T, n int) *natsCluster {
+	t.Helper()
+	bin := natsServerBin(t)
+	c := &natsCluster{}
+	for i := range n {
+		c.nodes = append(c.nodes, &natsNode{name: fmt.Sprintf("n%d", i+1), bin: bin, store: t.TempDir(),
+			port: testenv.FreePort(t), route: testenv.FreePort(t), mon: testenv.FreePort(t), logs: &syncBuffer{}})
+	}
+	for _, nd := range c.nodes {
+		for _, o := range c.nodes {
+			if o != nd {
+				nd.routes = append(nd.routes, fmt.Sprintf("nats://127.0.0.1:%d", o.route))
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for _, nd := range c.nodes {
+		wg.Go(func() { must(t, nd.start(t.Context())) })
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, nd := range c.nodes {
+			nd.kill()
+			if t.Failed() {
+				t.Logf("nats %s log (last 2 KB):\n%s", nd.name, tail(nd.logs.String(), 2048))
+			}
+		}
+	})
+	return c
+}
+
+func (n *natsNode) start(ctx context.Context) error {
+	cmd := exec.Command(n.bin, "-n", n.name, "-a", "127.0.0.1", "-p", fmt.Sprint(n.port), "-m", fmt.Sprint(n.mon),
+		"-js", "-sd", n.store, "--cluster_name", "relay", "--cluster", fmt.Sprintf("nats://127.0.0.1:%d", n.route),
+		"--routes", strings.Join(n.routes, ","))
+	cmd.Stderr = n.logs
+	p, err := procs.Start(cmd)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.proc = p
+	n.mu.Unlock()
+	return p.WaitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/varz", n.mon), 30*time.Second)
+}
+
+// kill SIGKILLs the node, as a crash would.
+func (n *natsNode) kill() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.proc != nil {
+		n.proc.Kill()
+		n.proc = nil
+	}
+}
+
+func (c *natsCluster) urls() string {
+	u := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		u[i] = fmt.Sprintf("nats://127.0.0.1:%d", n.port)
+	}
+	return strings.Join(u, ",")
+}
+
+func (c *natsCluster) node(name string) *natsNode {
+	for _, n := range c.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// metaLeader asks a live node's monitoring endpoint for the meta leader.
+func (c *natsCluster) metaLeader() string {
+	for _, n := range c.nodes {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz", n.mon))
+		if err != nil {
+			continue
+		}
+		var jsz struct {
+			Meta *struct {
+				Leader string `json:"leader"`
+			} `json:"meta_cluster"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&jsz)
+		resp.Body.Close()
+		if err == nil && jsz.Meta != nil && jsz.Meta.Leader != "" {
+			return jsz.Meta.Leader
+		}
+	}
+	return ""
+}
+
+func newClusterDeployment(t *testing.T, c *natsCluster, p clusterParams) *deployment {
+	bin := os.Getenv("FAULT_RELAY_BIN") // another build of the relay, to compare versions
+	if bin == "" {
+		bin = relayBinary(t)
+	}
+	d := &deployment{t: t, cluster: c, slack: fakes.NewSlack(t), gh: fakes.NewGitHub(t), clicked: map[int]time.Time{}}
+	llm := fakes.NewLLM(t, func(r *fakes.ChatRequest) fakes.Reply { time.Sleep(300 * time.Millisecond); return script(r) })
+	env := faultEnv(t, d.slack, d.gh, llm, c.urls())
+	env["RELAY_STREAM_REPLICAS"] = "3"
+	for _, w := range []struct {
+		cmd string
+		n   int
+	}{{"toolrunner", 1}, {"memory", 1}, {"outbound", 2}, {"approvals", 2}, {"agent", 2}, {"ingest", 1}} {
+		for i := range w.n {
+			wk := &worker{name: fmt.Sprintf("%s-%d", w.cmd, i+1), cmd: w.cmd, bin: bin, env: env, addr: freeAddr(t), logs: &syncBuffer{}}
+			must(t, wk.start(t))
+			d.workers = append(d.workers, wk)
+			if w.cmd == "ingest" {
+				d.ingest = wk
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, w := range d.workers {
+			w.stop()
+			if t.Failed() {
+				t.Logf("%s log (last 4 KB):\n%s", w.name, tail(w.logs.String(), 4096))
+			}
+		}
+	})
+	nc, err := nats.Connect(c.urls(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	must(t, err)
+	t.Cleanup(nc.Close)
+	d.nc = nc
+	d.js, err = jetstream.New(nc)
+	must(t, err)
+	d.payload = issuesOpenedPayload(t)
+	return d
+}
+
+type clusterResult struct {
+	non2xx, lost, duplicated, exits int
+	nodeKills                       []string
+	workerKills, deadLetters        int
+	p50, p99, max                   time.Duration
+}
+
+// run sends the webhooks while it kills nodes (and workers), then counts.
+func (d *deployment) run(t *testing.T, p clusterParams) clusterResult {
+	var r clusterResult
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	exits := d.watchExits(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { d.approveAll(ctx) })
+	first := 5000
+	watch := newCommentWatch(d.gh, first, p.issues)
+	wg.Go(func() { watch.run(ctx) })
+	accepted := make([]time.Time, p.issues)
+	var non2xx atomic.Int64
+	var sends sync.WaitGroup
+	start := time.Now()
+	for i := range p.issues {
+		sends.Go(func() {
+			if wait := time.Until(start.Add(p.spread * time.Duration(i) / time.Duration(p.issues))); wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					return
+				}
+			}
+			at, code := d.deliverOnce(ctx, first+i)
+			if code/100 != 2 {
+				non2xx.Add(1)
+				t.Logf("issue #%d: webhook answered %d at %s", first+i, code, time.Since(start).Round(time.Millisecond))
+				return
+			}
+			accepted[i] = at
+		})
+	}
+	r.nodeKills, r.workerKills = d.clusterChaos(t, p, start)
+	sends.Wait()
+	select {
+	case <-watch.allSeen:
+	case <-time.After(p.settle):
+	}
+	d.awaitDrained(ctx, t, "cluster faults", p.settle)
+	res := phaseResult{name: "cluster faults", issues: p.issues}
+	res.count(t, d, watch, accepted)
+	r.lost, r.duplicated = res.lost, res.duplicated
+	if r.lost > 0 {
+		counts := watch.counts()
+		for i := range p.issues {
+			if counts[first+i] == 0 {
+				d.logsAbout(t, fmt.Sprintf("#%d", first+i))
+			}
+		}
+	}
+	r.deadLetters = d.deadLetters(ctx)
+	var lat []time.Duration
+	for i := range p.issues {
+		if at, ok := watch.firstSeen(first + i); ok && !accepted[i].IsZero() {
+			lat = append(lat, at.Sub(accepted[i]))
+		}
+	}
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		r.p50, r.p99, r.max = lat[len(lat)*50/100], lat[min(len(lat)-1, len(lat)*99/100)], lat[len(lat)-1]
+	}
+	r.non2xx = int(non2xx.Load())
+	r.exits = int(exits.Load())
+	cancel()
+	wg.Wait()
+	return r
+}
+
+// deliverOnce delivers issue num's webhook once, as GitHub does, and
+// returns when it was answered and the status (0: no answer).
+func (d *deployment) deliverOnce(ctx context.Context, num int) (time.Time, int) {
+	body, _ := openedIssue(d.payload, num, "cluster")
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second) // GitHub's delivery timeout
+	defer cancel()
+	resp, err := http.DefaultClient.Do(githubWebhook(ctx, "http://"+d.ingest.addr, e2eGHSecret, "issues", uuid.NewString(), body))
+	if err != nil {
+		return time.Time{}, 0
+	}
+	resp.Body.Close()
+	return time.Now(), resp.StatusCode
+}
+
+// watchExits counts worker processes that end without the test killing
+// them (the test replaces w.proc before it kills).
+func (d *deployment) watchExits(ctx context.Context) *atomic.Int64 {
+	var n atomic.Int64
+	go func() {
+		seen := map[*procs.Process]bool{}
+		for ctx.Err() == nil {
+			for _, w := range d.workers {
+				w.mu.Lock()
+				p := w.proc
+				w.mu.Unlock()
+				if p == nil || seen[p] {
+					continue
+				}
+				select {
+				case <-p.Exited():
+					w.mu.Lock()
+					still := w.proc == p
+					w.mu.Unlock()
+					if still && ctx.Err() == nil {
+						seen[p] = true
+						n.Add(1)
+						d.t.Logf("%s exited on its own:\n%s", w.name, tail(w.logs.String(), 2048))
+					}
+				default:
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	return &n
+}
+
+// clusterChaos kills nodes (and workers) while the webhooks arrive.
+func (d *deployment) clusterChaos(t *testing.T, p clusterParams, start time.Time) (nodeKills []string, workerKills int) {
+	var restarts sync.WaitGroup
+	defer restarts.Wait()
+	nextNode := start.Add(p.nodeEvery / 2)
+	nextWorker := start.Add(p.workerEvery)
+	for k := 0; time.Since(start) < p.spread && (p.kinds == nil || k < len(p.kinds)); {
+		now := time.Now()
+		if p.workerEvery > 0 && now.After(nextWorker) {
+			nextWorker = now.Add(p.workerEvery/2 + rand.N(p.workerEvery))
+			w := d.workers[rand.N(len(d.workers))]
+			w.kill()
+			workerKills++
+			if err := w.start(t); err != nil {
+				t.Errorf("restart %s after a kill: %v", w.name, err)
+			}
+		}
+		if now.After(nextNode) {
+			nextNode = now.Add(p.nodeEvery)
+			kind := "node"
+			if p.kinds != nil {
+				kind = p.kinds[k]
+			}
+			k++
+			victim := d.victim(kind)
+			if victim == nil {
+				t.Errorf("no %s to kill", kind)
+				continue
+			}
+			victim.kill()
+			nodeKills = append(nodeKills, kind+"="+victim.name)
+			t.Logf("killed nats %s (%s) at %s", victim.name, kind, time.Since(start).Round(time.Millisecond))
+			restarts.Go(func() {
+				time.Sleep(p.down)
+				if err := victim.start(t.Context()); err != nil {
+					t.Errorf("restart nats %s: %v", victim.name, err)
+				}
+			})
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nodeKills, workerKills
+}
+
+// victim is the node to kill for kind.
+func (d *deployment) victim(kind string) *natsNode {
+	c := d.cluster
+	ctx, cancel := context.WithTimeout(d.t.Context(), 10*time.Second)
+	defer cancel()
+	leaderOf := func(stream string) string {
+		for ctx.Err() == nil {
+			s, err := d.js.Stream(ctx, stream)
+			if err == nil {
+				if info, err := s.Info(ctx); err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
+					return info.Cluster.Leader
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return ""
+	}
+	switch kind {
+	case "meta leader":
+		return c.node(c.metaLeader())
+	case "inbound stream leader":
+		return c.node(leaderOf("RELAY_IN"))
+	case "bucket leader":
+		return c.node(leaderOf("KV_relay_tasks"))
+	}
+	return c.nodes[rand.N(len(c.nodes))]
+}
+
+// logsAbout logs every worker's log lines that contain s.
+func (d *deployment) logsAbout(t *testing.T, s string) {
+	for _, w := range d.workers {
+		for line := range strings.SplitSeq(w.logs.String(), "\n") {
+			if strings.Contains(line, s) {
+				t.Logf("%s: %s", w.name, line)
+			}
+		}
+	}
+}
