@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/relaystation/relay/secret"
@@ -92,6 +93,7 @@ func (e *Env) OneOf(name, def string, allowed ...string) string {
 // Secret returns the secret in NAME, or the contents of the file named by
 // NAME_FILE (trailing newline trimmed). Setting both is an error.
 func (e *Env) Secret(name string) secret.Value {
+	secretSettings.Store(name, true)
 	v := e.get(name)
 	e.used[name] = true
 	file := e.lookup(name + "_FILE")
@@ -104,9 +106,25 @@ func (e *Env) Secret(name string) secret.Value {
 			e.Failf(name+"_FILE", "read secret file: %v", err)
 			return secret.Value{}
 		}
-		return secret.New(strings.TrimRight(string(b), "\r\n"))
+		v := strings.TrimRight(string(b), "\r\n")
+		secret.Remember(v) // redacted everywhere from now on
+		return secret.New(v)
 	}
+	secret.Remember(v)
 	return secret.New(v)
+}
+
+// secretSettings is the registry of the secret settings the binary knows:
+// every name read through Secret.
+var secretSettings sync.Map
+
+// SecretSettings lists, sorted, every setting read through Secret so far in
+// this process (read every service's settings first: the binary's registry).
+func SecretSettings() []string {
+	var out []string
+	secretSettings.Range(func(k, _ any) bool { out = append(out, k.(string)); return true })
+	sort.Strings(out)
+	return out
 }
 
 // Int returns the variable as an integer in [lo, hi], or def when unset.
@@ -157,6 +175,7 @@ func (e *Env) URL(name string, schemes ...string) string {
 	if v == "" {
 		return ""
 	}
+	secret.RememberURL(v) // its credentials are redacted everywhere from now on
 	u, err := url.Parse(v)
 	if err != nil || u.Host == "" && u.Scheme != "unix" {
 		e.Failf(name, "not an absolute URL")

@@ -35,7 +35,7 @@ func TestTokenPattern(t *testing.T) {
 	t.Parallel()
 	for _, tok := range []string{
 		"ghp_" + strings.Repeat("a", 36), "github_pat_" + strings.Repeat("B", 40), "xoxb-1234567890-abcdefghij",
-		"xapp-1-A0123-4567-abcdef0123", "sk-proj-" + strings.Repeat("x", 24), "glpat-" + strings.Repeat("z", 20),
+		"xapp-1-A0123-4567-abcdef0123", "sk-proj-" + strings.Repeat("x", 24), "glpat-" + strings.Repeat("z", 20), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
 		"AKIAIOSFODNN7EXAMPLE", `aws_secret_access_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEYAA"`,
 		"Aws_Secret_Access_Key: wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEYAA",
 		"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlMTIz",

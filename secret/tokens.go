@@ -7,7 +7,7 @@ import (
 
 // TokenPattern matches the common shapes of credentials that turn up in
 // text: GitHub tokens (classic and fine-grained), Slack bot, user and app
-// tokens, OpenAI/Anthropic-style sk- keys, GitLab tokens, AWS access key ids
+// tokens, OpenAI/Anthropic-style sk- keys, webhook signing secrets (whsec_), GitLab tokens, AWS access key ids
 // and secret keys, JWTs, and PEM private keys (to the end of the text when the
 // END line is missing). The tool runner redacts results with it and memory
 // scrubs long-term memories with it.
@@ -17,6 +17,7 @@ var TokenPattern = regexp.MustCompile(`\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,
 	`|\bxapp-[A-Za-z0-9-]{10,}\b` +
 	`|\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}\b` +
 	`|\bglpat-[A-Za-z0-9_-]{20,}\b` +
+	`|\bwhsec_[A-Za-z0-9+/=]{20,}` +
 	`|\b(?:AKIA|ASIA)[A-Z0-9]{16}\b` +
 	`|` + asciiFold("aws_secret_access_key") + `["']?\s*[:=]\s*["']?[A-Za-z0-9/+=]{40}` +
 	`|\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\b` +
@@ -36,7 +37,7 @@ type hint struct {
 var (
 	underscoreHints = []hint{{"ghp_", 3, true, false}, {"gho_", 3, true, false}, {"ghu_", 3, true, false},
 		{"ghs_", 3, true, false}, {"ghr_", 3, true, false}, {"github_pat_", 6, true, false},
-		{"aws_secret_access_key", 3, false, true}}
+		{"aws_secret_access_key", 3, false, true}, {"whsec_", 5, true, false}}
 	dashHints = []hint{{"sk-", 2, true, false}, {"xapp-", 4, true, false}, {"glpat-", 5, true, false},
 		{"xoxa-", 4, true, false}, {"xoxb-", 4, true, false}, {"xoxe-", 4, true, false}, {"xoxp-", 4, true, false},
 		{"xoxo-", 4, true, false}, {"xoxs-", 4, true, false}, {"xoxr-", 4, true, false}}

@@ -67,6 +67,13 @@ type conn struct {
 
 	inflight calls // tool calls in flight, for elicitation and sampling
 
+	// asks are the server requests being answered (a question to a human,
+	// a sampling request), cancelled when the server is disabled or closed:
+	// closing a session waits for them, and nothing may hold a switch.
+	asksMu  sync.Mutex
+	asks    map[uint64]context.CancelCauseFunc
+	asksSeq uint64
+
 	toolsMu sync.Mutex // serialises tool list fetches
 	cacheMu sync.Mutex
 	tools   map[string]*toolEntry
@@ -240,8 +247,20 @@ func (c *conn) disable(reason, by string) bool {
 	s := c.session
 	c.session, c.cmd = nil, nil
 	c.mu.Unlock()
+	c.cancelAsks(fmt.Errorf("%w: %s was disabled (%s)", ErrDisabled, c.cfg.Name, reason))
+	// The calls in flight end now too: a server that never answers
+	// them (or never lets its session close) holds nothing.
+	c.inflight.mu.Lock()
+	running := slices.Clone(c.inflight.list)
+	c.inflight.mu.Unlock()
+	for _, f := range running {
+		c.r.Cancel(f.run.id, "the disable of "+c.cfg.Name+" by "+by)
+	}
 	if s != nil {
-		_ = s.Close()
+		// Closing waits for the session's handlers and a stdio server's
+		// exit; the caller (the state watcher, an operator's command) does
+		// not.
+		c.r.closeInBackground(s)
 	}
 	c.r.metrics.up.WithLabelValues(c.cfg.Name).Set(0)
 	if !was {
@@ -347,8 +366,40 @@ func (c *conn) close() {
 	s := c.session
 	c.session, c.cmd = nil, nil
 	c.mu.Unlock()
+	c.cancelAsks(ErrClosed)
 	if s != nil {
 		_ = s.Close()
+	}
+}
+
+// hold registers cancel, the cancel of a server request being answered,
+// until release; a request arriving on a disabled server is cancelled at
+// once.
+func (c *conn) hold(cancel context.CancelCauseFunc) (release func()) {
+	c.asksMu.Lock()
+	if c.asks == nil {
+		c.asks = map[uint64]context.CancelCauseFunc{}
+	}
+	c.asksSeq++
+	id := c.asksSeq
+	c.asks[id] = cancel
+	c.asksMu.Unlock()
+	if c.isDisabled() {
+		cancel(fmt.Errorf("%w: %s", ErrDisabled, c.cfg.Name))
+	}
+	return func() {
+		c.asksMu.Lock()
+		delete(c.asks, id)
+		c.asksMu.Unlock()
+	}
+}
+
+// cancelAsks cancels every server request being answered, with cause.
+func (c *conn) cancelAsks(cause error) {
+	c.asksMu.Lock()
+	defer c.asksMu.Unlock()
+	for _, cancel := range c.asks {
+		cancel(cause)
 	}
 }
 

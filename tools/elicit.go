@@ -315,9 +315,16 @@ func (c *conn) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitR
 			timeout = min(timeout, left-min(2*time.Second, left/10))
 		}
 		q.Deadline = time.Now().Add(timeout).UTC()
-		actx, cancel := context.WithDeadline(ctx, q.Deadline)
+		// Disabling the server cancels the question (hold): the human's
+		// message says so and the server gets "cancel".
+		sctx, stop := context.WithCancelCause(ctx)
+		release := c.hold(stop)
+		actx, cancel := context.WithDeadline(sctx, q.Deadline)
 		a, err := e.Elicit(actx, q)
 		cancel()
+		release()
+		stopped := context.Cause(sctx)
+		stop(nil)
 		switch {
 		case err == nil:
 			if a.Action != ElicitAccept {
@@ -325,6 +332,9 @@ func (c *conn) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitR
 			}
 			log.Info("elicitation answered", "action", a.Action, "by", a.By)
 			return &mcp.ElicitResult{Action: a.Action, Content: a.Content}, nil
+		case ctx.Err() == nil && (errors.Is(stopped, ErrDisabled) || errors.Is(stopped, ErrClosed)):
+			log.Info("elicitation cancelled", "reason", stopped)
+			return &mcp.ElicitResult{Action: ElicitCancel}, nil
 		case errors.Is(err, ErrNoHuman):
 			log.Debug("no human to ask", "err", err)
 		case ctx.Err() != nil:
@@ -400,7 +410,11 @@ func (c *conn) sample(ctx context.Context, req *mcp.CreateMessageRequest) (*mcp.
 			}
 		}
 	}
-	res, err := s.Sample(ctx, sr)
+	sctx, stop := context.WithCancelCause(ctx)
+	release := c.hold(stop)
+	res, err := s.Sample(sctx, sr)
+	release()
+	stop(nil)
 	if err != nil {
 		if f != nil {
 			f.tokens.Add(-reserved)

@@ -64,6 +64,10 @@ type ElicitReply struct {
 // ElicitExpire asks the worker to close a question unanswered.
 type ElicitExpire struct {
 	ID string `json:"id"`
+	// Cancel closes it as cancelled rather than expired (the server was
+	// disabled or the runner closed), Reason saying why.
+	Cancel bool   `json:"cancel,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // ErrElicitTimeout is a question nobody answered before its deadline (the
@@ -107,7 +111,7 @@ func (b *BusElicitor) Elicit(ctx context.Context, q *Question) (*Answer, error) 
 	case err != nil && ctx.Err() == nil:
 		return nil, fmt.Errorf("%w: the approvals worker did not answer: %v", ErrNoHuman, err)
 	case err != nil:
-		return b.closeUnanswered(q, err)
+		return b.closeUnanswered(ctx, q, err)
 	case first.Status == ElicitNoHuman:
 		return nil, fmt.Errorf("%w: %s", ErrNoHuman, first.Reason)
 	case first.Status == ElicitAnswered && first.Answer != nil:
@@ -115,7 +119,7 @@ func (b *BusElicitor) Elicit(ctx context.Context, q *Question) (*Answer, error) 
 	}
 	r, err := next(ctx, sub)
 	if err != nil {
-		return b.closeUnanswered(q, err)
+		return b.closeUnanswered(ctx, q, err)
 	}
 	if r.Answer == nil {
 		return nil, fmt.Errorf("elicit %s: reply %q without an answer", q.ID, r.Status)
@@ -123,23 +127,32 @@ func (b *BusElicitor) Elicit(ctx context.Context, q *Question) (*Answer, error) 
 	return r.Answer, nil
 }
 
-// closeUnanswered expires the question after its wait ended with cause; an
-// answer that won the race is returned instead.
-func (b *BusElicitor) closeUnanswered(q *Question, cause error) (*Answer, error) {
-	a, err := b.expireAnswer(q)
+// closeUnanswered expires the question after its wait (ctx) ended with
+// cause, or cancels it when ctx's cause is a disabled server or a closing
+// runner; an answer that won the race is returned instead.
+func (b *BusElicitor) closeUnanswered(ctx context.Context, q *Question, cause error) (*Answer, error) {
+	exp := ElicitExpire{ID: q.ID}
+	if c := context.Cause(ctx); errors.Is(c, ErrDisabled) || errors.Is(c, ErrClosed) {
+		exp.Cancel, exp.Reason = true, c.Error()
+		cause = c
+	}
+	a, err := b.expireAnswer(exp)
 	if a != nil {
 		return a, nil
+	}
+	if exp.Cancel {
+		return nil, errors.Join(cause, err)
 	}
 	return nil, errors.Join(fmt.Errorf("%w: %w", ErrElicitTimeout, cause), err)
 }
 
 // expireAnswer closes the question; an answer that won the race is returned.
-func (b *BusElicitor) expireAnswer(q *Question) (*Answer, error) {
+func (b *BusElicitor) expireAnswer(exp ElicitExpire) (*Answer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := b.call(ctx, SubjectElicitExpire, ElicitExpire{ID: q.ID})
+	r, err := b.call(ctx, SubjectElicitExpire, exp)
 	if err != nil {
-		return nil, fmt.Errorf("expire question %s: %w", q.ID, err)
+		return nil, fmt.Errorf("expire question %s: %w", exp.ID, err)
 	}
 	if r.Status == ElicitAnswered && r.Answer != nil {
 		return r.Answer, nil

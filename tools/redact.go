@@ -54,7 +54,9 @@ func NewRedactor(secrets ...secret.Value) *Redactor {
 
 // String returns s without secrets and whether anything was removed.
 func (r *Redactor) String(s string) (string, bool) {
-	changed := false
+	// Every secret the process read (config.Env) first, then this
+	// redactor's own values.
+	s, changed := secret.RedactKnown(s)
 	if r != nil && r.values != nil {
 		for _, v := range r.any {
 			if strings.Contains(s, v) {

@@ -269,6 +269,10 @@ type Runner struct {
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// closers are the sessions a switch closes in the background.
+	closers sync.WaitGroup
+	// applied, when set (tests), sees every state the watch applied.
+	applied func(State)
 
 	// id names this runner in the executions it registers (Execution.Owner).
 	id string
@@ -365,6 +369,9 @@ func (r *Runner) applyState(st State) {
 	for _, n := range notices {
 		r.notify(context.Background(), n)
 	}
+	if r.applied != nil {
+		r.applied(st)
+	}
 }
 
 // applyServerState makes c follow its persisted state s; it returns the
@@ -452,10 +459,29 @@ func (r *Runner) Close() error {
 	}
 	wg.Wait()
 	r.wg.Wait()
+	// A hostile server may never let its session close; Close does not
+	// wait for it past closeGrace.
+	closed := make(chan struct{})
+	go func() { r.closers.Wait(); close(closed) }()
+	grace := time.NewTimer(closeGrace)
+	select {
+	case <-closed:
+	case <-grace.C:
+		r.log.Warn("sessions of disabled servers still closing; not waiting for them", "after", closeGrace)
+	}
+	grace.Stop()
 	if r.audit != nil {
 		return r.audit.Close()
 	}
 	return nil
+}
+
+// closeGrace bounds Close's wait for sessions a switch is closing.
+const closeGrace = 5 * time.Second
+
+// closeInBackground closes a session a switch ended; Close waits for it.
+func (r *Runner) closeInBackground(s *mcp.ClientSession) {
+	r.closers.Go(func() { _ = s.Close() })
 }
 
 // ServerStatus is one server's health, as `relay mcp list` shows it.

@@ -547,18 +547,23 @@ func newLogger(env *config.Env, w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewJSONHandler(w, opts)), nil
 }
 
-// redactAttr removes credentials of URLs (NATS_URL, REDIS_URL, DATABASE_URL,
-// and any URL an error quotes) from every attribute of every log line.
+// redactAttr removes every secret the process read (secret.RedactKnown)
+// and credentials of URLs (NATS_URL, REDIS_URL, DATABASE_URL, and any URL
+// an error quotes) from every attribute of every log line.
 func redactAttr(_ []string, a slog.Attr) slog.Attr {
+	clean := func(s string) string {
+		s, _ = secret.RedactKnown(s)
+		return secret.RedactURLs(s)
+	}
 	switch a.Value.Kind() {
 	case slog.KindString:
-		if s := a.Value.String(); secret.RedactURLs(s) != s {
-			a.Value = slog.StringValue(secret.RedactURLs(s))
+		if s := a.Value.String(); clean(s) != s {
+			a.Value = slog.StringValue(clean(s))
 		}
 	case slog.KindAny:
 		if err, ok := a.Value.Any().(error); ok && err != nil {
-			if s := err.Error(); secret.RedactURLs(s) != s {
-				a.Value = slog.StringValue(secret.RedactURLs(s))
+			if s := err.Error(); clean(s) != s {
+				a.Value = slog.StringValue(clean(s))
 			}
 		}
 	}

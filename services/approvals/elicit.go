@@ -50,14 +50,16 @@ const (
 type question struct {
 	Q tools.Question `json:"question"`
 	// Reply is the runner's inbox for the answer.
-	Reply     string         `json:"reply"`
-	Status    string         `json:"status"`
-	Content   map[string]any `json:"content,omitempty"`
-	By        string         `json:"by,omitempty"`
-	At        time.Time      `json:"at,omitzero"`
-	Channel   string         `json:"channel"`
-	ThreadTS  string         `json:"thread_ts"`
-	MessageTS string         `json:"message_ts,omitempty"`
+	Reply   string         `json:"reply"`
+	Status  string         `json:"status"`
+	Content map[string]any `json:"content,omitempty"`
+	By      string         `json:"by,omitempty"`
+	// Reason says why the relay cancelled it (no By then).
+	Reason    string    `json:"reason,omitempty"`
+	At        time.Time `json:"at,omitzero"`
+	Channel   string    `json:"channel"`
+	ThreadTS  string    `json:"thread_ts"`
+	MessageTS string    `json:"message_ts,omitempty"`
 }
 
 func (q *question) answer() *tools.Answer {
@@ -168,8 +170,12 @@ func (s *Service) ask(ctx context.Context, data []byte) (any, error) {
 		log.Warn("question not posted to Slack; the server gets the defaults or a decline", "err", err)
 		return tools.ElicitReply{Status: tools.ElicitNoHuman, Reason: "posting to Slack failed: " + errText(err)}, nil
 	}
-	if _, err := s.questions.mutate(ctx, q.ID, func(r *question) error { r.MessageTS = ts; return nil }); err != nil {
+	if cur, err := s.questions.mutate(ctx, q.ID, func(r *question) error { r.MessageTS = ts; return nil }); err != nil {
 		log.Warn("question message ts not recorded", "err", err)
+	} else if cur.Status != elicitPending {
+		// Closed (cancelled, expired) while it was being posted: the
+		// closer had no message to update.
+		s.showQuestion(ctx, cur, log)
 	}
 	log.Info("question asked in Slack", "acts_for", q.ActsFor, "deadline", q.Deadline)
 	return tools.ElicitReply{Status: tools.ElicitAsked}, nil
@@ -201,6 +207,11 @@ func (s *Service) expireQuestion(ctx context.Context, data []byte) (any, error) 
 			return errNoChange
 		}
 		q.Status, q.At, won = elicitExpired, s.now(), true
+		if in.Cancel {
+			// The server was disabled (or the runner closed): the
+			// question is cancelled, and its message says why.
+			q.Status, q.Reason = tools.ElicitCancel, in.Reason
+		}
 		return nil
 	})
 	switch {
@@ -209,7 +220,7 @@ func (s *Service) expireQuestion(ctx context.Context, data []byte) (any, error) 
 	case err != nil:
 		e := rpc.Errorf(rpc.CodeUnavailable, "%v", err)
 		return tools.ElicitReply{Status: tools.ElicitExpired, Reason: e.Message}, e
-	case rec.Status != elicitExpired:
+	case !won && rec.Status != elicitExpired:
 		return tools.ElicitReply{Status: tools.ElicitAnswered, Answer: rec.answer()}, nil
 	}
 	if won {

@@ -39,6 +39,10 @@ func questionMessage(q *question) ([]slack.Block, string) {
 	case tools.ElicitDecline:
 		status = ":no_entry_sign: Declined by <@" + q.By + "> " + slackDate(q.At) + "."
 	case tools.ElicitCancel:
+		if q.By == "" {
+			status = ":x: Cancelled by the relay " + slackDate(q.At) + ": " + slackmapper.Escape(clip.Chars(q.Reason, 300)) + "."
+			break
+		}
 		status = ":x: Cancelled by <@" + q.By + "> " + slackDate(q.At) + "."
 	case elicitExpired:
 		status = ":hourglass: Nobody answered in time; declined."

@@ -336,3 +336,37 @@ func TestToolCallAsksInSlack(t *testing.T) {
 		t.Fatalf("tool result %q, %v; want the author's answer", res.Text, res.Err)
 	}
 }
+
+// A question of a server that is disabled while it waits is cancelled: the
+// runner's Elicitor closes it as cancelled and the Slack message says why.
+func TestQuestionOfDisabledServerIsCancelled(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.serving()
+	q := question(author)
+	q.Deadline = time.Now().Add(time.Minute)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	ch := make(chan elicited, 1)
+	go func() {
+		a, err := tools.NewBusElicitor(h.bus.Conn(), h.bus.Prefix()).Elicit(ctx, q)
+		ch <- elicited{a, err}
+	}()
+	post := h.posted(1)
+	cancel(fmt.Errorf("%w: db was disabled (misbehaves)", tools.ErrDisabled))
+	res := <-ch
+	if !errors.Is(res.err, tools.ErrDisabled) || res.a != nil {
+		t.Fatalf("got %+v, %v; want the disable as the error", res.a, res.err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "message shows the cancel", func() bool {
+		ups := h.slack.Calls("chat.update")
+		return len(ups) == 1 && strings.Contains(ups[0].Params["blocks"], "Cancelled by the relay") &&
+			strings.Contains(ups[0].Params["blocks"], "db was disabled")
+	})
+
+	h.interact(click(author, approvals.ActionElicitAnswer, q.ID, post.Params["_ts"]))
+	testenv.WaitFor(t, 10*time.Second, "closed notice", func() bool { return len(h.ephemerals()) == 1 })
+	if e := h.ephemerals()[0]; !strings.Contains(e, "already closed") {
+		t.Errorf("late click: %q", e)
+	}
+}
