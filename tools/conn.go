@@ -177,7 +177,7 @@ func dial(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client
 		if cmd != nil && cmd.Process != nil {
 			_ = cmd.Process.Kill()
 		}
-		if lerr := challenge.err(s.Name, s.OAuth != nil); lerr != nil {
+		if lerr := loginError(r, s, challenge, err); lerr != nil {
 			return nil, nil, lerr
 		}
 		return nil, nil, hint(s, err)
@@ -372,6 +372,10 @@ func (c *conn) classify(ctx context.Context, err error, done func(error)) error 
 	case ctx.Err() != nil:
 		done(nil)
 		return ctxErr(ctx)
+	case errors.Is(err, ErrNeedsLogin):
+		done(nil) // not the server's failure: its login ended (oauth.go)
+		c.loginLost(ctx, err)
+		return err
 	case errors.As(err, &we):
 		done(nil) // the server answered
 		msg, _ := c.redactor.String(we.Message)
