@@ -274,7 +274,7 @@ func (c *conn) acquire() (*mcp.ClientSession, func(error), error) {
 	s, b := c.session, c.breaker
 	c.mu.Unlock()
 	if s == nil {
-		return nil, nil, ErrOffline
+		return nil, nil, c.offline()
 	}
 	done, err := b.Allow()
 	if err != nil {

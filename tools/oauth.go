@@ -46,8 +46,21 @@ const MaxAuthAttempts = 3
 // ErrAuthAttempts: a call met 401/403 after MaxAuthAttempts logins.
 var ErrAuthAttempts = fmt.Errorf("gave up after %d authorization attempts", MaxAuthAttempts)
 
-// refreshSkew refreshes an access token this long before it expires.
+// refreshSkew refreshes an access token this long before it expires (half
+// its lifetime when that is shorter).
 const refreshSkew = 30 * time.Second
+
+// due reports whether g's access token is to be refreshed now.
+func (g *Grant) due() bool {
+	if g.Expiry.IsZero() {
+		return false
+	}
+	skew := refreshSkew
+	if life := g.Expiry.Sub(g.Saved); life > 0 && life/2 < skew {
+		skew = life / 2
+	}
+	return time.Until(g.Expiry) <= skew
+}
 
 // oauthHandler returns the SDK OAuth handler of remote server s, or nil
 // when s needs none: an entry with "oauth" grant client_credentials gets
@@ -163,8 +176,9 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 	h.mu.Lock()
 	src := h.src
 	h.mu.Unlock()
-	if resp.StatusCode == http.StatusUnauthorized && src != nil && src.refreshable() {
-		if err := src.refresh(ctx, true); err == nil {
+	if resp.StatusCode == http.StatusUnauthorized && src != nil {
+		sent := strings.TrimSpace(strings.TrimPrefix(req.Header.Get("Authorization"), "Bearer "))
+		if err := src.refreshAfter401(ctx, sent); err == nil {
 			closeBody(resp)
 			return nil
 		}
@@ -329,10 +343,10 @@ type grantSource struct {
 	store  TokenStore
 	client *http.Client
 
-	mu        sync.Mutex
-	grant     *Grant
-	rev       uint64
-	refreshed time.Time
+	mu       sync.Mutex
+	grant    *Grant
+	rev      uint64
+	tried401 string // the last access token refreshed after a 401
 }
 
 // Token implements oauth2.TokenSource.
@@ -340,7 +354,7 @@ func (s *grantSource) Token() (*oauth2.Token, error) {
 	s.mu.Lock()
 	g := s.grant
 	s.mu.Unlock()
-	if g.Expiry.IsZero() || time.Until(g.Expiry) > refreshSkew || g.RefreshToken == "" {
+	if !g.due() || g.RefreshToken == "" {
 		return g.Token(), nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -353,12 +367,22 @@ func (s *grantSource) Token() (*oauth2.Token, error) {
 	return s.grant.Token(), nil
 }
 
-// refreshable: the grant has a refresh token not used in the last seconds
-// (a server that refuses every token is not asked again and again).
-func (s *grantSource) refreshable() bool {
+// refreshAfter401 gets another access token after the server refused
+// sent: nil at once when the grant already holds another one, else a
+// refresh, once per refused token (a server that refuses every token is
+// not asked again and again).
+func (s *grantSource) refreshAfter401(ctx context.Context, sent string) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.grant.RefreshToken != "" && time.Since(s.refreshed) > 5*time.Second
+	cur, tried := s.grant.AccessToken, s.tried401
+	s.tried401 = sent
+	s.mu.Unlock()
+	if sent != "" && sent != cur {
+		return nil
+	}
+	if sent == tried {
+		return errors.New("the refreshed token was refused too")
+	}
+	return s.refresh(ctx, true)
 }
 
 // refresh gets a new access token: a newer grant in the store when there
@@ -368,9 +392,9 @@ func (s *grantSource) refresh(ctx context.Context, force bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := s.grant
-	if g, rev, err := s.store.Load(ctx, cur.Server, cur.Principal); err == nil && g.AccessToken != cur.AccessToken {
+	if g, rev, err := s.store.Load(ctx, cur.Server, cur.Principal); err == nil && g.AccessToken != cur.AccessToken && g.Saved.After(cur.Saved) {
 		s.grant, s.rev = g, rev
-		if g.Expiry.IsZero() || time.Until(g.Expiry) > refreshSkew {
+		if !g.due() {
 			return nil
 		}
 		cur = g
@@ -381,7 +405,6 @@ func (s *grantSource) refresh(ctx context.Context, force bool) error {
 	}
 	rctx := context.WithValue(ctx, oauth2.HTTPClient, s.client)
 	tok, err := cur.oauth2Config().TokenSource(rctx, &oauth2.Token{RefreshToken: cur.RefreshToken}).Token()
-	s.refreshed = time.Now()
 	if err != nil {
 		return err
 	}
@@ -500,12 +523,20 @@ func loginError(r *Runner, s mcpconfig.Server, challenge *challengeSlot, err err
 // loginLost returns the server to needs_login after a call met a refused
 // refresh or a scope step-up in a running relay: one notice, the session
 // closed, checked again at the health interval.
-func (c *conn) loginLost(ctx context.Context, err error) {
-	c.afterCheck(context.WithoutCancel(ctx), false, err)
+func (c *conn) loginLost(context.Context, error) {
+	// The health check runs now: its ping meets the same answer and puts
+	// the server in needs_login (afterCheck), closing the session.
+	c.signal(c.wake)
+}
+
+// offline is the error of a call that finds no session: the server's
+// *NeedsLoginError while it is in needs_login (not waited for: only a login
+// brings it back), else ErrOffline.
+func (c *conn) offline() error {
 	c.mu.Lock()
-	s := c.session
-	c.mu.Unlock()
-	if s != nil {
-		c.dropSession(s)
+	defer c.mu.Unlock()
+	if c.health.needsLogin && c.health.lastErr != "" {
+		return &NeedsLoginError{Server: c.cfg.Name, Reason: "not logged in or the login ended"}
 	}
+	return ErrOffline
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,11 +53,12 @@ func whoami(t *testing.T, r *Runner) *Result {
 // notice.
 func TestOAuthEndToEnd(t *testing.T) {
 	t.Parallel()
-	srv := oauthtest.Start(t, oauthtest.Options{Scopes: []string{"read"}, AccessTTL: 10 * time.Second})
+	srv := oauthtest.Start(t, oauthtest.Options{Scopes: []string{"read"}, AccessTTL: 2 * time.Second})
 	store := NewFileTokenStore(filepath.Join(t.TempDir(), "oauth"), testSealer(t))
-	s := mcpconfig.Server{Name: "hosted", Type: mcpconfig.HTTP, URL: srv.MCP}
+	s := mcpconfig.Server{Name: "hosted", Type: mcpconfig.HTTP, URL: srv.MCP, ProtocolVersion: mcpconfig.DefaultProtocolVersion}
 	cfg := fastConfig(t, s)
 	cfg.OAuth = &OAuthConfig{Tokens: store}
+	cfg.Logger = testenv.Logger(t, slog.LevelWarn)
 	var notes recorder[Notice]
 	cfg.Notify = notes.notify
 	r := startUnready(t, cfg)
@@ -81,14 +83,20 @@ func TestOAuthEndToEnd(t *testing.T) {
 	}
 
 	testenv.WaitFor(t, 20*time.Second, "ready after the login", func() bool { return r.Servers()[0].State == StateReady })
-	// The access token lives 10s, inside the 30s refresh margin: every
-	// use refreshes it first, so the server never sees it expired.
-	before401, beforeRefresh := srv.Unauthorized.Load(), srv.Refreshes.Load()
+	// The access token lives 2s: past half its life the next use
+	// refreshes it first, so the server never sees it expired.
+	g, _, err := store.Load(t.Context(), "hosted", PrincipalTeam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, "the access token to be due for refresh", g.due)
+	before401 := srv.Unauthorized.Load()
 	if res := whoami(t, r); res.Err != nil || !strings.Contains(fmt.Sprint(res.Content), "user:alice") {
 		t.Fatalf("got %v %v, want user:alice", res.Content, res.Err)
 	}
-	if srv.Refreshes.Load() == beforeRefresh || srv.Unauthorized.Load() != before401 {
-		t.Errorf("got %d refreshes and %d new 401s, want a refresh and no 401", srv.Refreshes.Load()-beforeRefresh, srv.Unauthorized.Load()-before401)
+	// The call (or a health ping before it) refreshed the token in time.
+	if srv.Refreshes.Load() == 0 || srv.Unauthorized.Load() != before401 {
+		t.Errorf("got %d refreshes and %d new 401s, want a refresh and no 401", srv.Refreshes.Load(), srv.Unauthorized.Load()-before401)
 	}
 
 	t.Run("expired early: refreshed on the 401", func(t *testing.T) {
@@ -161,7 +169,7 @@ func TestLogoutRevokes(t *testing.T) {
 	t.Parallel()
 	srv := oauthtest.Start(t, oauthtest.Options{})
 	store := NewFileTokenStore(t.TempDir(), testSealer(t))
-	s := mcpconfig.Server{Name: "hosted", Type: mcpconfig.HTTP, URL: srv.MCP}
+	s := mcpconfig.Server{Name: "hosted", Type: mcpconfig.HTTP, URL: srv.MCP, ProtocolVersion: mcpconfig.DefaultProtocolVersion}
 	if err := login(t, store, s, nil); err != nil {
 		t.Fatal(err)
 	}

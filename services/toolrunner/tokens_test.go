@@ -29,7 +29,7 @@ func TestTokensSharedOnTheBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := oauthtest.Start(t, oauthtest.Options{})
-	s := mcpconfig.Server{Name: "hosted", Type: mcpconfig.HTTP, URL: srv.MCP}
+	s := mcpconfig.Server{Name: "hosted", Type: mcpconfig.HTTP, URL: srv.MCP, ProtocolVersion: mcpconfig.DefaultProtocolVersion}
 
 	cliTokens, err := OpenTokens(t.Context(), bustest.Connect(t, b), sealer)
 	if err != nil {
