@@ -27,9 +27,15 @@ type NeedsLoginError struct {
 	ResourceMetadata string
 	// Scope is the challenge's scope parameter, if any.
 	Scope string
+	// Reason says why a login made before no longer does (the refresh token
+	// was refused, more scopes are asked for); "" for a first login.
+	Reason string
 }
 
 func (e *NeedsLoginError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("server %s needs an OAuth login (%s): run `relay mcp login %s`", e.Server, e.Reason, e.Server)
+	}
 	return fmt.Sprintf("server %s needs an OAuth login: run `relay mcp login %s`", e.Server, e.Server)
 }
 

@@ -210,7 +210,7 @@ func (c *conn) cachedTools(ctx context.Context) ([]*toolEntry, error) {
 	s := c.session
 	c.mu.Unlock()
 	if s == nil {
-		return nil, ErrOffline
+		return nil, c.offline()
 	}
 	c.cacheMu.Lock()
 	gen := c.gen

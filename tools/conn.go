@@ -184,7 +184,7 @@ func dialAt(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Clie
 		if cmd != nil && cmd.Process != nil {
 			_ = cmd.Process.Kill()
 		}
-		if lerr := challenge.err(s.Name, s.OAuth != nil); lerr != nil {
+		if lerr := loginError(r, s, challenge, err); lerr != nil {
 			return nil, nil, lerr
 		}
 		return nil, nil, hint(s, handshakeError(r, t, err))
@@ -293,7 +293,7 @@ func (c *conn) acquire() (*mcp.ClientSession, func(error), error) {
 	s, b := c.session, c.breaker
 	c.mu.Unlock()
 	if s == nil {
-		return nil, nil, ErrOffline
+		return nil, nil, c.offline()
 	}
 	done, err := b.Allow()
 	if err != nil {
@@ -424,6 +424,10 @@ func (c *conn) classify(ctx context.Context, err error, done func(error)) error 
 	case ctx.Err() != nil:
 		done(nil)
 		return ctxErr(ctx)
+	case errors.Is(err, ErrNeedsLogin):
+		done(nil) // not the server's failure: its login ended (oauth.go)
+		c.loginLost(ctx, err)
+		return err
 	case errors.As(err, &we):
 		done(nil) // the server answered
 		msg, _ := c.redactor.String(we.Message)

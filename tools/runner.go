@@ -78,6 +78,9 @@ type Config struct {
 	BaseEnv []string
 	// HTTPClient reaches remote servers; default http.DefaultClient.
 	HTTPClient *http.Client
+	// OAuth authorizes to remote servers that ask for OAuth (oauth.go); nil
+	// leaves such servers in state needs_login.
+	OAuth *OAuthConfig
 
 	// HealthInterval is the ping interval. Default 30s.
 	HealthInterval time.Duration

@@ -42,7 +42,11 @@ func transport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transport, 
 		// stream (and a broken POST response stream) after the server's SSE
 		// `retry` delay, sending Last-Event-ID; StreamRetries bounds the
 		// attempts without progress.
-		return &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: client, MaxRetries: r.cfg.StreamRetries}, nil, nil
+		oauth, err := r.oauthHandler(s) // oauth.go
+		if err != nil {
+			return nil, nil, err
+		}
+		return &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: client, MaxRetries: r.cfg.StreamRetries, OAuthHandler: oauth}, nil, nil
 	case mcpconfig.SSE:
 		endpoint, client, err := remoteEndpoint(r.cfg.HTTPClient, s)
 		if err != nil {

@@ -30,8 +30,8 @@ import (
 func init() {
 	registerCommand(&command{
 		name:    "mcp",
-		usage:   "list|test|call|active|cancel|enable|disable|refresh|stop|resume|install|uninstall|bundles",
-		summary: "MCP servers of mcp.json: `list [-json]`, `test <server>`, `call <server> <tool> --args '{...}'`, `active [-json]`, `cancel <id>` (running executions), `enable|disable <server>`, `refresh [server]` (tool lists), `stop|resume` (stop switch), `install|uninstall|bundles` (bundles)",
+		usage:   "list|test|call|login|logout|active|cancel|enable|disable|refresh|stop|resume|install|uninstall|bundles",
+		summary: "MCP servers of mcp.json: `list [-json]`, `test <server>`, `call <server> <tool> --args '{...}'`, `login|logout <server>` (OAuth), `active [-json]`, `cancel <id>` (running executions), `enable|disable <server>`, `refresh [server]` (tool lists), `stop|resume` (stop switch), `install|uninstall|bundles` (bundles)",
 		run:     runMCP,
 	})
 }
@@ -41,6 +41,8 @@ const mcpUsage = `usage:
   relay mcp test <server> [-json]                     Healthy / Degraded / Unhealthy with a timestamp; exit 1 when unhealthy
   relay mcp tools <server> [-json]                    the server's tools with their input/output schemas exactly as sent
   relay mcp call <server> <tool> [--args '{...}'] [--role R] [--save DIR] [-v] [-json]
+  relay mcp login <server> [--no-browser]             OAuth login (opens $BROWSER, else prints the URL); tokens stored encrypted
+  relay mcp logout <server> [--user U]                revoke (when the server supports it) and delete the stored tokens
   relay mcp active [-json]                            executions running in every tool runner (id, server, tool, thread, actor, started, elapsed)
   relay mcp cancel <id> [--actor WHO]                 cancel a running execution (the server gets notifications/cancelled)
   relay mcp enable <server>                           re-enable (resets the health failure count)
@@ -62,7 +64,7 @@ func runMCP(ctx context.Context, a *app, args []string) error {
 	}
 	sub, rest := args[0], args[1:]
 	var ts *toolrunner.Settings
-	if sub == "call" || sub == "test" || sub == "tools" {
+	if sub == "call" || sub == "test" || sub == "tools" || sub == "login" || sub == "logout" {
 		// They run the servers of this shell's mcp.json under its policy:
 		// invalid files stop them like any invalid setting.
 		ts = readToolSettings(a.env)
@@ -79,6 +81,10 @@ func runMCP(ctx context.Context, a *app, args []string) error {
 		return mcpCall(ctx, a, ts, rest)
 	case "tools":
 		return mcpTools(ctx, a, ts, rest)
+	case "login":
+		return mcpLogin(ctx, a, ts, rest)
+	case "logout":
+		return mcpLogout(ctx, a, ts, rest)
 	case "enable", "disable":
 		return mcpEnable(ctx, a, sub == "enable", rest)
 	case "refresh":
@@ -410,7 +416,9 @@ func mcpCall(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 	}
 	sh, closeShared := a.openShared(ctx, "call")
 	defer closeShared()
-	r, err := callRunner(ctx, a, ts, s, sh, *verbose)
+	oauth, closeOAuth := callOAuth(ctx, a, ts, s) // mcp_oauth.go
+	defer closeOAuth()
+	r, err := callRunner(ctx, a, ts, s, sh, oauth, *verbose)
 	if err != nil {
 		return err
 	}
@@ -445,7 +453,10 @@ func mcpCall(ctx context.Context, a *app, ts *toolrunner.Settings, args []string
 // callRunner starts a runner on server s alone for `relay mcp call`, on
 // the shared stop switch and limits when sh is set, and waits until s is
 // ready (not when the stop switch refuses the call anyway).
-func callRunner(ctx context.Context, a *app, ts *toolrunner.Settings, s mcpconfig.Server, sh *sharedTools, verbose bool) (*tools.Runner, error) {
+//
+// oauth, when set, gives the runner the stored OAuth grant and the login
+// flow (callOAuth); the caller closes it after the call.
+func callRunner(ctx context.Context, a *app, ts *toolrunner.Settings, s mcpconfig.Server, sh *sharedTools, oauth *tools.OAuthConfig, verbose bool) (*tools.Runner, error) {
 	cfg := ts.Runner
 	if sh != nil {
 		cfg.State, cfg.Limits = stopOnly{sh.state}, sh.limits
@@ -460,6 +471,12 @@ func callRunner(ctx context.Context, a *app, ts *toolrunner.Settings, s mcpconfi
 	}
 	cfg.Elicitor = terminalElicitor(a)
 	cfg.Process = cliProcess("call")
+	ready := 30 * time.Second
+	if oauth != nil {
+		cfg.OAuth = oauth
+		cfg.ConnectTimeout = loginTimeout // a login in a browser may be part of the connect
+		ready = loginTimeout + 30*time.Second
+	}
 	r, err := tools.New(cfg)
 	if err != nil {
 		return nil, err
@@ -468,7 +485,7 @@ func callRunner(ctx context.Context, a *app, ts *toolrunner.Settings, s mcpconfi
 		_ = r.Close()
 		return nil, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, ready)
 	defer cancel()
 	if r.Stopped() { // the call is refused (and audited) without the server
 		return r, nil

@@ -29,7 +29,8 @@ func configureToolRunner(env *config.Env) buildFunc {
 			rc.Logger.Warn("RELAY_POLICY is not set: no role may call any tool until a policy grants capabilities")
 		}
 		rc.Logger.Info("mcp servers configured", "file", ts.ConfigPath, "servers", len(ts.Servers))
-		svc, err := toolrunner.New(ctx, toolrunner.Config{Tools: rc, Logger: rc.Logger, NoticeChannel: ts.NoticeChannel,
+		sealer, _ := ts.OAuth.Sealer() // nil without RELAY_SECRET_KEY (checked by ReadSettings when needed)
+		svc, err := toolrunner.New(ctx, toolrunner.Config{Tools: rc, Logger: rc.Logger, NoticeChannel: ts.NoticeChannel, Sealer: sealer,
 			WatchConfig: true, ConfigOptions: mcpconfig.Options{DataDir: ts.DataDir}}, d.Bus)
 		if err != nil {
 			return nil, err

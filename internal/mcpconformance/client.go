@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -34,6 +35,9 @@ import (
 func Client(ctx context.Context, scenario, url string, out io.Writer, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if strings.HasPrefix(scenario, "auth/") { // auth.go
+		return AuthClient(ctx, scenario, url, os.Getenv("MCP_CONFORMANCE_CONTEXT"), out, os.Stderr)
 	}
 	srv := mcpconfig.Server{Name: "conformance", Type: mcpconfig.HTTP, URL: url}
 	r, err := tools.New(tools.Config{

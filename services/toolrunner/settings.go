@@ -42,7 +42,25 @@ type Settings struct {
 	// NoticeChannel is the Slack channel of auto-disable / re-enable notices
 	// (RELAY_OPS_CHANNEL, else SLACK_APPROVAL_CHANNEL).
 	NoticeChannel string
+	// OAuth are the settings of remote servers behind OAuth (docs/oauth.md).
+	OAuth OAuthSettings
 }
+
+// OAuthSettings are RELAY_SECRET_KEY (or _FILE), RELAY_OAUTH_REDIRECT_URL
+// and RELAY_OAUTH_CLIENT_METADATA_URL.
+type OAuthSettings struct {
+	// SecretKey encrypts the stored OAuth tokens (Sealer).
+	SecretKey secret.Value
+	// RedirectURL is where `relay mcp login` takes the redirect; "" is a
+	// free loopback port.
+	RedirectURL string
+	// ClientMetadataURL is the relay's Client ID Metadata Document URL.
+	ClientMetadataURL string
+}
+
+// Sealer is the token encryption of the settings' key (ErrNoSecretKey
+// when it is unset).
+func (o OAuthSettings) Sealer() (*tools.Sealer, error) { return tools.NewSealer(o.SecretKey) }
 
 // configPathForStatus is the mcp.json path a running runner reports:
 // absolute, so `relay mcp list` run elsewhere names the right file.
@@ -101,6 +119,10 @@ func ReadSettings(env *config.Env) *Settings {
 			secrets = append(secrets, v)
 		}
 	}
+	ts.OAuth = readOAuth(env, ts.Servers)
+	if ts.OAuth.SecretKey.IsSet() {
+		secrets = append(secrets, ts.OAuth.SecretKey)
+	}
 	ts.NoticeChannel = env.String("RELAY_OPS_CHANNEL", env.String("SLACK_APPROVAL_CHANNEL", ""))
 	if ts.NoticeChannel != "" && !validChannelID(ts.NoticeChannel) {
 		env.Failf("RELAY_OPS_CHANNEL", "%q is not a Slack channel id (C…, G…, D…)", ts.NoticeChannel)
@@ -134,4 +156,28 @@ func InvalidEntries(invalid []mcpconfig.Invalid) []tools.InvalidEntry {
 		out = append(out, tools.InvalidEntry{Name: iv.Name, ID: iv.ID, Reason: iv.Reason()})
 	}
 	return out
+}
+
+// readOAuth reads the OAuth settings. RELAY_SECRET_KEY is required only
+// when an entry declares an OAuth login (an "oauth" object without the
+// client_credentials grant, whose tokens are not stored).
+func readOAuth(env *config.Env, servers []mcpconfig.Server) OAuthSettings {
+	o := OAuthSettings{
+		SecretKey:         env.Secret("RELAY_SECRET_KEY"),
+		RedirectURL:       env.URL("RELAY_OAUTH_REDIRECT_URL", "http", "https"),
+		ClientMetadataURL: env.URL("RELAY_OAUTH_CLIENT_METADATA_URL", "https"),
+	}
+	if o.SecretKey.IsSet() {
+		if _, err := o.Sealer(); err != nil {
+			env.Failf("RELAY_SECRET_KEY", "shorter than %d characters (make one with `openssl rand -base64 32`)", tools.MinSecretKeyLen)
+		}
+		return o
+	}
+	for _, s := range servers {
+		if s.OAuth != nil && s.OAuth.Grant != mcpconfig.GrantClientCredentials && !s.Disabled {
+			env.Failf("RELAY_SECRET_KEY", "required: server %s in mcp.json logs in with OAuth and its tokens are stored encrypted with this key (or set RELAY_SECRET_KEY_FILE; make one with `openssl rand -base64 32`)", s.Name)
+			break
+		}
+	}
+	return o
 }

@@ -50,3 +50,33 @@ func TestReadSettings(t *testing.T) {
 			WantErr: []string{"RELAY_OPS_CHANNEL", `"#ops" is not a Slack channel id (C…, G…, D…)`}},
 	})
 }
+
+// TestOAuthSettings: RELAY_SECRET_KEY is a startup error only when an entry
+// logs in with OAuth; it is redacted from results; a short key is refused.
+func TestOAuthSettings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	oauth := filepath.Join(dir, "oauth.json")
+	testenv.WriteFile(t, oauth, `{"servers": {"gh": {"url": "https://example.com/mcp", "oauth": {"scopes": ["repo"]}}}}`)
+	plain := filepath.Join(dir, "plain.json")
+	testenv.WriteFile(t, plain, `{"servers": {"gh": {"url": "https://example.com/mcp"}}}`)
+	key := "oauth-settings-test-key-0123456789abcdef"
+	configtest.Run(t, ReadSettings, []configtest.Case[*Settings]{
+		{Name: "oauth entry without a key", Env: map[string]string{"RELAY_MCP_CONFIG": oauth, "RELAY_DATA_DIR": dir},
+			WantErr: []string{"RELAY_SECRET_KEY", "server gh"}},
+		{Name: "no oauth entry, no key", Env: map[string]string{"RELAY_MCP_CONFIG": plain, "RELAY_DATA_DIR": dir},
+			Check: func(s *Settings) bool { return !s.OAuth.SecretKey.IsSet() }},
+		{Name: "short key", Env: map[string]string{"RELAY_MCP_CONFIG": plain, "RELAY_DATA_DIR": dir, "RELAY_SECRET_KEY": "short"},
+			WantErr: []string{"RELAY_SECRET_KEY", "shorter than 32"}},
+		{Name: "key, redirect and metadata URLs", Env: map[string]string{"RELAY_MCP_CONFIG": oauth, "RELAY_DATA_DIR": dir, "RELAY_SECRET_KEY": key,
+			"RELAY_OAUTH_REDIRECT_URL": "http://127.0.0.1:8765/callback", "RELAY_OAUTH_CLIENT_METADATA_URL": "https://relay.example.com/oauth/client-metadata.json"},
+			Check: func(s *Settings) bool {
+				out, _ := s.Runner.Redactor.String("key " + key)
+				_, err := s.OAuth.Sealer()
+				return err == nil && s.OAuth.RedirectURL == "http://127.0.0.1:8765/callback" && !strings.Contains(out, key) &&
+					s.OAuth.ClientMetadataURL == "https://relay.example.com/oauth/client-metadata.json"
+			}},
+		{Name: "metadata URL must be https", Env: map[string]string{"RELAY_MCP_CONFIG": plain, "RELAY_DATA_DIR": dir,
+			"RELAY_OAUTH_CLIENT_METADATA_URL": "http://relay.example.com/m.json"}, WantErr: []string{"RELAY_OAUTH_CLIENT_METADATA_URL"}},
+	})
+}

@@ -82,6 +82,10 @@ type Config struct {
 	// changes (ConfigWatcher), substituting with ConfigOptions.
 	WatchConfig   bool
 	ConfigOptions mcpconfig.Options
+	// Sealer encrypts the OAuth grants in the token bucket (TokenBucket),
+	// shared with every process on the bus; nil: no OAuth logins (remote
+	// servers that ask for one stay in needs_login).
+	Sealer *tools.Sealer
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -136,6 +140,13 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 		return nil, err
 	}
 	tc := cfg.Tools
+	if cfg.Sealer != nil {
+		tokens, err := OpenTokens(ctx, b, cfg.Sealer)
+		if err != nil {
+			return nil, err
+		}
+		tc.OAuth = &tools.OAuthConfig{Tokens: tokens}
+	}
 	tc.State = st
 	tc.Limits = limits
 	tc.Audit = s
