@@ -99,6 +99,8 @@ type Service struct {
 	// inbound remembers the inbound stream's sequence at each minute
 	// boundary of the overview's chart.
 	inbound minuteSeqs
+	// deadLetters is the same for the dead-letter stream.
+	deadLetters minuteSeqs
 }
 
 // New returns the console (not started) reading and acting on b.
