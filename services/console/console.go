@@ -106,6 +106,8 @@ type Service struct {
 	inbound minuteSeqs
 	// providers remembers the ended minutes' split per provider.
 	providers providerMinutes
+	// deadLetters is the same for the dead-letter stream.
+	deadLetters minuteSeqs
 }
 
 // New returns the console (not started) reading and acting on b.

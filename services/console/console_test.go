@@ -225,6 +225,10 @@ func TestLoopbackPagesAndDeadLetters(t *testing.T) {
 			t.Errorf("GET %s: %d, want 200 with %q; body:\n%s", path, code, want, body)
 		}
 	}
+	if _, body, _ := c.do(http.MethodGet, "/", nil); !strings.Contains(body, "Dead letters per minute: 1 in the last hour") ||
+		!strings.Contains(body, "Webhooks per minute: 1 in the last hour") {
+		t.Errorf("the overview's charts do not count the webhook and its dead letter:\n%s", body)
+	}
 	csrf := c.csrf("/dlq")
 	if code, _, _ := c.do(http.MethodPost, fmt.Sprintf("/dlq/%d/delete", seq), url.Values{"csrf": {csrf}}); code != http.StatusSeeOther {
 		t.Fatalf("delete: %d, want 303", code)

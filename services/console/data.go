@@ -46,6 +46,13 @@ func (s *Service) overviewData(ctx context.Context, _ url.Values) (map[string]an
 		d["WebhookChart"] = stackedChart("Webhooks per minute", perProvider, first)
 	}
 	d["ChartError"] = errText(err)
+	cctx, ccancel = s.rpcContext(ctx)
+	dlPerMinute, first, err := s.deadLetters.counts(cctx, s.bus.Conn(), s.bus.JetStream(), s.bus.StreamName("dlq.x"), s.cfg.Now(), chartMinutes)
+	ccancel()
+	if err == nil {
+		d["DeadLetterChart"] = barChart("Dead letters per minute", dlPerMinute, first)
+	}
+	d["DeadLetterChartError"] = errText(err)
 	dls, err := s.bus.DeadLetters(ctx, 0)
 	d["DeadLetters"], d["DLQError"] = len(dls), errText(err)
 	errs := 0
