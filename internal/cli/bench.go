@@ -9,9 +9,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/relaystation/relay/internal/gatewaybench"
-	"github.com/relaystation/relay/internal/ingestbench"
-	"github.com/relaystation/relay/internal/servebench"
+	"github.com/relaystation/relay/internal/bench/gatewaybench"
+	"github.com/relaystation/relay/internal/bench/ingestbench"
+	"github.com/relaystation/relay/internal/bench/servebench"
 	"github.com/relaystation/relay/secret"
 )
 
@@ -59,7 +59,7 @@ func benchIngest(ctx context.Context, a *app, args []string) error {
 }
 
 // benchServe runs this binary as the gateway alone and as the whole relay,
-// interleaved, under the same load (internal/servebench).
+// interleaved, under the same load (internal/bench/servebench).
 func benchServe(ctx context.Context, a *app, args []string) error {
 	fs := a.flags("bench serve")
 	var cfg servebench.Config
@@ -89,7 +89,7 @@ func benchServe(ctx context.Context, a *app, args []string) error {
 
 // benchFlood runs this binary as the whole relay with the agent under a
 // flood of webhooks for one repository, beside another repository's
-// trickle (internal/servebench.Flood).
+// trickle (internal/bench/servebench.Flood).
 func benchFlood(ctx context.Context, a *app, args []string) error {
 	fs := a.flags("bench flood")
 	var cfg servebench.FloodConfig
@@ -122,7 +122,7 @@ func benchFlood(ctx context.Context, a *app, args []string) error {
 
 // benchGateway runs this binary's gateway (`relay ingest`) and, with
 // -benthos, Benthos configured for the same job, each as its own process
-// against one external NATS server, interleaved (internal/gatewaybench).
+// against one external NATS server, interleaved (internal/bench/gatewaybench).
 func benchGateway(ctx context.Context, a *app, args []string) error {
 	fs := a.flags("bench gateway")
 	var cfg gatewaybench.Config

@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus/bustest"
-	"github.com/relaystation/relay/internal/gatewaybench"
-	"github.com/relaystation/relay/internal/ingestbench"
-	"github.com/relaystation/relay/internal/servebench"
+	"github.com/relaystation/relay/internal/bench/gatewaybench"
+	"github.com/relaystation/relay/internal/bench/ingestbench"
+	"github.com/relaystation/relay/internal/bench/servebench"
 	"github.com/relaystation/relay/internal/testenv"
 )
 

@@ -22,7 +22,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/relaystation/relay/internal/ingestbench"
+	"github.com/relaystation/relay/internal/bench/ingestbench"
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers/github"
 )

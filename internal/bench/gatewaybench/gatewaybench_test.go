@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaystation/relay/internal/ingestbench"
+	"github.com/relaystation/relay/internal/bench/ingestbench"
 	"github.com/relaystation/relay/mappers/github"
 )
 

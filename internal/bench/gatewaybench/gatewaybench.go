@@ -32,7 +32,7 @@ import (
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/config"
-	"github.com/relaystation/relay/internal/ingestbench"
+	"github.com/relaystation/relay/internal/bench/ingestbench"
 	"github.com/relaystation/relay/secret"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relaystation/relay/internal/bench/ingestbench"
 	"github.com/relaystation/relay/internal/fakes"
-	"github.com/relaystation/relay/internal/ingestbench"
 	"github.com/relaystation/relay/mappers/github"
 )
 

@@ -5,7 +5,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/relaystation/relay/internal/servebench"
+	"github.com/relaystation/relay/internal/bench/servebench"
 )
 
 // Report is the result of a run: every run of every target, in the order run.

@@ -21,8 +21,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaystation/relay/internal/bench/ingestbench"
 	"github.com/relaystation/relay/internal/fakes"
-	"github.com/relaystation/relay/internal/ingestbench"
 	"github.com/relaystation/relay/mappers/github"
 )
 

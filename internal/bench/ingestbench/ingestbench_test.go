@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/relaystation/relay/internal/ingestbench"
+	"github.com/relaystation/relay/internal/bench/ingestbench"
 	"github.com/relaystation/relay/internal/testenv"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
-	"github.com/relaystation/relay/internal/ingestbench"
-	"github.com/relaystation/relay/internal/servebench"
+	"github.com/relaystation/relay/internal/bench/ingestbench"
+	"github.com/relaystation/relay/internal/bench/servebench"
 	"github.com/relaystation/relay/mappers/github"
 )
 
