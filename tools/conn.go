@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -428,6 +429,13 @@ func (c *conn) classify(ctx context.Context, err error, done func(error)) error 
 		done(nil) // not the server's failure: its login ended (oauth.go)
 		c.loginLost(ctx, err)
 		return err
+	case sendLost(err):
+		// The HTTP request broke before any answer began; the SDK calls
+		// that "rejected by transport" and keeps the cause inside.
+		c.fatal.Store(true)
+		done(errBreakerFailure)
+		msg, _ := c.redactor.String(err.Error())
+		return fmt.Errorf("%w to server %s: %s", ErrConnection, c.cfg.Name, msg)
 	case errors.As(err, &we):
 		done(nil) // the server answered
 		msg, _ := c.redactor.String(we.Message)
@@ -435,9 +443,22 @@ func (c *conn) classify(ctx context.Context, err error, done func(error)) error 
 	case errors.Is(err, mcp.ErrConnectionClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, os.ErrClosed):
 		c.fatal.Store(true)
 		done(errBreakerFailure)
-		return fmt.Errorf("%w: %w", ErrConnection, err)
+		return fmt.Errorf("%w to server %s: %w", ErrConnection, c.cfg.Name, err)
 	default:
 		done(errBreakerFailure)
-		return fmt.Errorf("%w: %w", ErrConnection, err)
+		return fmt.Errorf("%w to server %s: %w", ErrConnection, c.cfg.Name, err)
 	}
+}
+
+// codeRejected is the JSON-RPC code of the SDK's "rejected by transport".
+const codeRejected = -32005
+
+// sendLost reports whether err is a request the HTTP client could not
+// complete (the connection broke, was refused or reset): the SDK's
+// "rejected by transport" with the HTTP client's error inside. A JSON-RPC
+// error the server answered is found first and is not one.
+func sendLost(err error) bool {
+	var we *wireError
+	var ue *url.Error
+	return errors.As(err, &we) && we.Code == codeRejected && errors.As(err, &ue)
 }
