@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/url"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -53,7 +52,7 @@ type conn struct {
 
 	mu            sync.Mutex
 	session       *mcp.ClientSession
-	cmd           *exec.Cmd
+	cmd           *stdioProc
 	breaker       *gobreaker.TwoStepCircuitBreaker[struct{}]
 	disabled      bool
 	disabledWhy   string
@@ -174,7 +173,7 @@ func (c *conn) client() *mcp.Client {
 }
 
 // dialAt opens a session to s with client, asking for version (negotiate.go).
-func dialAt(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client, log *slog.Logger, version string) (*mcp.ClientSession, *exec.Cmd, error) {
+func dialAt(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client, log *slog.Logger, version string) (*mcp.ClientSession, *stdioProc, error) {
 	t, cmd, err := transport(r, s, log)
 	if err != nil {
 		return nil, nil, err
@@ -286,21 +285,21 @@ func (c *conn) enable() (wasDisabledBy string) {
 	return by
 }
 
-// acquire returns the session and the breaker's completion function (nil
+// acquire returns the session, a stdio server's process, and the breaker's completion function (nil
 // for a call the server answered, errBreakerFailure for one that counts
 // against it), or ErrOffline / ErrBreakerOpen without sending anything.
-func (c *conn) acquire() (*mcp.ClientSession, func(error), error) {
+func (c *conn) acquire() (*mcp.ClientSession, *stdioProc, func(error), error) {
 	c.mu.Lock()
-	s, b := c.session, c.breaker
+	s, p, b := c.session, c.cmd, c.breaker
 	c.mu.Unlock()
 	if s == nil {
-		return nil, nil, c.offline()
+		return nil, nil, nil, c.offline()
 	}
 	done, err := b.Allow()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrBreakerOpen, err)
+		return nil, nil, nil, fmt.Errorf("%w: %w", ErrBreakerOpen, err)
 	}
-	return s, done, nil
+	return s, p, done, nil
 }
 
 // status reports the server's state.

@@ -84,3 +84,28 @@ func remoteLostMidCall(t *testing.T, streaming bool) {
 		t.Fatal("the call did not end within 20s of the connection's loss (its limit is 1 minute)")
 	}
 }
+
+// A stdio server that exits in the middle of a call: the call's error says
+// the process exited and shows its last stderr lines, redacted.
+func TestStdioExitMidCallShowsStderr(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	steer(t, dir, "die-tool", "1")
+	cfg := fastConfig(t, helperServer(t, "h", dir))
+	cfg.Policy = policy(t, allowAll)
+	r := startRunner(t, cfg)
+	res := r.Call(t.Context(), Request{Tool: "h.die", Caller: Caller{Role: "agent"}})
+	if res.Err == nil {
+		t.Fatalf("got %s, %q; want the call to fail", res.Status, res.Text)
+	}
+	msg := res.Err.Error()
+	t.Logf("error: %s", msg)
+	for _, want := range []string{"connection lost to server h", "the server process exited during the call", "helper: out of memory in worker 3"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "ghp_abcdefghijklmnopqrstuvwxyz0123456789") {
+		t.Errorf("error %q shows the server's secret", msg)
+	}
+}
