@@ -7,8 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/url"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -52,7 +52,7 @@ type conn struct {
 
 	mu            sync.Mutex
 	session       *mcp.ClientSession
-	cmd           *exec.Cmd
+	cmd           *stdioProc
 	breaker       *gobreaker.TwoStepCircuitBreaker[struct{}]
 	disabled      bool
 	disabledWhy   string
@@ -173,7 +173,7 @@ func (c *conn) client() *mcp.Client {
 }
 
 // dialAt opens a session to s with client, asking for version (negotiate.go).
-func dialAt(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client, log *slog.Logger, version string) (*mcp.ClientSession, *exec.Cmd, error) {
+func dialAt(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client, log *slog.Logger, version string) (*mcp.ClientSession, *stdioProc, error) {
 	t, cmd, err := transport(r, s, log)
 	if err != nil {
 		return nil, nil, err
@@ -285,21 +285,21 @@ func (c *conn) enable() (wasDisabledBy string) {
 	return by
 }
 
-// acquire returns the session and the breaker's completion function (nil
+// acquire returns the session, a stdio server's process, and the breaker's completion function (nil
 // for a call the server answered, errBreakerFailure for one that counts
 // against it), or ErrOffline / ErrBreakerOpen without sending anything.
-func (c *conn) acquire() (*mcp.ClientSession, func(error), error) {
+func (c *conn) acquire() (*mcp.ClientSession, *stdioProc, func(error), error) {
 	c.mu.Lock()
-	s, b := c.session, c.breaker
+	s, p, b := c.session, c.cmd, c.breaker
 	c.mu.Unlock()
 	if s == nil {
-		return nil, nil, c.offline()
+		return nil, nil, nil, c.offline()
 	}
 	done, err := b.Allow()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrBreakerOpen, err)
+		return nil, nil, nil, fmt.Errorf("%w: %w", ErrBreakerOpen, err)
 	}
-	return s, done, nil
+	return s, p, done, nil
 }
 
 // status reports the server's state.
@@ -428,6 +428,13 @@ func (c *conn) classify(ctx context.Context, err error, done func(error)) error 
 		done(nil) // not the server's failure: its login ended (oauth.go)
 		c.loginLost(ctx, err)
 		return err
+	case sendLost(err):
+		// The HTTP request broke before any answer began; the SDK calls
+		// that "rejected by transport" and keeps the cause inside.
+		c.fatal.Store(true)
+		done(errBreakerFailure)
+		msg, _ := c.redactor.String(err.Error())
+		return fmt.Errorf("%w to server %s: %s", ErrConnection, c.cfg.Name, msg)
 	case errors.As(err, &we):
 		done(nil) // the server answered
 		msg, _ := c.redactor.String(we.Message)
@@ -435,9 +442,22 @@ func (c *conn) classify(ctx context.Context, err error, done func(error)) error 
 	case errors.Is(err, mcp.ErrConnectionClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, os.ErrClosed):
 		c.fatal.Store(true)
 		done(errBreakerFailure)
-		return fmt.Errorf("%w: %w", ErrConnection, err)
+		return fmt.Errorf("%w to server %s: %w", ErrConnection, c.cfg.Name, err)
 	default:
 		done(errBreakerFailure)
-		return fmt.Errorf("%w: %w", ErrConnection, err)
+		return fmt.Errorf("%w to server %s: %w", ErrConnection, c.cfg.Name, err)
 	}
+}
+
+// codeRejected is the JSON-RPC code of the SDK's "rejected by transport".
+const codeRejected = -32005
+
+// sendLost reports whether err is a request the HTTP client could not
+// complete (the connection broke, was refused or reset): the SDK's
+// "rejected by transport" with the HTTP client's error inside. A JSON-RPC
+// error the server answered is found first and is not one.
+func sendLost(err error) bool {
+	var we *wireError
+	var ue *url.Error
+	return errors.As(err, &we) && we.Code == codeRejected && errors.As(err, &ue)
 }

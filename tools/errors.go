@@ -55,7 +55,7 @@ var (
 	ErrToolFailed = errors.New("tool failed")
 	// ErrConnection: the session broke during the call (the server may have
 	// received it).
-	ErrConnection = errors.New("connection to server lost")
+	ErrConnection = errors.New("connection lost")
 	// ErrTimeout: the call's budget timeout passed; the server was sent
 	// notifications/cancelled.
 	ErrTimeout = errors.New("timeout")

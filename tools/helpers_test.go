@@ -85,6 +85,14 @@ func serveHelper() int {
 		})
 	h.addSlowTools(s)
 	h.addFaultyTools(s)
+	if h.exists("die-tool") {
+		// die says why on stderr and exits in the middle of its call.
+		mcp.AddTool(s, &mcp.Tool{Name: "die"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			fmt.Fprintln(os.Stderr, "helper: out of memory in worker 3, token ghp_abcdefghijklmnopqrstuvwxyz0123456789")
+			os.Exit(9)
+			return nil, nil, nil
+		})
+	}
 	addNamedTools(s)
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil && !errors.Is(err, context.Canceled) {
 		return 1

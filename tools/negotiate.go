@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 
@@ -43,7 +42,7 @@ var ErrVersionMismatch = errors.New("protocol version mismatch")
 
 // dial opens a session to s with client, negotiating the protocol version
 // unless s pins one.
-func dial(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client, log *slog.Logger) (*mcp.ClientSession, *exec.Cmd, error) {
+func dial(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client, log *slog.Logger) (*mcp.ClientSession, *stdioProc, error) {
 	if s.ProtocolVersion != "" {
 		session, cmd, err := dialAt(ctx, r, s, client, log, s.ProtocolVersion)
 		if err != nil {

@@ -1026,7 +1026,7 @@ func (r *Runner) toolWhenBack(ctx context.Context, c *conn, tool string) (*toolE
 
 // invoke sends one tools/call. sent reports whether it left the runner.
 func (r *Runner) invoke(ctx context.Context, c *conn, tool string, args map[string]any, token string) (*mcp.CallToolResult, bool, error) {
-	s, done, err := c.acquire()
+	s, proc, done, err := c.acquire()
 	if err != nil {
 		return nil, false, err
 	}
@@ -1038,7 +1038,11 @@ func (r *Runner) invoke(ctx context.Context, c *conn, tool string, args map[stri
 	res, err := s.CallTool(tctx, params)
 	telemetry.EndSpan(span, err)
 	if err != nil {
-		return nil, true, c.classify(ctx, err, done)
+		err = c.classify(ctx, err, done)
+		if proc != nil && errors.Is(err, ErrConnection) {
+			err = proc.exited(c.redactor, err)
+		}
+		return nil, true, err
 	}
 	done(nil)
 	return res, true, nil

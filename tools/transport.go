@@ -29,7 +29,7 @@ var ErrPipeUnsupported = errors.New("Windows named pipes are not supported on th
 
 // transport builds the SDK transport of s. For stdio it also returns the
 // command (started by the SDK's Connect).
-func transport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transport, *exec.Cmd, error) {
+func transport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transport, *stdioProc, error) {
 	switch s.Type {
 	case mcpconfig.Stdio:
 		return stdioTransport(r, s, log)
@@ -57,7 +57,31 @@ func transport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transport, 
 	return nil, nil, fmt.Errorf("server %s: unknown transport %q", s.Name, s.Type)
 }
 
-func stdioTransport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transport, *exec.Cmd, error) {
+// stdioProc is a stdio server's command and its last stderr lines.
+type stdioProc struct {
+	*exec.Cmd
+	tail *stderrTail
+}
+
+// exited adds to err, a call's lost connection, that the server process
+// exited and its last stderr lines (redacted, bounded), when its stderr
+// ends within stderrDrain (the process is gone: it held the pipe's write
+// end). Else err is returned as it is.
+func (p *stdioProc) exited(rd *Redactor, err error) error {
+	select {
+	case <-p.tail.done:
+	case <-time.After(stderrDrain):
+		return err
+	}
+	tail := p.tail.last()
+	if tail == "" {
+		return fmt.Errorf("%w; the server process exited during the call and wrote nothing on stderr", err)
+	}
+	tail, _ = rd.String(tail)
+	return fmt.Errorf("%w; the server process exited during the call; server stderr (last lines):\n%s", err, tail)
+}
+
+func stdioTransport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transport, *stdioProc, error) {
 	cmd := exec.Command(s.Command, s.Args...)
 	cmd.Env = stdioEnv(r.cfg.BaseEnv, s.Env)
 	cmd.Dir = s.Dir
@@ -74,7 +98,7 @@ func stdioTransport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transp
 		defer stderr.Close()
 		logStderr(stderr, log, r.cfg.StderrLevel, tail.add)
 	}()
-	return &stdioCommand{cmd: cmd, terminate: r.cfg.TerminateDuration, log: log, tail: tail, stderrW: stderrW}, cmd, nil
+	return &stdioCommand{cmd: cmd, terminate: r.cfg.TerminateDuration, log: log, tail: tail, stderrW: stderrW}, &stdioProc{Cmd: cmd, tail: tail}, nil
 }
 
 // Bounds of the stderr lines an error shows.
@@ -84,7 +108,7 @@ const (
 )
 
 // stderrTail keeps a stdio server's last stderr lines, for the error of a
-// handshake that failed: the server usually says there why.
+// handshake or call that failed: the server usually says there why.
 type stderrTail struct {
 	mu    sync.Mutex
 	lines []string
@@ -110,6 +134,11 @@ func (t *stderrTail) text(d time.Duration) string {
 	case <-t.done:
 	case <-time.After(d):
 	}
+	return t.last()
+}
+
+// last returns the lines kept so far.
+func (t *stderrTail) last() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return strings.Join(t.lines, "\n")
