@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,6 +16,12 @@ import (
 )
 
 func main() {
+	// First: tool servers run as the same user must not read our secrets
+	// from /proc (docs/security.md).
+	if err := cli.ProtectProcess(); err != nil {
+		fmt.Fprintln(os.Stderr, "relay:", err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := cli.Run(ctx, os.Args[1:], config.OS(), os.Stdout, os.Stderr)
 	stop()
