@@ -42,6 +42,10 @@ var ErrNoCancelEndpoint = errors.New("no tool runner answers cancel requests")
 // cancelTarget names the tool runner in errors of a cancel request.
 var cancelTarget = rpc.Target{Service: "tool runner", Start: "`relay toolrunner` or `relay serve`", Err: ErrNoCancelEndpoint}
 
+// errNotActive says a non-approver clicked Cancel on a run the tool runners
+// do not list as running (it has finished, or not started yet).
+var errNotActive = errors.New("it is not running (it has finished or not started yet)")
+
 // cancelRequest and cancelReply are the cancel endpoint's contract.
 type cancelRequest struct {
 	ID    string `json:"id"`
@@ -62,6 +66,9 @@ func (s *Service) cancelRun(ctx context.Context, ia *interaction, id string) err
 	log := s.log.With("execution_id", id, "user", ia.User)
 	ok, err := s.mayCancel(ctx, ia.User, id)
 	switch {
+	case errors.Is(err, errNotActive):
+		s.ephemeral(ctx, ia.Channel, ia.User, "The run was not cancelled: "+err.Error(), log)
+		return nil
 	case err != nil:
 		log.Warn("cancel not checked", "err", err)
 		s.ephemeral(ctx, ia.Channel, ia.User, "The run could not be cancelled: "+err.Error(), log)
@@ -104,7 +111,7 @@ func (s *Service) mayCancel(ctx context.Context, user, id string) (bool, error) 
 	}
 	i := slices.IndexFunc(active, func(e tools.Execution) bool { return e.ID == id })
 	if i < 0 {
-		return false, nil
+		return false, errNotActive
 	}
 	run := active[i]
 	if run.Actor == "slack:"+user {
