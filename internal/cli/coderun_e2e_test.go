@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +24,10 @@ import (
 // policy.
 const e2eOncall = "U0ONCALL"
 
+// e2eReviewer holds another role (reviewer) that grants the code-run tests'
+// tools (e2eStranger holds none and is no approver).
+const e2eReviewer = "U0REVIEWER"
+
 // codeRunPolicy lets the agent and the members of oncall use everything.
 const codeRunPolicy = `roles:
   - role: agent
@@ -31,13 +36,19 @@ const codeRunPolicy = `roles:
     capabilities: ["everything.*"]
     members:
       slack: [` + e2eOncall + `]
+  - role: reviewer
+    capabilities: ["everything.*"]
+    members:
+      slack: [` + e2eReviewer + `]
 `
 
 // mention posts a signed Events API app_mention by user in channel with
-// text, as Slack does; it returns the message's ts.
+// text, as Slack does; it returns the message's ts (microseconds, so that
+// mentions within one second are distinct messages).
 func (s *stack) mention(user, channel, text string) string {
 	s.t.Helper()
-	ts := fmt.Sprintf("%d.000100", time.Now().Unix())
+	now := time.Now()
+	ts := fmt.Sprintf("%d.%06d", now.Unix(), now.Nanosecond()/1000)
 	body, err := json.Marshal(map[string]any{
 		"token": "verification-token-unused", "team_id": e2eTeam, "api_app_id": "A0APP01", "type": "event_callback",
 		"event_id": "Ev" + strings.ReplaceAll(ts, ".", ""), "event_time": time.Now().Unix(), "authed_users": []string{"UBOT"},
@@ -146,6 +157,84 @@ func TestCodeRunCancelFromSlack(t *testing.T) {
 		t.Errorf("active executions after the cancel: %+v (%v), want none", active, err)
 	}
 	s.exactlyOneOutcome(running)
+}
+
+// TestCodeRunCancelOnlyByAllowed clicks a running code block's Cancel
+// button as people who may not and who may cancel it: a stranger (no role,
+// no approver) is told so and the run completes; the run's author and a
+// user whose role grants the tool cancel it, and the audit names them. The
+// approver's cancel is TestCodeRunCancelFromSlack.
+func TestCodeRunCancelOnlyByAllowed(t *testing.T) {
+	t.Parallel()
+	testenv.SkipShort(t, "end-to-end")
+	audit := filepath.Join(t.TempDir(), "tools.jsonl")
+	s := startStack(t, func(env map[string]string) {
+		pol := filepath.Join(t.TempDir(), "policy.yaml")
+		must(t, os.WriteFile(pol, []byte(codeRunPolicy), 0o600))
+		env["RELAY_POLICY"] = pol
+		env["RELAY_AUDIT_LOG"] = audit
+	})
+	const tool = "everything.trigger-long-running-operation"
+	// start runs the operation for duration seconds as e2eOncall and waits
+	// until it is active; it returns the running message and execution id.
+	start := func(duration int) (fakes.SlackCall, string) {
+		t.Helper()
+		ts := s.mention(e2eOncall, e2eChannel, fmt.Sprintf("<@UBOT> please\n```everything\ntool: trigger-long-running-operation\nduration: %d\nsteps: %d\n```", duration, duration))
+		running := s.runningPost(e2eChannel, ts, tool)
+		id := action(t, running, "relay_run_cancel").Value
+		testenv.WaitFor(t, 30*time.Second, "the run to be active in the tool runner", func() bool {
+			active, err := tools.ActiveRemote(t.Context(), s.nc, "relay")
+			return err == nil && slices.ContainsFunc(active, func(e tools.Execution) bool { return e.ID == id })
+		})
+		return running, id
+	}
+	told := func(user, text string) {
+		t.Helper()
+		testenv.WaitFor(t, 20*time.Second, user+" to be told "+text, func() bool {
+			for _, c := range s.slack.Calls("chat.postEphemeral") {
+				if c.Params["user"] == user && strings.Contains(c.Params["text"], text) {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	record := func(id string) tools.Record {
+		t.Helper()
+		var rec tools.Record
+		testenv.WaitFor(t, 60*time.Second, "the audit record of "+id, func() bool {
+			for _, r := range auditRecords(t, audit) {
+				if r.ExecutionID == id {
+					rec = r
+					return true
+				}
+			}
+			return false
+		})
+		return rec
+	}
+
+	// A stranger is refused while the run is active; it runs to its end.
+	running, id := start(8)
+	s.click(e2eStranger, running, "relay_run_cancel")
+	told(e2eStranger, "You may not cancel this run")
+	if active, err := tools.ActiveRemote(t.Context(), s.nc, "relay"); err != nil || !slices.ContainsFunc(active, func(e tools.Execution) bool { return e.ID == id }) {
+		t.Errorf("after the stranger's click: active %+v (%v), want the run still active", active, err)
+	}
+	if rec := record(id); rec.Status != tools.StatusSuccess || rec.CancelledBy != "" {
+		t.Errorf("audit of the stranger's run: status %q cancelled_by %q, want success and nobody", rec.Status, rec.CancelledBy)
+	}
+
+	// The author and a role that grants the tool cancel.
+	for _, who := range []string{e2eOncall, e2eReviewer} {
+		running, id := start(300)
+		s.click(who, running, "relay_run_cancel")
+		s.updatedTo(running, "was cancelled by <@"+who+">")
+		told(who, "Cancelling the run")
+		if rec := record(id); rec.Status != tools.StatusCancelled || rec.CancelledBy != "slack:"+who || rec.Actor != "slack:"+e2eOncall {
+			t.Errorf("audit: got %+v, want the run of slack:%s cancelled by slack:%s", rec, e2eOncall, who)
+		}
+	}
 }
 
 // exactlyOneOutcome makes sure the run's outcome was shown once: one update

@@ -11,6 +11,7 @@ import (
 
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/secret"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 // Config configures the approvals worker.
@@ -57,6 +58,10 @@ type Config struct {
 	// Stop flips the tool runner's stop switch for `/relay stop` and `/relay
 	// resume` from approvers; nil answers that it cannot be changed here.
 	Stop StopSwitch
+	// Policy is the tool runner's policy (RELAY_POLICY): besides the run's
+	// author and approvers, a Slack user whose role grants the running tool
+	// may cancel a code-block run. nil grants nobody through a role.
+	Policy *mcpconfig.Policy
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil discards.

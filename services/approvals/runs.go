@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/rpc"
 	slackmapper "github.com/relaystation/relay/mappers/slack"
+	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 // Code-block runs and the stop switch from Slack: the Cancel button of a
@@ -39,6 +42,10 @@ var ErrNoCancelEndpoint = errors.New("no tool runner answers cancel requests")
 // cancelTarget names the tool runner in errors of a cancel request.
 var cancelTarget = rpc.Target{Service: "tool runner", Start: "`relay toolrunner` or `relay serve`", Err: ErrNoCancelEndpoint}
 
+// errNotActive says a non-approver clicked Cancel on a run the tool runners
+// do not list as running (it has finished, or not started yet).
+var errNotActive = errors.New("it is not running (it has finished or not started yet)")
+
 // cancelRequest and cancelReply are the cancel endpoint's contract.
 type cancelRequest struct {
 	ID    string `json:"id"`
@@ -51,10 +58,26 @@ type cancelReply struct {
 }
 
 // cancelRun asks the tool runner to cancel the execution id on behalf of the
-// clicking user and tells them the outcome (ephemeral). Anyone who sees the
-// button may click it; the runner decides and audits who cancelled.
+// clicking user and tells them the outcome (ephemeral). Only the run's
+// author, an approver or a user whose policy role grants the running tool
+// may cancel (mayCancel); anyone else is refused and the run goes on. The
+// runner audits who cancelled.
 func (s *Service) cancelRun(ctx context.Context, ia *interaction, id string) error {
 	log := s.log.With("execution_id", id, "user", ia.User)
+	ok, err := s.mayCancel(ctx, ia.User, id)
+	switch {
+	case errors.Is(err, errNotActive):
+		s.ephemeral(ctx, ia.Channel, ia.User, "The run was not cancelled: "+err.Error(), log)
+		return nil
+	case err != nil:
+		log.Warn("cancel not checked", "err", err)
+		s.ephemeral(ctx, ia.Channel, ia.User, "The run could not be cancelled: "+err.Error(), log)
+		return nil
+	case !ok:
+		log.Info("cancel refused: not the run's author, an approver or a role with the tool")
+		s.ephemeral(ctx, ia.Channel, ia.User, "You may not cancel this run: only its author, an approver or a role that may use the tool can.", log)
+		return nil
+	}
 	body, err := rpc.Call(ctx, s.bus.Conn(), s.bus.Prefix()+"."+SubjectCancel, cancelRequest{ID: id, Actor: "slack:" + ia.User}, 10*time.Second, cancelTarget)
 	var reply cancelReply
 	if err == nil {
@@ -71,6 +94,38 @@ func (s *Service) cancelRun(ctx context.Context, ia *interaction, id string) err
 		s.ephemeral(ctx, ia.Channel, ia.User, "The run was not cancelled: "+orDefault(reply.Error, "it has already finished"), log)
 	}
 	return nil
+}
+
+// mayCancel reports whether user may cancel the execution id: an approver
+// (SLACK_APPROVERS, user groups included) always; else the run's author or
+// a user whose policy role grants the run's tool, as the tool runner's
+// active executions describe it. A run that is no longer active grants
+// nobody but approvers (there is nothing to cancel).
+func (s *Service) mayCancel(ctx context.Context, user, id string) (bool, error) {
+	if ok, err := s.approvers.allowed(ctx, user); ok || err != nil {
+		return ok, err
+	}
+	active, err := tools.ActiveRemote(ctx, s.bus.Conn(), s.bus.Prefix())
+	if err != nil {
+		return false, err
+	}
+	i := slices.IndexFunc(active, func(e tools.Execution) bool { return e.ID == id })
+	if i < 0 {
+		return false, errNotActive
+	}
+	run := active[i]
+	if run.Actor == "slack:"+user {
+		return true, nil
+	}
+	if s.cfg.Policy == nil {
+		return false, nil
+	}
+	inGroup := func(group, user string) bool {
+		m, err := s.approvers.members(ctx, group)
+		return err == nil && m[user]
+	}
+	role := s.cfg.Policy.RoleOf(mcpconfig.ProviderSlack, user, inGroup)
+	return role != "" && s.cfg.Policy.Allowed(role, run.Server, run.Tool), nil
 }
 
 func orDefault(s, def string) string {

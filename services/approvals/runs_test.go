@@ -21,13 +21,21 @@ import (
 )
 
 // TestCancelRunButton clicks the Cancel button of a running code-block run:
-// the worker sends the cancel request with the clicking user as actor to
-// rpc.tool.cancel (answered here by a responder standing in for the tool
-// runner) and tells the user the outcome.
+// the worker asks rpc.tool.active who runs what, refuses a stranger, sends
+// the cancel request with the clicking user as actor to rpc.tool.cancel
+// (both answered here by responders standing in for the tool runner) for
+// the run's author or an approver, and tells the user the outcome.
 func TestCancelRunButton(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	running, done := uuid.NewString(), uuid.NewString()
+	running, done, gone := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	asub, err := h.bus.Conn().Subscribe(h.bus.Prefix()+".rpc.tool.active", func(m *nats.Msg) {
+		_ = m.Respond([]byte(`{"executions":[{"id":"` + running + `","server":"everything","tool":"echo","actor":"slack:U0CLICKER"}]}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = asub.Unsubscribe() })
 	var mu sync.Mutex
 	var got []map[string]string
 	sub, err := h.bus.Conn().Subscribe(h.bus.Prefix()+"."+approvals.SubjectCancel, func(m *nats.Msg) {
@@ -48,8 +56,10 @@ func TestCancelRunButton(t *testing.T) {
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 
 	cases := []struct{ id, user, want string }{
+		{running, "U0STRANGER", "You may not cancel this run"},
 		{running, "U0CLICKER", "Cancelling the run"},
-		{done, "U0OTHER", "is not running"},
+		{done, approver, "is not running"},
+		{gone, "U0OTHER", "it is not running"},
 	}
 	for i, c := range cases {
 		h.interact(click(c.user, slackmapper.ActionCancelRun, c.id, "1700000111.000001"))
@@ -61,7 +71,7 @@ func TestCancelRunButton(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(got) != 2 || got[0]["id"] != running || got[0]["actor"] != "slack:U0CLICKER" || got[1]["actor"] != "slack:U0OTHER" {
+	if len(got) != 2 || got[0]["id"] != running || got[0]["actor"] != "slack:U0CLICKER" || got[1]["id"] != done || got[1]["actor"] != "slack:"+approver {
 		t.Errorf("got cancel requests %v, want the execution ids with the clickers as actors", got)
 	}
 }
