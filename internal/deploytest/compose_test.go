@@ -51,8 +51,8 @@ func TestComposeFile(t *testing.T) {
 		}
 	}
 	nats, _ := p.GetService("nats")
-	if !slices.Contains(nats.Command, "-js") {
-		t.Errorf("nats command %v lacks -js (JetStream)", nats.Command)
+	if cmd := strings.Join(nats.Entrypoint, " "); !strings.Contains(cmd, "nats-server -js ") {
+		t.Errorf("nats entrypoint %q lacks -js (JetStream)", cmd)
 	}
 	pg, _ := p.GetService("postgres")
 	if !strings.Contains(pg.Image, "pgvector") {
