@@ -235,10 +235,10 @@ func request(ctx context.Context, nc Requester, subj string, in, out any) error 
 }
 
 // Serve answers SubjectList, SubjectStatus and SubjectRefresh for r on nc as the micro
-// service ServiceName (queue group QueueGroup) until stop is called; stop
-// drains the endpoints and returns once no request is being handled. log
-// may be nil.
-func Serve(ctx context.Context, nc *nats.Conn, prefix string, r *Runner, log *slog.Logger) (stop func() error, err error) {
+// service ServiceName (queue group QueueGroup), and the extra endpoints
+// (ValidateEndpoint), until stop is called; stop drains the endpoints and
+// returns once no request is being handled. log may be nil.
+func Serve(ctx context.Context, nc *nats.Conn, prefix string, r *Runner, log *slog.Logger, extra ...rpc.Endpoint) (stop func() error, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -277,6 +277,7 @@ func Serve(ctx context.Context, nc *nats.Conn, prefix string, r *Runner, log *sl
 			return RefreshResponse{Servers: names}, nil
 		}},
 	}, execEndpoints(nc, prefix, r)...)
+	eps = append(eps, extra...)
 	srv, err := rpc.Start(ctx, nc, rpc.Config{
 		Name:        ServiceName,
 		Description: "relay tool runner: the MCP tools a role may call, the MCP servers' status, the running executions",

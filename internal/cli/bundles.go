@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/bundle"
+	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 const bundlesUsage = "usage:\n" + bundlesUsageLines
@@ -92,7 +94,40 @@ func (a *app) installer(config string) *bundle.Installer {
 			v := a.env.String(name, "")
 			return v, v != ""
 		},
+		Check: a.checkWithRunner,
 	}
+}
+
+// checkWithRunner asks the running tool runner (the relay started from this
+// folder, or NATS_URL's) how it would load the candidate mcp.json at path,
+// in its own environment. No bus, no runner, or a runner that reads
+// another file is bundle.ErrNoChecker: the install checks it itself.
+func (a *app) checkWithRunner(ctx context.Context, path string, data []byte) ([]mcpconfig.Invalid, string, error) {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	b, err := a.clientBus(cctx)
+	cancel()
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %v", bundle.ErrNoChecker, err)
+	}
+	defer b.Close()
+	resp, err := tools.ValidateRemote(ctx, b.Conn(), b.Prefix(), path, data)
+	switch {
+	case errors.Is(err, tools.ErrNoRunner):
+		return nil, "", fmt.Errorf("%w: %v", bundle.ErrNoChecker, err)
+	case err != nil:
+		return nil, "the running tool runner", err
+	case resp.ConfigPath != path:
+		fmt.Fprintf(a.stderr, "relay: the running tool runner reads %s, not %s: checking here\n", resp.ConfigPath, path)
+		return nil, "", bundle.ErrNoChecker
+	}
+	invalid := make([]mcpconfig.Invalid, len(resp.Invalid))
+	for i, iv := range resp.Invalid {
+		invalid[i] = mcpconfig.Invalid{Name: iv.Name, ID: iv.ID, Err: errors.New(iv.Reason)}
+	}
+	return invalid, "the running tool runner, in its environment", nil
 }
 
 func mcpInstall(ctx context.Context, a *app, args []string) error {
@@ -136,6 +171,9 @@ func changeBundle(ctx context.Context, a *app, args []string, verb, forceHelp st
 		fmt.Fprintf(a.stdout, "allowed to read from the relay's environment (--allow-env): %s\n", strings.Join(allowEnv, ", "))
 	}
 	a.printResult(in, res, verb+"ed")
+	if res.CheckedBy != "" {
+		fmt.Fprintf(a.stdout, "the relay loads the new servers (checked by %s)\n", res.CheckedBy)
+	}
 	return nil
 }
 

@@ -22,7 +22,7 @@ func TestMCPInstallAllowEnvAndRepeatedSet(t *testing.T) {
     "mcp_config": {"command": "node", "args": ["${__dirname}/index.js", "${user_config.dirs}"], "env": {"T": "${env:GITHUB_TOKEN}"}}},
   "user_config": {"dirs": {"type": "directory", "title": "d", "multiple": true}}}`)
 	a, b := t.TempDir(), t.TempDir()
-	cli := cliRunner(t, map[string]string{"RELAY_DATA_DIR": t.TempDir(), "RELAY_MCP_CONFIG": cfg})
+	cli := cliRunner(t, map[string]string{"RELAY_DATA_DIR": t.TempDir(), "RELAY_MCP_CONFIG": cfg, "GITHUB_TOKEN": "ghp_test"})
 
 	code, _, errs := cli("mcp", "install", dir, "--set", "dirs="+a, "--set", "dirs="+b)
 	if code == 0 || !strings.Contains(errs, "${env:GITHUB_TOKEN}") || !strings.Contains(errs, "--allow-env") {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -19,7 +20,7 @@ func TestMCPInstallUninstallBundles(t *testing.T) {
 	cfg := writeTemp(t, "mcp.json", orig)
 	b := writeBundle(t, "weather", "id: weather\nversion: 0.3.0\nmcpServers:\n  forecast:\n    command: node\n"+
 		"    args: ['${bundlePath}/forecast.js']\n    env:\n      WEATHER_KEY: '${env:WEATHER_KEY}'\n")
-	env := map[string]string{"RELAY_DATA_DIR": t.TempDir(), "RELAY_MCP_CONFIG": cfg}
+	env := map[string]string{"RELAY_DATA_DIR": t.TempDir(), "RELAY_MCP_CONFIG": cfg, "WEATHER_KEY": "k-1"}
 	cli := cliRunner(t, env)
 
 	code, out, errs := cli("mcp", "install", b, "--dry-run")
@@ -107,6 +108,47 @@ func TestMCPInstallIntoRunningRelay(t *testing.T) {
 		_, still := states["ref__everything"]
 		return states != nil && !still, why
 	})
+}
+
+// An install asks the running relay's tool runner whether it loads the new
+// servers in its own environment: a variable only the relay has is fine, one
+// only this shell has is refused before anything is written. Without a
+// running relay the install checks with this shell's settings.
+func TestMCPInstallCheckedByRunningRelay(t *testing.T) {
+	t.Parallel()
+	// The relay runs in this process: its tool runner reads the process
+	// environment; the CLI reads only its env map.
+	onlyRelay := "INSTALL_TEST_ONLY_RELAY_" + strings.ToUpper(rand.Text()[:8])
+	onlyShell := "INSTALL_TEST_ONLY_SHELL_" + strings.ToUpper(rand.Text()[:8])
+	os.Setenv(onlyRelay, "v")
+	t.Cleanup(func() { os.Unsetenv(onlyRelay) })
+	orig := "{\n  \"mcpServers\": {}\n}\n"
+	env := embeddedEnv(t)
+	env["RELAY_MCP_CONFIG"] = writeTemp(t, "mcp.json", orig)
+	env[onlyShell] = "v"
+	bundleReading := func(id, name string) string {
+		return writeBundle(t, id, "id: "+id+"\nversion: 1.0.0\nmcpServers:\n  main:\n    command: node\n    args: ['-e', '']\n"+
+			"    env:\n      K: '${env:"+name+"}'\n")
+	}
+	cli := cliRunner(t, env)
+
+	// No relay yet: checked here, where onlyRelay is not set.
+	code, out, errs := cli("mcp", "install", bundleReading("early", onlyRelay), "--allow-env", onlyRelay)
+	if code == 0 || !strings.Contains(errs, "checked by this process with the relay's settings") || !strings.Contains(errs, onlyRelay+" is not set") {
+		t.Fatalf("install without a relay: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	defer serveReady(t, env, nil, 30*time.Second)()
+	code, out, errs = cli("mcp", "install", bundleReading("shell", onlyShell), "--allow-env", onlyShell)
+	if code == 0 || !strings.Contains(errs, "checked by the running tool runner") || !strings.Contains(errs, onlyShell+" is not set") {
+		t.Fatalf("install of a server only this shell could start: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if got, _ := os.ReadFile(env["RELAY_MCP_CONFIG"]); string(got) != orig {
+		t.Fatalf("refused install wrote:\n%s", got)
+	}
+	code, out, errs = cli("mcp", "install", bundleReading("relay", onlyRelay), "--allow-env", onlyRelay)
+	if code != 0 || !strings.Contains(out, "added: relay__main") || !strings.Contains(out, "checked by the running tool runner") {
+		t.Fatalf("install of a server the relay can start: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
 }
 
 // writeBundle makes the bundle directory name, in a new temporary

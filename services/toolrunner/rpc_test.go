@@ -206,7 +206,7 @@ func TestRunnerServiceLifecycle(t *testing.T) {
 		}
 		got[ep.Name] = ep.Subject
 	}
-	if len(got) != 6 || got["list"] != f.b.Subject(tools.SubjectList) || got["status"] != f.b.Subject(tools.SubjectStatus) ||
+	if len(got) != 7 || got["validate"] != f.b.Subject(tools.SubjectValidate) || got["list"] != f.b.Subject(tools.SubjectList) || got["status"] != f.b.Subject(tools.SubjectStatus) ||
 		got["refresh"] != f.b.Subject(tools.SubjectRefresh) || got["active"] != f.b.Subject(tools.SubjectActive) ||
 		got["cancel"] != f.b.Subject(tools.SubjectCancel) || got["cancel-owned"] != f.b.Subject(tools.SubjectCancel)+"."+f.svc.Runner().ID() ||
 		info.Metadata[rpc.MetadataPrefix] != f.b.Prefix() {

@@ -179,7 +179,8 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := s.runner.Start(ctx); err != nil {
 		return err
 	}
-	stop, err := tools.Serve(ctx, s.bus.Conn(), s.bus.Prefix(), s.runner, s.log)
+	stop, err := tools.Serve(ctx, s.bus.Conn(), s.bus.Prefix(), s.runner, s.log,
+		tools.ValidateEndpoint(s.bus.Prefix(), s.cfg.Tools.ConfigPath, s.cfg.ConfigOptions))
 	if err != nil {
 		return err
 	}

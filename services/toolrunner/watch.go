@@ -124,13 +124,7 @@ func (w *ConfigWatcher) reload(path string, r reloader) {
 		if opts.Lookup == nil {
 			opts.Lookup = os.LookupEnv
 		}
-		if opts.BaseDir == "" {
-			opts.BaseDir = filepath.Dir(path)
-		}
-		f, err = mcpconfig.ParseFile(data, opts)
-		if err != nil {
-			err = mcpconfig.WithPath(err, path)
-		}
+		f, err = mcpconfig.ParseFileAt(path, data, opts)
 	}
 	if err != nil && w.last == nil && errors.Is(err, mcpconfig.ErrNotFound) {
 		return // no mcp.json yet: no servers, as at startup

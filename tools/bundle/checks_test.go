@@ -32,6 +32,7 @@ func TestMCPBChecks(t *testing.T) {
 		opts          Options
 		want, absent  []string
 		wantErr       string
+		env           map[string]string // the relay's environment
 	}{
 		{name: "repeated --set gives each value its own argument",
 			server: fmt.Sprintf(nodeServer, `, "${user_config.dirs}"`, ""),
@@ -72,8 +73,12 @@ func TestMCPBChecks(t *testing.T) {
 			wantErr: "the server reads ${env:GITHUB_TOKEN}, ${env:SLACK_BOT_TOKEN}, ${input:pat} from the relay's environment, which the bundle was not given: allow each with --allow-env NAME"},
 		{name: "relay secret allowed by name",
 			server: fmt.Sprintf(nodeServer, "", `"S": "${env:SLACK_BOT_TOKEN}"`),
-			opts:   Options{AllowEnv: []string{"SLACK_BOT_TOKEN"}, DryRun: true},
-			want:   []string{`+        "S": "${env:SLACK_BOT_TOKEN}"`}},
+			opts:   Options{AllowEnv: []string{"SLACK_BOT_TOKEN"}, DryRun: true}, env: map[string]string{"SLACK_BOT_TOKEN": "xoxb-1"},
+			want: []string{`+        "S": "${env:SLACK_BOT_TOKEN}"`}},
+		{name: "allowed but not in the relay's environment",
+			server:  fmt.Sprintf(nodeServer, "", `"S": "${env:SLACK_BOT_TOKEN}"`),
+			opts:    Options{AllowEnv: []string{"SLACK_BOT_TOKEN"}, DryRun: true},
+			wantErr: `would not load (checked by this process with the relay's settings (no running tool runner reads this file)), nothing was written: %CONFIG%:7:7: server "chk__main": env.S: environment variable SLACK_BOT_TOKEN is not set (${env:SLACK_BOT_TOKEN})`},
 		{name: "sensitive value in args refused",
 			server:  fmt.Sprintf(nodeServer, `, "--key", "${user_config.key}"`, ""),
 			extra:   `, "user_config": {"key": {"type": "string", "title": "k", "sensitive": true}}`,
@@ -86,10 +91,13 @@ func TestMCPBChecks(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			in := newInstaller(t, `{"servers": {}}`)
+			if tc.env != nil {
+				in.Lookup = lookupOf(tc.env)
+			}
 			res, err := in.Install(t.Context(), manifestDir(t, tc.server, tc.extra), tc.opts)
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("got %v, want %q", err, tc.wantErr)
+				if want := strings.ReplaceAll(tc.wantErr, "%CONFIG%", in.Config); err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("got %v, want %q", err, want)
 				}
 				if got := readFile(t, in.Config); got != `{"servers": {}}` {
 					t.Fatalf("refused install wrote %q", got)

@@ -25,7 +25,10 @@ mcpServers:
       WEATHER_KEY: "${env:WEATHER_KEY}"
 `), 0o644)
 
-	in := &bundle.Installer{Config: cfg, DataDir: filepath.Join(dir, "data")}
+	// The relay's environment has WEATHER_KEY: the installed server loads.
+	env := map[string]string{"WEATHER_KEY": "k-123"}
+	in := &bundle.Installer{Config: cfg, DataDir: filepath.Join(dir, "data"),
+		Lookup: func(name string) (string, bool) { v, ok := env[name]; return v, ok }}
 	res, err := in.Install(context.Background(), filepath.Join(dir, "weather"), bundle.Options{})
 	if err != nil {
 		fmt.Println(err)

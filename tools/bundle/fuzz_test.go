@@ -46,7 +46,7 @@ func FuzzInstallUninstall(f *testing.F) {
 			return
 		}
 		after, _ := os.ReadFile(in.Config)
-		if err := in.validate(after, []string{"fz__s"}); err != nil {
+		if _, err := in.validate(t.Context(), after, []string{"fz__s"}); err != nil {
 			t.Fatalf("install wrote an invalid file: %v\n%s", err, after)
 		}
 		if _, err := in.Uninstall(t.Context(), "fz", Options{}); err != nil {

@@ -29,5 +29,14 @@ func newInstaller(t testing.TB, content string) *Installer {
 	if content != "" {
 		testenv.WriteFile(t, cfg, content)
 	}
-	return &Installer{Config: cfg, DataDir: filepath.Join(dir, "data")}
+	return &Installer{Config: cfg, DataDir: filepath.Join(dir, "data"), Lookup: lookupOf(nil)}
+}
+
+// lookupOf is an Installer.Lookup that sees env as the relay's environment
+// (the machine's is not used: the tests do not depend on it).
+func lookupOf(env map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		v, ok := env[name]
+		return v, ok
+	}
 }

@@ -35,6 +35,12 @@ type Installer struct {
 	Lookup func(string) (string, bool)
 	// Now stamps installs; nil means time.Now.
 	Now func() time.Time
+	// Check asks the relay that will run the new mcp.json how it would load
+	// it: the invalid entries it reports, and who checked ("the running
+	// tool runner ..."). An error matching ErrNoChecker (no relay answers,
+	// or it reads another file) makes the install check the file here,
+	// with Lookup. nil checks here.
+	Check func(ctx context.Context, path string, data []byte) (invalid []mcpconfig.Invalid, by string, err error)
 
 	// writeFile replaces a file atomically; nil means writeAtomic (tests
 	// make it fail).
@@ -76,7 +82,14 @@ type Result struct {
 	Diff string
 	// Written is false for a dry run.
 	Written bool
+	// CheckedBy says who checked that the relay loads the new servers:
+	// the running tool runner, or this process with its settings.
+	CheckedBy string
 }
+
+// ErrNoChecker is what Installer.Check returns (wrapped) when no running
+// relay can check the file: the install checks it itself.
+var ErrNoChecker = errors.New("no running relay checks this mcp.json")
 
 // ErrNotInstalled is returned (wrapped) by Uninstall for an unknown bundle.
 var ErrNotInstalled = errors.New("bundle not installed")
@@ -271,9 +284,11 @@ func (in *Installer) change(ctx context.Context, opts Options, res *Result, muta
 	}
 	res.Disabled, res.Enabled = d.dedupe(t)
 	out := d.v.Pack()
-	if err := in.validate(out, res.Added); err != nil {
-		return fmt.Errorf("the new %s would be invalid, nothing was written: %w", in.Config, err)
+	by, err := in.validate(ctx, out, res.Added)
+	if err != nil {
+		return fmt.Errorf("the new %s would not load (checked by %s), nothing was written: %w", in.Config, by, err)
 	}
+	res.CheckedBy = by
 	if err := d.hashes(t); err != nil {
 		return err
 	}
@@ -310,27 +325,37 @@ func (in *Installer) change(ctx context.Context, opts Options, res *Result, muta
 	return nil
 }
 
-// validate parses the new file as the tool runner will: it must be
-// readable and the servers added must load (the runner reads entry by
-// entry, so another entry's problem is not this change's). Variables are
-// not resolved here (${env:VAR} resolves at run time, in the runner's
-// environment): every lookup succeeds.
-func (in *Installer) validate(data []byte, added []string) error {
-	f, err := mcpconfig.ParseFile(data, mcpconfig.Options{
-		Lookup:  func(string) (string, bool) { return "value", true },
-		DataDir: in.DataDir,
-		BaseDir: filepath.Dir(in.Config),
-	})
-	if err != nil {
-		return err
+// validate checks that the relay would load the servers added by the new
+// file: the running tool runner, asked through Check, else this process
+// with Lookup (the relay's settings as this shell has them). The runner
+// reads entry by entry, so another entry's problem is not this change's.
+// It returns who checked.
+func (in *Installer) validate(ctx context.Context, data []byte, added []string) (by string, err error) {
+	if len(added) == 0 {
+		return "", nil // an uninstall: what stays was loaded before
+	}
+	var invalid []mcpconfig.Invalid
+	if in.Check != nil {
+		invalid, by, err = in.Check(ctx, in.Config, data)
+		if err != nil && !errors.Is(err, ErrNoChecker) {
+			return by, err
+		}
+	}
+	if in.Check == nil || err != nil {
+		by = "this process with the relay's settings (no running tool runner reads this file)"
+		f, err := mcpconfig.ParseFileAt(in.Config, data, mcpconfig.Options{Lookup: in.Lookup, DataDir: in.DataDir})
+		if err != nil {
+			return by, err
+		}
+		invalid = f.Invalid
 	}
 	var errs []error
-	for _, iv := range f.Invalid {
+	for _, iv := range invalid {
 		if slices.Contains(added, iv.Name) {
 			errs = append(errs, iv.Err)
 		}
 	}
-	return errors.Join(errs...)
+	return by, errors.Join(errs...)
 }
 
 // installVarRE matches the variables substituted at install time; every

@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -57,6 +58,7 @@ mcpServers:
     headers:
       Authorization: "Bearer ${env:ACME_TOKEN}"
 `)
+	in.Lookup = lookupOf(map[string]string{"ACME_TOKEN": "t"})
 	res, err := in.Install(t.Context(), dir, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -479,4 +481,74 @@ func TestDryRunLeavesTheFilesystemUntouched(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An install writes only what the relay that runs the file loads: it asks
+// Check (the running tool runner), and checks here with Lookup only when
+// no relay can answer.
+func TestInstallChecksWithTheRunningRelay(t *testing.T) {
+	t.Parallel()
+	manifest := `id: acme
+version: 1.0.0
+mcpServers:
+  search:
+    command: node
+    env:
+      ACME_TOKEN: "${env:ACME_TOKEN}"
+`
+	runnerEnv := map[string]string{"ACME_TOKEN": "t"} // the running relay has it, this shell does not
+	runner := func(_ context.Context, path string, data []byte) ([]mcpconfig.Invalid, string, error) {
+		f, err := mcpconfig.ParseFileAt(path, data, mcpconfig.Options{Lookup: lookupOf(runnerEnv)})
+		if err != nil {
+			return nil, "", err
+		}
+		return f.Invalid, "the running tool runner", nil
+	}
+	t.Run("the runner loads it", func(t *testing.T) {
+		t.Parallel()
+		in := newInstaller(t, `{"servers": {}}`)
+		in.Check = runner
+		res, err := in.Install(t.Context(), relayBundle(t, "acme", manifest), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.CheckedBy != "the running tool runner" || !slices.Equal(res.Added, []string{"acme__search"}) {
+			t.Fatalf("checked by %q, added %v", res.CheckedBy, res.Added)
+		}
+	})
+	t.Run("the runner would not load it", func(t *testing.T) {
+		t.Parallel()
+		in := newInstaller(t, `{"servers": {}}`)
+		in.Lookup = lookupOf(runnerEnv) // this shell has it, the runner does not
+		in.Check = func(ctx context.Context, path string, data []byte) ([]mcpconfig.Invalid, string, error) {
+			f, err := mcpconfig.ParseFileAt(path, data, mcpconfig.Options{Lookup: lookupOf(nil)})
+			if err != nil {
+				return nil, "", err
+			}
+			return f.Invalid, "the running tool runner", nil
+		}
+		_, err := in.Install(t.Context(), relayBundle(t, "acme", manifest), Options{})
+		if err == nil || !strings.Contains(err.Error(), "checked by the running tool runner") || !strings.Contains(err.Error(), "environment variable ACME_TOKEN is not set") {
+			t.Fatalf("got %v, want the runner's refusal naming ACME_TOKEN", err)
+		}
+		if got := readFile(t, in.Config); got != `{"servers": {}}` {
+			t.Fatalf("refused install wrote %q", got)
+		}
+	})
+	t.Run("no runner: checked here", func(t *testing.T) {
+		t.Parallel()
+		in := newInstaller(t, `{"servers": {}}`)
+		in.Check = func(context.Context, string, []byte) ([]mcpconfig.Invalid, string, error) {
+			return nil, "", fmt.Errorf("nats: %w", ErrNoChecker)
+		}
+		_, err := in.Install(t.Context(), relayBundle(t, "acme", manifest), Options{})
+		if err == nil || !strings.Contains(err.Error(), "checked by this process with the relay's settings") {
+			t.Fatalf("got %v, want the local check's refusal", err)
+		}
+		in.Lookup = lookupOf(runnerEnv)
+		res, err := in.Install(t.Context(), relayBundle(t, "acme", manifest), Options{})
+		if err != nil || !strings.HasPrefix(res.CheckedBy, "this process") {
+			t.Fatalf("got %v, checked by %q", err, res.CheckedBy)
+		}
+	})
 }

@@ -64,6 +64,14 @@ func LoadFile(path string, opts Options) (*File, error) {
 		}
 		return nil, fmt.Errorf("read mcp config: %w", err)
 	}
+	return ParseFileAt(path, data, opts)
+}
+
+// ParseFileAt parses data as LoadFile reads the file at path: relative
+// paths resolve against its folder, ${workspaceFolder} is its workspace,
+// and every error names path. It checks a file before it is written (an
+// install asks the running tool runner whether it would load it).
+func ParseFileAt(path string, data []byte, opts Options) (*File, error) {
 	opts = opts.forFile(path)
 	f, err := ParseFile(data, opts)
 	if err != nil {
