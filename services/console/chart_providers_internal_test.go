@@ -80,7 +80,7 @@ func TestStackedChart(t *testing.T) {
 	first := time.Date(2026, 12, 2, 11, 0, 0, 0, time.UTC)
 	gh, sl := make([]int, chartMinutes+1), make([]int, chartMinutes+1)
 	gh[10], sl[10], gh[60] = 30, 12, 7
-	svg := string(stackedChart(`Webhooks <per> minute`, []series{{"github", gh}, {"slack", sl}}, first))
+	svg := string(stackedChart(`Webhooks <per> minute`, "no webhooks in the last hour", []series{{"github", gh}, {"slack", sl}}, first))
 	if !strings.HasPrefix(svg, `<svg class="chart"`) || !strings.HasSuffix(svg, `</svg>`) {
 		t.Fatalf("not an svg: %.80s", svg)
 	}
@@ -105,7 +105,7 @@ func TestStackedChart(t *testing.T) {
 	if strings.Contains(svg, "<script") || strings.Contains(svg, "href=") {
 		t.Error("the chart fetches or runs something")
 	}
-	empty := string(stackedChart("Webhooks per minute", []series{{"github", make([]int, chartMinutes+1)}}, first))
+	empty := string(stackedChart("Webhooks per minute", "no webhooks in the last hour", []series{{"github", make([]int, chartMinutes+1)}}, first))
 	if strings.Contains(empty, `class="bar `) || !strings.Contains(empty, "no webhooks in the last hour") || !strings.Contains(empty, "github (0)") {
 		t.Errorf("empty chart: %s", empty)
 	}
