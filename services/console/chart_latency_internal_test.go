@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/story"
@@ -127,15 +128,7 @@ func TestLatencyFromStreams(t *testing.T) {
 	first = now.Truncate(latencySlot).Add(-latencySlots * latencySlot)
 	check("after b's decision", &l)
 
-	for _, stream := range []string{b.StreamName("in.x"), b.StreamName("task.x")} {
-		info, err := b.JetStream().Stream(t.Context(), stream)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := info.CachedInfo().State.Consumers; n != 0 {
-			t.Errorf("%d consumers left on %s", n, stream)
-		}
-	}
+	noConsumersLeft(t, b, "in.x", "task.x")
 }
 
 // expected is the p50 and p99 (the smallest value with at least 50% / 99%
@@ -296,5 +289,20 @@ func TestLatencyChart(t *testing.T) {
 	empty := string(latencyChart(latencyView{First: first, Slots: [steps - 1][]quantiles{make([]quantiles, 13), make([]quantiles, 13), make([]quantiles, 13)}}))
 	if !strings.Contains(empty, "no stage ended in the last hour") || strings.Contains(empty, "data-stage") {
 		t.Errorf("empty chart: %s", empty)
+	}
+}
+
+// noConsumersLeft fails t when a chart left a consumer on the streams of
+// the relative subjects.
+func noConsumersLeft(t *testing.T, b *bus.Bus, subjects ...string) {
+	t.Helper()
+	for _, subj := range subjects {
+		info, err := b.JetStream().Stream(t.Context(), b.StreamName(subj))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := info.CachedInfo().State.Consumers; n != 0 {
+			t.Errorf("%d consumers left on %s", n, b.StreamName(subj))
+		}
 	}
 }

@@ -79,13 +79,7 @@ func TestToolMinutesFromStream(t *testing.T) {
 	if got, want := totals(&tm), "everything 6/2 github 3/2 "; got != want {
 		t.Errorf("after two more: got %q, want %q", got, want)
 	}
-	info, err := b.JetStream().Stream(t.Context(), b.StreamName(subjectToolAudit))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := info.CachedInfo().State.Consumers; n != 0 {
-		t.Errorf("%d consumers left on the work stream", n)
-	}
+	noConsumersLeft(t, b, subjectToolAudit)
 }
 
 // A tool server's colour comes again after the stylesheet's eight.
