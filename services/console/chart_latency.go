@@ -47,7 +47,7 @@ const (
 	// chart's hour counts when it started at most this long before, so the
 	// streams are read from this long before the chart's first slot.
 	latencyReach = time.Hour
-	// latencyTasks bounds the tasks followed at once (about 100 bytes
+	// latencyTasks bounds the tasks followed at once (about 150 bytes
 	// each); beyond, the oldest are let go.
 	latencyTasks = 200_000
 )
@@ -131,7 +131,9 @@ func (l *latencies) view(ctx context.Context, b *bus.Bus, now time.Time) (latenc
 }
 
 // update reads what the streams stored since the last read: the inbound
-// stream first, so that a suggestion read finds its webhook.
+// stream first, so that a suggestion usually finds its webhook read (one
+// stored while the inbound stream was read meets its webhook at the next
+// read: a stage counts once both ends are read, in either order).
 func (l *latencies) update(ctx context.Context, b *bus.Bus, first, now time.Time) error {
 	if l.tasks == nil {
 		l.tasks = map[string]*taskSteps{}
