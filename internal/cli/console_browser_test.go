@@ -208,6 +208,32 @@ func TestConsoleInBrowser(t *testing.T) {
 	// The approvals chart: this test decided its approvals, so it renders
 	// its empty state with the age ranges.
 	do(t, tab, 10*time.Second, "the approvals chart", chromedp.Query(`#chart-approvals svg text.empty`, chromedp.NodeVisible))
+	// The latency chart: this test's webhooks were suggested, approved in
+	// the console and commented on, so each stage has a point (its p50 in
+	// data-p50, µs) the browser lays out inside the chart, and the legend
+	// gives each stage's hour.
+	testenv.Poll(t, 30*time.Second, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(tab, 2*time.Second)
+		defer cancel()
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`["webhook → suggestion", "suggestion → decision", "decision → comment"].map(st =>
+			[...document.querySelectorAll('#chart-latency svg circle[data-stage="' + st + '"]')].filter(c => c.getBBox().width > 0 && +c.dataset.p50 >= 0 && +c.dataset.p99 >= +c.dataset.p50).length + " " + st)`))
+		want := []string{"webhook → suggestion", "suggestion → decision", "decision → comment"}
+		for i, w := range want {
+			if err != nil || len(got) != len(want) || strings.HasPrefix(got[i], "0 ") {
+				return false, fmt.Sprintf("the latency chart lacks a point of %s (points per stage %q, %v)", w, got, err)
+			}
+		}
+		return true, ""
+	})
+	waitText(t, tab, "#chart-latency svg", "decision → comment: p50")
+	// The tool chart: the agent's calls to the everything server are bars
+	// of that server; the failures chart renders too.
+	testenv.Poll(t, 30*time.Second, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(tab, 2*time.Second)
+		defer cancel()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`[...document.querySelectorAll("#chart-tool-calls svg rect.bar[data-series=everything]")].filter(r => r.getBBox().height > 0).length + (document.querySelector("#chart-tool-errors svg") ? 0 : -1000)`))
+		return err == nil && n > 0, fmt.Sprintf("no bar of the everything server with a height in the tool calls chart, or no failures chart (%d, %v)", n, err)
+	})
 	screenshot(t, tab, "overview")
 }
 

@@ -15,7 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// humanDuration formats a duration for people: 850 µs, 27 ms, 1.2 s, 3m4s.
+// humanDuration formats a duration for people: 850 µs, 27 ms, 1.2 s, 3m4s,
+// 10m, 1h.
 func humanDuration(d time.Duration) string {
 	switch {
 	case d < time.Millisecond:
@@ -25,7 +26,14 @@ func humanDuration(d time.Duration) string {
 	case d < time.Minute:
 		return fmt.Sprintf("%.1f s", d.Seconds())
 	}
-	return d.Round(time.Second).String()
+	s := d.Round(time.Second).String() // 3m4s, 2m0s, 1h0m0s
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // chartMinutes is how far back the overview's webhook chart reaches.

@@ -17,7 +17,7 @@ func TestAgeChart(t *testing.T) {
 		t.Errorf("%d bars, want 3", n)
 	}
 	for _, want := range []string{
-		"Approvals waiting: 6, the oldest listed waits 2h0m0s (2 older not listed)",
+		"Approvals waiting: 6, the oldest listed waits 2h (2 older not listed)",
 		"<title>&lt; 1 min: 2 waiting</title>", "<title>1-5 min: 1 waiting</title>", "<title>1-6 h: 1 waiting</title>", "&gt; 6 h",
 	} {
 		if !strings.Contains(svg, want) {

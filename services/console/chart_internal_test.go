@@ -18,6 +18,11 @@ func TestHumanDuration(t *testing.T) {
 		1200 * time.Millisecond:    "1.2 s",
 		59 * time.Second:           "59.0 s",
 		184 * time.Second:          "3m4s",
+		190 * time.Second:          "3m10s",
+		10 * time.Minute:           "10m",
+		time.Hour:                  "1h",
+		70 * time.Minute:           "1h10m",
+		time.Hour + time.Second:    "1h0m1s",
 	} {
 		if got := humanDuration(d); got != want {
 			t.Errorf("humanDuration(%v) = %q, want %q", d, got, want)

@@ -129,10 +129,15 @@ func pendingFrom(ctx context.Context, js jetstream.JetStream, stream, subject st
 	return int(info.NumPending), nil
 }
 
+// seriesColours is how many colours the stylesheet gives series (s0, s1,
+// ...); more series take them again.
+const seriesColours = 8
+
 // stackedChart renders counts per minute of several series as an SVG bar
 // chart with the series stacked and a legend (no script, no external
-// asset), the last bar being the minute under way.
-func stackedChart(title string, ss []series, first time.Time) template.HTML {
+// asset), the last bar being the minute under way; a chart without a count
+// says empty.
+func stackedChart(title, empty string, ss []series, first time.Time) template.HTML {
 	const w, h, top, bottom, left = 640, 170, 18, 40, 44
 	minutes := 0
 	for _, s := range ss {
@@ -168,7 +173,7 @@ func stackedChart(title string, ss []series, first time.Time) template.HTML {
 			bh := float64(s.Counts[i]) / scale * float64(h-top-bottom)
 			y -= bh
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" class="bar s%d" data-series="%[6]s"><title>%[6]s %[7]s UTC: %[8]d</title></rect>`,
-				x+1, y, max(bw-2, 1), bh, k, template.HTMLEscapeString(s.Name), at, s.Counts[i])
+				x+1, y, max(bw-2, 1), bh, k%seriesColours, template.HTMLEscapeString(s.Name), at, s.Counts[i])
 		}
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="%d" class="axis">-%d min</text><text x="%d" y="%d" class="axis" text-anchor="end">now</text>`,
@@ -180,11 +185,11 @@ func stackedChart(title string, ss []series, first time.Time) template.HTML {
 			sum += c
 		}
 		fmt.Fprintf(&b, `<g class="legend"><rect x="%d" y="%d" width="10" height="10" class="key s%d"/><text x="%d" y="%d" class="axis">%s (%d)</text></g>`,
-			x, h-11, k, x+14, h-2, template.HTMLEscapeString(s.Name), sum)
+			x, h-11, k%seriesColours, x+14, h-2, template.HTMLEscapeString(s.Name), sum)
 		x += 24 + 7*(len(s.Name)+len(fmt.Sprint(sum))+3)
 	}
 	if total == 0 {
-		fmt.Fprintf(&b, `<text x="%d" y="%d" class="axis empty" text-anchor="middle">no webhooks in the last hour</text>`, left+(w-left)/2, base/2+top/2)
+		fmt.Fprintf(&b, `<text x="%d" y="%d" class="axis empty" text-anchor="middle">%s</text>`, left+(w-left)/2, base/2+top/2, template.HTMLEscapeString(empty))
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String()) // built from numbers and escaped names only

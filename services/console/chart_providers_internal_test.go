@@ -66,13 +66,7 @@ func TestProviderMinutesFromStream(t *testing.T) {
 		t.Errorf("a restarted console splits %v, want %v (read back from the stream)", got, want)
 	}
 	// The lookups' consumers are gone.
-	info, err := b.JetStream().Stream(t.Context(), stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := info.CachedInfo().State.Consumers; n != 0 {
-		t.Errorf("%d consumers left on the inbound stream", n)
-	}
+	noConsumersLeft(t, b, "in.x")
 }
 
 func TestStackedChart(t *testing.T) {
@@ -80,7 +74,7 @@ func TestStackedChart(t *testing.T) {
 	first := time.Date(2026, 12, 2, 11, 0, 0, 0, time.UTC)
 	gh, sl := make([]int, chartMinutes+1), make([]int, chartMinutes+1)
 	gh[10], sl[10], gh[60] = 30, 12, 7
-	svg := string(stackedChart(`Webhooks <per> minute`, []series{{"github", gh}, {"slack", sl}}, first))
+	svg := string(stackedChart(`Webhooks <per> minute`, "no webhooks in the last hour", []series{{"github", gh}, {"slack", sl}}, first))
 	if !strings.HasPrefix(svg, `<svg class="chart"`) || !strings.HasSuffix(svg, `</svg>`) {
 		t.Fatalf("not an svg: %.80s", svg)
 	}
@@ -105,7 +99,7 @@ func TestStackedChart(t *testing.T) {
 	if strings.Contains(svg, "<script") || strings.Contains(svg, "href=") {
 		t.Error("the chart fetches or runs something")
 	}
-	empty := string(stackedChart("Webhooks per minute", []series{{"github", make([]int, chartMinutes+1)}}, first))
+	empty := string(stackedChart("Webhooks per minute", "no webhooks in the last hour", []series{{"github", make([]int, chartMinutes+1)}}, first))
 	if strings.Contains(empty, `class="bar `) || !strings.Contains(empty, "no webhooks in the last hour") || !strings.Contains(empty, "github (0)") {
 		t.Errorf("empty chart: %s", empty)
 	}

@@ -108,7 +108,16 @@ type Service struct {
 	providers providerMinutes
 	// deadLetters is the same for the dead-letter stream.
 	deadLetters minuteSeqs
+	// latency measures the stages from webhook to comment; toolCalls counts
+	// the tool runner's calls and failures per server.
+	latency   latencies
+	toolCalls toolMinutes
 }
+
+// chartEvery is the least time between two reads of the streams by the
+// latency and tool charts (an open overview re-renders more often on a busy
+// bus; their points are minutes apart).
+const chartEvery = 2 * time.Second
 
 // New returns the console (not started) reading and acting on b.
 func New(cfg Config, b *bus.Bus) (*Service, error) {
@@ -123,6 +132,7 @@ func New(cfg Config, b *bus.Bus) (*Service, error) {
 	s := &Service{cfg: cfg, log: cfg.Logger, bus: b, tmpl: tmpl,
 		hub: newHub(b, cfg.Recent, cfg.Idle, cfg.Now, cfg.Logger), sessions: newSessions(cfg.Token, cfg.Operators, cfg.SessionTTL, cfg.Now)}
 	s.throttle = newThrottle(cfg.Now)
+	s.latency.every, s.toolCalls.every = chartEvery, chartEvery
 	s.story = cfg.Story
 	if s.story == nil {
 		s.story = hubStory{s.hub}

@@ -43,7 +43,7 @@ func (s *Service) overviewData(ctx context.Context, _ url.Values) (map[string]an
 	perProvider, first, err := s.providers.counts(cctx, &s.inbound, s.bus.Conn(), s.bus.JetStream(), s.bus.StreamName("in.x"), s.bus.Subject, s.cfg.Now(), chartMinutes)
 	ccancel()
 	if err == nil {
-		d["WebhookChart"] = stackedChart("Webhooks per minute", perProvider, first)
+		d["WebhookChart"] = stackedChart("Webhooks per minute", "no webhooks in the last hour", perProvider, first)
 	}
 	d["ChartError"] = errText(err)
 	cctx, ccancel = s.rpcContext(ctx)
@@ -53,6 +53,16 @@ func (s *Service) overviewData(ctx context.Context, _ url.Values) (map[string]an
 		d["DeadLetterChart"] = barChart("Dead letters per minute", dlPerMinute, first)
 	}
 	d["DeadLetterChartError"] = errText(err)
+	cctx, ccancel = s.rpcContext(ctx)
+	lat, err := s.latency.view(cctx, s.bus, s.cfg.Now())
+	ccancel()
+	d["LatencyChart"], d["LatencyChartError"] = latencyChart(lat), errText(err)
+	cctx, ccancel = s.rpcContext(ctx)
+	calls, failed, first, err := s.toolCalls.counts(cctx, s.bus, s.cfg.Now(), chartMinutes)
+	ccancel()
+	d["ToolCallsChart"] = stackedChart("Tool calls per minute", "no tool call in the last hour", calls, first)
+	d["ToolErrorsChart"] = stackedChart("Failed tool calls per minute", "no failed tool call in the last hour", failed, first)
+	d["ToolChartError"] = errText(err)
 	dls, err := s.bus.DeadLetters(ctx, 0)
 	d["DeadLetters"], d["DLQError"] = len(dls), errText(err)
 	errs := 0
