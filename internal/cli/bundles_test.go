@@ -138,6 +138,15 @@ func TestMCPInstallCheckedByRunningRelay(t *testing.T) {
 		t.Fatalf("install without a relay: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	defer serveReady(t, env, nil, 30*time.Second)()
+	// /readyz does not wait for the tool runner's requests: wait, as a user
+	// would, until `relay mcp list` hears the running relay.
+	testenv.Poll(t, 30*time.Second, func() (bool, string) {
+		code, out, errs := cli("mcp", "list", "-json")
+		var got struct {
+			Source string `json:"source"`
+		}
+		return code == 0 && json.Unmarshal([]byte(out), &got) == nil && got.Source == "running relay", out + errs
+	})
 	code, out, errs = cli("mcp", "install", bundleReading("shell", onlyShell), "--allow-env", onlyShell)
 	if code == 0 || !strings.Contains(errs, "checked by the running tool runner") || !strings.Contains(errs, onlyShell+" is not set") {
 		t.Fatalf("install of a server only this shell could start: exit %d, stdout %q, stderr %q", code, out, errs)
