@@ -108,6 +108,10 @@ func (b *BusElicitor) Elicit(ctx context.Context, q *Question) (*Answer, error) 
 		return nil, fmt.Errorf("%w: no approvals worker runs", ErrNoHuman)
 	case errors.As(err, &rerr):
 		return nil, fmt.Errorf("%w: %s", ErrNoHuman, rerr.Message)
+	case err != nil && ctx.Err() == nil && q.Resumable:
+		// The question may have been posted: the call's redelivery asks
+		// again with the same id and attaches to it.
+		return nil, fmt.Errorf("%w: the approvals worker's reply was lost: %w", ErrInterrupted, err)
 	case err != nil && ctx.Err() == nil:
 		return nil, fmt.Errorf("%w: the approvals worker did not answer: %v", ErrNoHuman, err)
 	case err != nil:

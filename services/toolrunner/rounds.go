@@ -32,7 +32,9 @@ func OpenRounds(ctx context.Context, b *bus.Bus, ttl time.Duration) (*KVRounds, 
 	return &KVRounds{kv: kv}, nil
 }
 
-func roundKey(callID string) string { return "r." + base64.RawURLEncoding.EncodeToString([]byte(callID)) }
+func roundKey(callID string) string {
+	return "r." + base64.RawURLEncoding.EncodeToString([]byte(callID))
+}
 
 // LoadRound implements tools.RoundStore.
 func (k *KVRounds) LoadRound(ctx context.Context, callID string) (*tools.Round, error) {
