@@ -1,10 +1,8 @@
 package approvals_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -69,29 +67,6 @@ func startToolRunner(t *testing.T, h *harness, url, name string) *runnerProc {
 	return p
 }
 
-// auditRecords reads a runner's audit log (none when it has no file).
-func auditRecords(t *testing.T, path string) []tools.Record {
-	t.Helper()
-	f, err := os.Open(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []tools.Record
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var r tools.Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("audit line %q: %v", sc.Text(), err)
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
 func testRoundKill(t *testing.T, afterResume bool) {
 	h := newHarness(t)
 	h.serving()
@@ -117,17 +92,7 @@ func testRoundKill(t *testing.T, afterResume bool) {
 	a.bus.Conn().Close()
 	a.stop()
 
-	answer := func() {
-		h.interact(click(author, approvals.ActionElicitAnswer, id, post.Params["_ts"]))
-		testenv.WaitFor(t, 10*time.Second, "the form", func() bool { return len(h.slack.Calls("views.open")) == 1 })
-		var view struct {
-			PrivateMetadata string `json:"private_metadata"`
-		}
-		_ = json.Unmarshal([]byte(h.slack.Calls("views.open")[0].Params["view"]), &view)
-		h.interact(submit(author, approvals.ViewElicit, view.PrivateMetadata, map[string]any{
-			"elicit_env": map[string]any{"v": map[string]any{"type": "static_select", "selected_option": map[string]any{"value": "production"}}},
-		}))
-	}
+	answer := func() { h.selectAnswer(post, "env", "production") }
 	if !afterResume {
 		answer()
 		testenv.WaitFor(t, 10*time.Second, "the answer recorded", func() bool {
@@ -153,11 +118,11 @@ func testRoundKill(t *testing.T, afterResume bool) {
 	if n := len(h.slack.Calls("chat.postMessage")); n != 1 {
 		t.Errorf("%d questions posted, want 1 (the resume attaches to the first)", n)
 	}
-	if recs := auditRecords(t, a.audit); len(recs) != 0 {
+	if recs := toolstest.AuditRecords(t, a.audit); len(recs) != 0 {
 		t.Errorf("killed runner A wrote %d audit records, want 0", len(recs))
 	}
 	b.stop() // flushes B's audit log
-	if recs := auditRecords(t, b.audit); len(recs) != 1 || recs[0].CallID != call.ID || recs[0].Status != tools.StatusSuccess {
+	if recs := toolstest.AuditRecords(t, b.audit); len(recs) != 1 || recs[0].CallID != call.ID || recs[0].Status != tools.StatusSuccess {
 		t.Errorf("runner B's audit records %+v, want one success of %s", recs, call.ID)
 	}
 	select {
