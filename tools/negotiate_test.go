@@ -25,8 +25,9 @@ import (
 // verServer is a go-sdk server speaking only versions, with an echo tool; it
 // records the method and protocol version (_meta) of each request.
 type verServer struct {
-	mu   sync.Mutex
-	seen []string // "method@version"
+	mu      sync.Mutex
+	seen    []string // "method@version"
+	headers []string // "method Mcp-Method=… Mcp-Name=…" (SEP-2243)
 }
 
 func (g *verServer) server(versions ...string) *mcp.Server {
@@ -61,6 +62,7 @@ func (g *verServer) record(h http.Handler) http.Handler {
 				v, _ := msg.Params.Meta[metaProtocolVersion].(string)
 				g.mu.Lock()
 				g.seen = append(g.seen, msg.Method+"@"+v)
+				g.headers = append(g.headers, msg.Method+" Mcp-Method="+r.Header.Get("Mcp-Method")+" Mcp-Name="+r.Header.Get("Mcp-Name"))
 				g.mu.Unlock()
 			}
 		}
