@@ -232,3 +232,34 @@ func TestTraceparentInMeta(t *testing.T) {
 		}
 	}
 }
+
+// TestToolsCarryTheServersTTL: a server's tools/list ttlMs (SEP-2549) is on
+// each of its tools (ToolInfo.ServerTTLMs), for the holders of lists (the
+// hooks' discovery cache); a server that gives none leaves it 0.
+func TestToolsCarryTheServersTTL(t *testing.T) {
+	t.Parallel()
+	g, plain := &verServer{}, &verServer{}
+	s := g.server("2026-07-28")
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if lt, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+				lt.TTLMs = 1234
+			}
+			return res, err
+		}
+	})
+	r := startRunner(t, fastConfig(t,
+		mcpconfig.Server{Name: "ttl", Type: mcpconfig.HTTP, URL: g.serve(t, s, true)},
+		mcpconfig.Server{Name: "plain", Type: mcpconfig.HTTP, URL: plain.streamable(t, true, "2026-07-28")}))
+	for _, server := range []string{"ttl", "plain"} {
+		list, err := r.AllTools(t.Context(), server)
+		if err != nil || len(list) != 1 {
+			t.Fatalf("%s: tools %+v, %v", server, list, err)
+		}
+		want := map[string]int64{"ttl": 1234, "plain": 0}[server]
+		if got := list[0].ServerTTLMs; got != want {
+			t.Errorf("%s: ServerTTLMs %d, want %d", server, got, want)
+		}
+	}
+}
