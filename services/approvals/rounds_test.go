@@ -27,14 +27,20 @@ import (
 // redelivered call, finds the round in JetStream, attaches to the same
 // question (no second post) and sends the call again with the answer and the
 // request state: one result, one audit record, one effect on the server.
-// The author answers before B runs, or after B has attached.
+// The author answers before B runs, or after B has attached. A runner that
+// is shut down instead (its context cancelled) hands the call over the same
+// way once its grace period is over.
 func TestInputRequiredSurvivesToolRunnerKill(t *testing.T) {
 	t.Parallel()
-	for _, afterResume := range []bool{false, true} {
-		t.Run(map[bool]string{false: "answered while no runner waits", true: "answered after the resume"}[afterResume], func(t *testing.T) {
-			t.Parallel()
-			testRoundKill(t, afterResume)
-		})
+	for _, kill := range []bool{true, false} {
+		for _, afterResume := range []bool{false, true} {
+			name := map[bool]string{true: "killed, ", false: "shut down, "}[kill] +
+				map[bool]string{false: "answered while no runner waits", true: "answered after the resume"}[afterResume]
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				testRoundKill(t, kill, afterResume)
+			})
+		}
 	}
 }
 
@@ -51,8 +57,9 @@ func startToolRunner(t *testing.T, h *harness, url, name string) *runnerProc {
 	b := bustest.Connect(t, h.bus)
 	p := &runnerProc{bus: b, audit: filepath.Join(t.TempDir(), name+".jsonl")}
 	svc, err := toolrunner.New(t.Context(), toolrunner.Config{
-		AckWait: 2 * time.Second,
-		Logger:  testenv.Logger(t, slog.LevelWarn).With("runner", name),
+		AckWait:       2 * time.Second,
+		ShutdownGrace: 100 * time.Millisecond,
+		Logger:        testenv.Logger(t, slog.LevelWarn).With("runner", name),
 		Tools: tools.Config{
 			Servers:   []mcpconfig.Server{{Name: "deploy", Type: mcpconfig.HTTP, URL: url}},
 			Policy:    toolstest.Policy(t, "roles:\n  - role: agent\n    capabilities: ['deploy.*']\n"),
@@ -67,7 +74,7 @@ func startToolRunner(t *testing.T, h *harness, url, name string) *runnerProc {
 	return p
 }
 
-func testRoundKill(t *testing.T, afterResume bool) {
+func testRoundKill(t *testing.T, kill, afterResume bool) {
 	h := newHarness(t)
 	h.serving()
 	srv := toolstest.StartInputRequired(t)
@@ -88,8 +95,10 @@ func testRoundKill(t *testing.T, afterResume bool) {
 	if post.Params["thread_ts"] != threadTS {
 		t.Fatalf("question posted in %q, want the call's thread", post.Params["thread_ts"])
 	}
-	// Kill A: its connection drops as a dead process's does, then it stops.
-	a.bus.Conn().Close()
+	if kill {
+		// Its connection drops as a dead process's does, then it stops.
+		a.bus.Conn().Close()
+	}
 	a.stop()
 
 	answer := func() { h.selectAnswer(post, "env", "production") }

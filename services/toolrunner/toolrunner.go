@@ -73,6 +73,10 @@ type Config struct {
 	// before JetStream gives it to another runner (the runner that took it
 	// died); heartbeats go every third of it. Default 15s.
 	AckWait time.Duration
+	// ShutdownGrace is how long calls in flight may finish once Run's
+	// context ends; then they are cancelled, and a call waiting for a
+	// person's answer is handed to another runner. Default 30s.
+	ShutdownGrace time.Duration
 	// LeaseTTL is how long a global concurrency slot outlives a runner that
 	// died holding it (KVLimits). Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
@@ -231,7 +235,8 @@ func (s *Service) Run(ctx context.Context) error {
 		Concurrency: s.cfg.Concurrency,
 		// A call may run for the 5-minute budget maximum; heartbeats (every
 		// 5 s) keep it, and a dead runner's call comes back within 15 s.
-		AckWait: s.cfg.AckWait,
+		AckWait:       s.cfg.AckWait,
+		ShutdownGrace: s.cfg.ShutdownGrace,
 	}, bus.HandlerFunc(s.Handle))
 	auditStop()
 	wg.Wait()
