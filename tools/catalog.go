@@ -35,6 +35,10 @@ type ToolInfo struct {
 	// retries only such tools after the call may have reached the server.
 	ReadOnly   bool `json:"readOnly,omitempty"`
 	Idempotent bool `json:"idempotent,omitempty"`
+	// ServerTTLMs is how long the server said its tool list may be cached
+	// (its tools/list ttlMs, SEP-2549); 0 when it said nothing. Holders of
+	// lists (the hooks' discovery cache) keep them no longer.
+	ServerTTLMs int64 `json:"server_ttl_ms,omitempty"`
 }
 
 // toolEntry is a cached tool with its compiled schemas.
@@ -260,6 +264,9 @@ func (c *conn) cachedTools(ctx context.Context) ([]*toolEntry, error) {
 			break
 		}
 		cursor = res.NextCursor
+	}
+	for _, e := range list {
+		e.info.ServerTTLMs = ttl.Milliseconds()
 	}
 	switch {
 	case c.cfg.ToolsTTL > 0:

@@ -167,6 +167,9 @@ func (c *conn) client() *mcp.Client {
 		},
 		ElicitationHandler:   c.elicit,
 		CreateMessageHandler: c.sample,
+		// The runner answers input-required results itself, so that a
+		// pending round is durable (rounds.go).
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 	})
 	cl.AddSendingMiddleware(c.trackCalls, requestMeta())
 	return cl

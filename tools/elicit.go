@@ -69,6 +69,11 @@ type Question struct {
 	Schema map[string]any `json:"requested_schema,omitempty"`
 	// Deadline is when the question is declined unanswered.
 	Deadline time.Time `json:"deadline"`
+	// Resumable: the question belongs to a stored input-required round. A
+	// wait for its answer that ends before the deadline for another reason
+	// than a cancel (the runner stops) leaves it open: the round's
+	// redelivery asks again with the same id and gets the answer.
+	Resumable bool `json:"resumable,omitempty"`
 }
 
 // Answer is a human's answer to a Question.
@@ -275,11 +280,12 @@ var questionSeq atomic.Uint64
 // Elicitor when the call has one, else the schema's defaults (SEP-1034) when
 // every required field has one, else decline.
 func (c *conn) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-	p := req.Params
-	if p.Mode != "" && p.Mode != "form" {
-		// Only form mode is declared; a URL would need a browser we do not have.
-		return &mcp.ElicitResult{Action: ElicitDecline}, nil
-	}
+	return c.askHuman(ctx, req.Params, nil)
+}
+
+// question is the Question of elicitation p during call f (nil: outside
+// any call), with a fresh id and no deadline yet.
+func (c *conn) question(ctx context.Context, p *mcp.ElicitParams, f *inflight) *Question {
 	schema, _ := plainJSON(p.RequestedSchema)
 	sm, _ := schema.(map[string]any)
 	q := &Question{
@@ -288,10 +294,40 @@ func (c *conn) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitR
 		Message: p.Message,
 		Schema:  sm,
 	}
-	log := c.log.With("question_id", q.ID)
-	f, ambiguous := c.inflight.owner(ctx)
 	if f != nil {
 		q.Tool, q.CallID, q.TaskID, q.Thread, q.ActsFor = f.tool, f.req.CallID, f.req.TaskID, f.req.Thread, f.req.ActsFor
+	}
+	return q
+}
+
+// elicitTimeout is how long a question asked now may wait: ElicitTimeout,
+// and within the call's deadline, leaving the server time to finish the
+// call after a decline.
+func (c *conn) elicitTimeout(ctx context.Context) time.Duration {
+	timeout := c.r.cfg.ElicitTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		left := time.Until(dl)
+		timeout = min(timeout, left-min(2*time.Second, left/10))
+	}
+	return timeout
+}
+
+// askHuman answers elicitation p. durable, when not nil, is the question of
+// an input-required round (its id and deadline fixed, stored with the
+// round): an interruption of its wait is ErrInterrupted, not a decline.
+func (c *conn) askHuman(ctx context.Context, p *mcp.ElicitParams, durable *Question) (*mcp.ElicitResult, error) {
+	if p.Mode != "" && p.Mode != "form" {
+		// Only form mode is declared; a URL would need a browser we do not have.
+		return &mcp.ElicitResult{Action: ElicitDecline}, nil
+	}
+	f, ambiguous := c.inflight.owner(ctx)
+	q := durable
+	if q == nil {
+		q = c.question(ctx, p, f)
+	}
+	sm := q.Schema
+	log := c.log.With("question_id", q.ID)
+	if f != nil {
 		log = log.With("tool", f.tool, "call_id", f.req.CallID, "thread", f.req.Thread)
 	}
 	if ambiguous {
@@ -308,13 +344,9 @@ func (c *conn) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitR
 		}
 	}
 	if e := c.r.cfg.Elicitor; e != nil && !ambiguous {
-		timeout := c.r.cfg.ElicitTimeout
-		if dl, ok := ctx.Deadline(); ok {
-			// Leave the server time to finish the call after a decline.
-			left := time.Until(dl)
-			timeout = min(timeout, left-min(2*time.Second, left/10))
+		if q.Deadline.IsZero() {
+			q.Deadline = time.Now().Add(c.elicitTimeout(ctx)).UTC()
 		}
-		q.Deadline = time.Now().Add(timeout).UTC()
 		// Disabling the server cancels the question (hold): the human's
 		// message says so and the server gets "cancel".
 		sctx, stop := context.WithCancelCause(ctx)
@@ -332,6 +364,9 @@ func (c *conn) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitR
 			}
 			log.Info("elicitation answered", "action", a.Action, "by", a.By)
 			return &mcp.ElicitResult{Action: a.Action, Content: a.Content}, nil
+		case durable != nil && interrupted(ctx, stopped, q, err):
+			log.Info("waiting for the answer interrupted; the round is kept", "err", err)
+			return nil, fmt.Errorf("%w: %w", ErrInterrupted, err)
 		case ctx.Err() == nil && (errors.Is(stopped, ErrDisabled) || errors.Is(stopped, ErrClosed)):
 			log.Info("elicitation cancelled", "reason", stopped)
 			return &mcp.ElicitResult{Action: ElicitCancel}, nil
@@ -351,6 +386,25 @@ func (c *conn) elicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitR
 	}
 	log.Info("elicitation declined: nobody to ask and a required field has no default")
 	return &mcp.ElicitResult{Action: ElicitDecline}, nil
+}
+
+// interrupted reports whether the wait for durable question q's answer
+// ended (with err) for a reason that is neither the question's nor the
+// call's: not its deadline, a person, the server's disable or a cancel of
+// the call, but the runner stopping or the bus failing. Such a question
+// stays open for the call's redelivery.
+func interrupted(ctx context.Context, stopped error, q *Question, err error) bool {
+	if errors.Is(err, ErrInterrupted) {
+		return true
+	}
+	if errors.Is(err, ErrNoHuman) || errors.Is(stopped, ErrDisabled) || !time.Now().Before(q.Deadline) {
+		return false
+	}
+	if f := callOf(ctx); f != nil && f.run != nil && f.run.cancelCause() != nil {
+		return false // cancelled by a person (relay mcp cancel, Slack, the console)
+	}
+	var ct *callTimeout
+	return !errors.As(context.Cause(ctx), &ct)
 }
 
 // Defaults returns the default of every property of an elicitation schema

@@ -108,6 +108,10 @@ func (b *BusElicitor) Elicit(ctx context.Context, q *Question) (*Answer, error) 
 		return nil, fmt.Errorf("%w: no approvals worker runs", ErrNoHuman)
 	case errors.As(err, &rerr):
 		return nil, fmt.Errorf("%w: %s", ErrNoHuman, rerr.Message)
+	case err != nil && ctx.Err() == nil && q.Resumable:
+		// The question may have been posted: the call's redelivery asks
+		// again with the same id and attaches to it.
+		return nil, fmt.Errorf("%w: the approvals worker's reply was lost: %w", ErrInterrupted, err)
 	case err != nil && ctx.Err() == nil:
 		return nil, fmt.Errorf("%w: the approvals worker did not answer: %v", ErrNoHuman, err)
 	case err != nil:
@@ -130,7 +134,13 @@ func (b *BusElicitor) Elicit(ctx context.Context, q *Question) (*Answer, error) 
 // closeUnanswered expires the question after its wait (ctx) ended with
 // cause, or cancels it when ctx's cause is a disabled server or a closing
 // runner; an answer that won the race is returned instead.
+//
+// A resumable question whose wait ended otherwise (the runner stops, the
+// bus connection broke) is left open: ErrInterrupted.
 func (b *BusElicitor) closeUnanswered(ctx context.Context, q *Question, cause error) (*Answer, error) {
+	if q.Resumable && interrupted(ctx, context.Cause(ctx), q, cause) {
+		return nil, fmt.Errorf("%w: %w", ErrInterrupted, cause)
+	}
 	exp := ElicitExpire{ID: q.ID}
 	if c := context.Cause(ctx); errors.Is(c, ErrDisabled) || errors.Is(c, ErrClosed) {
 		exp.Cancel, exp.Reason = true, c.Error()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -15,7 +16,7 @@ import (
 // mrtrServer is a 2026-07-28-only, stateless go-sdk server whose tool "ask"
 // returns an InputRequiredResult (SEP-2322) with an elicitation and a roots
 // request and its request state, and on the retry answers with what it got.
-func mrtrServer(t *testing.T) mcpconfig.Server {
+func mrtrServer(t *testing.T, g *verServer) mcpconfig.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "mrtr", Version: "1.0.0"},
 		&mcp.ServerOptions{SupportedProtocolVersions: []string{"2026-07-28"}})
 	type askIn struct {
@@ -40,7 +41,7 @@ func mrtrServer(t *testing.T) mcpconfig.Server {
 		b, _ := json.Marshal(el.Content)
 		return textResult(fmt.Sprintf("%s %s %s roots=%d", req.Params.RequestState, el.Action, b, len(roots.Roots))), nil, nil
 	})
-	return mcpconfig.Server{Name: "mrtr", Type: mcpconfig.HTTP, URL: (&verServer{}).serve(t, s, true)}
+	return mcpconfig.Server{Name: "mrtr", Type: mcpconfig.HTTP, URL: g.serve(t, s, true)}
 }
 
 // TestInputRequiredAsksTheCallsHuman: a 2026-07-28 server's input-required
@@ -52,7 +53,7 @@ func mrtrServer(t *testing.T) mcpconfig.Server {
 func TestInputRequiredAsksTheCallsHuman(t *testing.T) {
 	t.Parallel()
 	var questions recorder[*Question]
-	cfg := fastConfig(t, mrtrServer(t))
+	cfg := fastConfig(t, mrtrServer(t, &verServer{}))
 	cfg.Elicitor = ElicitorFunc(func(_ context.Context, q *Question) (*Answer, error) {
 		questions.add(q)
 		return &Answer{Action: ElicitAccept, Content: map[string]any{"reason": "asked in " + q.Thread}, By: "U1"}, nil
@@ -83,5 +84,34 @@ func TestInputRequiredAsksTheCallsHuman(t *testing.T) {
 		if q.Server != "mrtr" || q.Tool != "ask" || q.CallID != "call-"+who || q.ActsFor != "U"+who || q.Message != "Why, "+who+"?" {
 			t.Errorf("question %+v is not its call's", q)
 		}
+	}
+}
+
+// TestStandardHeadersOnEveryRound: over HTTP at 2026-07-28 every tools/call
+// carries the Mcp-Method and Mcp-Name headers (SEP-2243), the retry of an
+// input-required round (which the runner sends itself) included.
+func TestStandardHeadersOnEveryRound(t *testing.T) {
+	t.Parallel()
+	g := &verServer{}
+	cfg := fastConfig(t, mrtrServer(t, g))
+	cfg.Elicitor = ElicitorFunc(func(context.Context, *Question) (*Answer, error) {
+		return &Answer{Action: ElicitAccept, Content: map[string]any{"reason": "ok"}}, nil
+	})
+	r := startRunner(t, cfg)
+	res := r.Call(t.Context(), Request{Tool: "mrtr.ask", Args: map[string]any{"who": "h"}, Operator: true, CallID: "call-h", Thread: "slack:T1/C1/h"})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var calls []string
+	for _, h := range g.headers {
+		if strings.HasPrefix(h, "tools/call ") {
+			calls = append(calls, h)
+		}
+	}
+	want := "tools/call Mcp-Method=tools/call Mcp-Name=ask"
+	if len(calls) != 2 || calls[0] != want || calls[1] != want {
+		t.Errorf("tools/call requests %q, want two (the call and its retry) each with %q", calls, want)
 	}
 }

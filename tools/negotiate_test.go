@@ -25,8 +25,9 @@ import (
 // verServer is a go-sdk server speaking only versions, with an echo tool; it
 // records the method and protocol version (_meta) of each request.
 type verServer struct {
-	mu   sync.Mutex
-	seen []string // "method@version"
+	mu      sync.Mutex
+	seen    []string // "method@version"
+	headers []string // "method Mcp-Method=… Mcp-Name=…" (SEP-2243)
 }
 
 func (g *verServer) server(versions ...string) *mcp.Server {
@@ -61,6 +62,7 @@ func (g *verServer) record(h http.Handler) http.Handler {
 				v, _ := msg.Params.Meta[metaProtocolVersion].(string)
 				g.mu.Lock()
 				g.seen = append(g.seen, msg.Method+"@"+v)
+				g.headers = append(g.headers, msg.Method+" Mcp-Method="+r.Header.Get("Mcp-Method")+" Mcp-Name="+r.Header.Get("Mcp-Name"))
 				g.mu.Unlock()
 			}
 		}
@@ -227,6 +229,37 @@ func TestTraceparentInMeta(t *testing.T) {
 		res := r.Call(ctx, Request{Tool: s.Name + ".tp", Operator: true})
 		if want := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"; res.Err != nil || res.Text != want {
 			t.Errorf("%s: got %q, %v; want %s", s.Name, res.Text, res.Err, want)
+		}
+	}
+}
+
+// TestToolsCarryTheServersTTL: a server's tools/list ttlMs (SEP-2549) is on
+// each of its tools (ToolInfo.ServerTTLMs), for the holders of lists (the
+// hooks' discovery cache); a server that gives none leaves it 0.
+func TestToolsCarryTheServersTTL(t *testing.T) {
+	t.Parallel()
+	g, plain := &verServer{}, &verServer{}
+	s := g.server("2026-07-28")
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if lt, ok := res.(*mcp.ListToolsResult); ok && err == nil {
+				lt.TTLMs = 1234
+			}
+			return res, err
+		}
+	})
+	r := startRunner(t, fastConfig(t,
+		mcpconfig.Server{Name: "ttl", Type: mcpconfig.HTTP, URL: g.serve(t, s, true)},
+		mcpconfig.Server{Name: "plain", Type: mcpconfig.HTTP, URL: plain.streamable(t, true, "2026-07-28")}))
+	for _, server := range []string{"ttl", "plain"} {
+		list, err := r.AllTools(t.Context(), server)
+		if err != nil || len(list) != 1 {
+			t.Fatalf("%s: tools %+v, %v", server, list, err)
+		}
+		want := map[string]int64{"ttl": 1234, "plain": 0}[server]
+		if got := list[0].ServerTTLMs; got != want {
+			t.Errorf("%s: ServerTTLMs %d, want %d", server, got, want)
 		}
 	}
 }

@@ -143,6 +143,11 @@ type Config struct {
 	MaxQuestions int
 	// Sampler answers servers' sampling requests; nil refuses them.
 	Sampler Sampler
+	// Rounds keeps the pending input-required rounds of 2026-07-28 calls
+	// (rounds.go), so a call interrupted while a person answers resumes in
+	// whichever runner takes its redelivery; nil keeps them only in the
+	// call's memory.
+	Rounds RoundStore
 
 	// ClientName and ClientVersion are sent in the handshake. Default "relay", "dev".
 	ClientName, ClientVersion string
@@ -678,6 +683,10 @@ type Request struct {
 	Operator bool
 	// Progress, when set, receives the server's progress notifications.
 	Progress func(ProgressEvent)
+	// Resume says an earlier attempt of this call (same CallID) may have
+	// left an input-required round in Config.Rounds: the call continues it
+	// instead of starting again (a redelivered call).
+	Resume bool
 }
 
 // Result is the outcome of a call: on success the content, otherwise Err
@@ -770,6 +779,10 @@ func (r *Runner) Call(ctx context.Context, req Request) *Result {
 			c.recordCall(start, res.Duration, res.Err == nil)
 		}
 		r.metrics.observe(server, tool, res.Status, res.Duration, res.Attempts > 0)
+	}
+	if errors.Is(res.Err, ErrInterrupted) {
+		// No record: the call's redelivery resumes it and writes the one.
+		return res
 	}
 	r.record(ctx, &req, e, res, c)
 	return res
@@ -944,7 +957,7 @@ func (r *Runner) retry(ctx context.Context, c *conn, entry *toolEntry, tool stri
 	var lost error
 	resent := 0
 	op := func() (*mcp.CallToolResult, error) {
-		cr, sent, err := r.invoke(ctx, c, tool, args, token)
+		cr, sent, err := r.invoke(ctx, c, entry, tool, args, token)
 		if sent {
 			res.Attempts++
 		}
@@ -972,7 +985,7 @@ func (r *Runner) retry(ctx context.Context, c *conn, entry *toolEntry, tool stri
 	if err != nil {
 		cr, err = r.retryAfter(ctx, op, cr, err)
 	}
-	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrConnection) {
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ErrConnection) && !errors.Is(err, ErrInterrupted) {
 		err = ctxErr(ctx)
 	}
 	return cr, err
@@ -1025,7 +1038,13 @@ func (r *Runner) toolWhenBack(ctx context.Context, c *conn, tool string) (*toolE
 }
 
 // invoke sends one tools/call. sent reports whether it left the runner.
-func (r *Runner) invoke(ctx context.Context, c *conn, tool string, args map[string]any, token string) (*mcp.CallToolResult, bool, error) {
+// An input-required result is answered and the call sent again until it
+// completes (rounds.go); a resumed call starts from its stored round.
+func (r *Runner) invoke(ctx context.Context, c *conn, entry *toolEntry, tool string, args map[string]any, token string) (*mcp.CallToolResult, bool, error) {
+	round, err := c.resumeRound(ctx, entry)
+	if err != nil {
+		return nil, false, err
+	}
 	s, proc, done, err := c.acquire()
 	if err != nil {
 		return nil, false, err
@@ -1035,8 +1054,18 @@ func (r *Runner) invoke(ctx context.Context, c *conn, tool string, args map[stri
 		params.SetProgressToken(token)
 	}
 	tctx, span := telemetry.ToolCall(ctx, c.cfg.Name, tool)
-	res, err := s.CallTool(tctx, params)
+	var res *mcp.CallToolResult
+	if round == nil {
+		res, err = s.CallTool(tctx, params)
+	}
+	if err == nil {
+		res, err = c.rounds(tctx, s, params, res, round)
+	}
 	telemetry.EndSpan(span, err)
+	if errors.Is(err, ErrInterrupted) || errors.Is(err, ErrToolFailed) {
+		done(nil)
+		return nil, true, err
+	}
 	if err != nil {
 		err = c.classify(ctx, err, done)
 		if proc != nil && errors.Is(err, ErrConnection) {

@@ -18,6 +18,7 @@ import (
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/mappers/slack"
 	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/toolstest"
 )
 
 // e2eOncall is a Slack user who holds a role (oncall) in the code-run tests'
@@ -135,7 +136,7 @@ func TestCodeRunCancelFromSlack(t *testing.T) {
 	})
 	var rec tools.Record
 	testenv.WaitFor(t, 30*time.Second, "the audit record of the run", func() bool {
-		recs := auditRecords(t, audit)
+		recs := toolstest.AuditRecords(t, audit)
 		if len(recs) == 0 {
 			return false
 		}
@@ -203,7 +204,7 @@ func TestCodeRunCancelOnlyByAllowed(t *testing.T) {
 		t.Helper()
 		var rec tools.Record
 		testenv.WaitFor(t, 60*time.Second, "the audit record of "+id, func() bool {
-			for _, r := range auditRecords(t, audit) {
+			for _, r := range toolstest.AuditRecords(t, audit) {
 				if r.ExecutionID == id {
 					rec = r
 					return true

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/services/toolrunner"
 	"github.com/relaystation/relay/tools"
+	"github.com/relaystation/relay/tools/toolstest"
 )
 
 // cliIn returns a function running one relay command in env.
@@ -47,26 +47,6 @@ func waitActive(t *testing.T, cli func(args ...string) (int, string, string)) ac
 		return len(listed.Executions) == 1
 	})
 	return listed.Executions[0]
-}
-
-// auditRecords reads the JSONL audit log at path.
-func auditRecords(t *testing.T, path string) []tools.Record {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []tools.Record
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var r tools.Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("audit line %q: %v", sc.Text(), err)
-		}
-		out = append(out, r)
-	}
-	return out
 }
 
 // TestMCPCallStopSwitchAndStandalone: with a NATS server reachable, `relay
@@ -102,7 +82,7 @@ func TestMCPCallStopSwitchAndStandalone(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "status rate_limited") || !strings.Contains(errs, "budget everything.echo allows 1 calls a day") {
 		t.Errorf("second call on a quota of 1: exit %d, stderr %q; want exit 1, rate_limited by the shared quota", code, errs)
 	}
-	recs := auditRecords(t, env["RELAY_AUDIT_LOG"])
+	recs := toolstest.AuditRecords(t, env["RELAY_AUDIT_LOG"])
 	if len(recs) != 3 || recs[0].Status != tools.StatusDisabled || recs[1].Status != tools.StatusSuccess || recs[2].Status != tools.StatusRateLimited {
 		t.Fatalf("audit: got %+v, want the calls refused by the stop switch, run, refused by the quota", recs)
 	}
@@ -180,7 +160,7 @@ func TestMCPActiveAndCancel(t *testing.T) {
 	// file within tools.AuditFlushDelay of the result.
 	var recs []tools.Record
 	testenv.WaitFor(t, 10*time.Second, "the audit record in the file", func() bool {
-		recs = auditRecords(t, env["RELAY_AUDIT_LOG"])
+		recs = toolstest.AuditRecords(t, env["RELAY_AUDIT_LOG"])
 		return len(recs) > 0
 	})
 	if len(recs) != 1 || recs[0].Status != tools.StatusCancelled || recs[0].CancelledBy != "U0ALICE" || recs[0].ExecutionID != call.ID {
@@ -221,7 +201,7 @@ func TestMCPCallAuditOnTheBus(t *testing.T) {
 	if code, out, errs := cli("mcp", "call", "everything", "echo", "--args", `{"message": "hi"}`); code != 0 {
 		t.Fatalf("call: exit %d, %s %s", code, out, errs)
 	}
-	recs := auditRecords(t, env["RELAY_AUDIT_LOG"])
+	recs := toolstest.AuditRecords(t, env["RELAY_AUDIT_LOG"])
 	if len(recs) != 1 {
 		t.Fatalf("audit file: got %d records, want 1", len(recs))
 	}

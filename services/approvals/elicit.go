@@ -159,7 +159,9 @@ func (s *Service) ask(ctx context.Context, data []byte) (any, error) {
 	}
 	rec := &question{Q: q, Reply: in.Inbox, Status: elicitPending, Channel: channel, ThreadTS: threadTS}
 	b, _ := json.Marshal(rec)
-	if _, err := s.questions.kv.Create(ctx, key(q.ID), b); err != nil {
+	if _, err := s.questions.kv.Create(ctx, key(q.ID), b); errors.Is(err, jetstream.ErrKeyExists) && q.Resumable {
+		return s.reattach(ctx, &q, in.Inbox, log)
+	} else if err != nil {
 		e := rpc.Errorf(rpc.CodeUnavailable, "question not recorded: %v", err)
 		return tools.ElicitReply{Status: tools.ElicitNoHuman, Reason: e.Message}, e
 	}
@@ -178,6 +180,32 @@ func (s *Service) ask(ctx context.Context, data []byte) (any, error) {
 		s.showQuestion(ctx, cur, log)
 	}
 	log.Info("question asked in Slack", "acts_for", q.ActsFor, "deadline", q.Deadline)
+	return tools.ElicitReply{Status: tools.ElicitAsked}, nil
+}
+
+// reattach answers a resumable question asked again (the tool runner that
+// asked it stopped; another resumes the call): it is not posted twice. An
+// open question's answer goes to the new inbox from now on; a closed one's
+// is the reply.
+func (s *Service) reattach(ctx context.Context, q *tools.Question, inbox string, log *slog.Logger) (any, error) {
+	rec, err := s.questions.mutate(ctx, q.ID, func(r *question) error {
+		if r.Q.CallID != q.CallID || r.Status != elicitPending {
+			return errNoChange
+		}
+		r.Reply = inbox
+		return nil
+	})
+	switch {
+	case err != nil:
+		e := rpc.Errorf(rpc.CodeUnavailable, "question not reattached: %v", err)
+		return tools.ElicitReply{Status: tools.ElicitNoHuman, Reason: e.Message}, e
+	case rec.Q.CallID != q.CallID:
+		return tools.ElicitReply{Status: tools.ElicitNoHuman, Reason: "question id " + q.ID + " belongs to another call"}, nil
+	case rec.Status != elicitPending:
+		log.Info("resumed question was answered meanwhile", "status", rec.Status)
+		return tools.ElicitReply{Status: tools.ElicitAnswered, Answer: rec.answer()}, nil
+	}
+	log.Info("resumed question reattached; its answer goes to the resuming tool runner")
 	return tools.ElicitReply{Status: tools.ElicitAsked}, nil
 }
 

@@ -322,16 +322,7 @@ func TestToolCallAsksInSlack(t *testing.T) {
 	if post.Params["thread_ts"] != threadTS || !strings.Contains(post.Params["blocks"], "deploy.release") {
 		t.Fatalf("question posted as %+v", post.Params)
 	}
-	id := post.Actions()[0].Value
-	h.interact(click(author, approvals.ActionElicitAnswer, id, post.Params["_ts"]))
-	testenv.WaitFor(t, 10*time.Second, "the form", func() bool { return len(h.slack.Calls("views.open")) == 1 })
-	var view struct {
-		PrivateMetadata string `json:"private_metadata"`
-	}
-	_ = json.Unmarshal([]byte(h.slack.Calls("views.open")[0].Params["view"]), &view)
-	h.interact(submit(author, approvals.ViewElicit, view.PrivateMetadata, map[string]any{
-		"elicit_env": map[string]any{"v": map[string]any{"type": "static_select", "selected_option": map[string]any{"value": "production"}}},
-	}))
+	h.selectAnswer(post, "env", "production")
 	if res := testenv.Receive(t, done, 20*time.Second, "the call to finish"); res.Err != nil || res.Text != "accept production" {
 		t.Fatalf("tool result %q, %v; want the author's answer", res.Text, res.Err)
 	}
@@ -369,4 +360,20 @@ func TestQuestionOfDisabledServerIsCancelled(t *testing.T) {
 	if e := h.ephemerals()[0]; !strings.Contains(e, "already closed") {
 		t.Errorf("late click: %q", e)
 	}
+}
+
+// selectAnswer answers the question of message post as the author: Answer…,
+// then the form submitted with value chosen in the select of field.
+func (h *harness) selectAnswer(post fakes.SlackCall, field, value string) {
+	h.t.Helper()
+	forms := len(h.slack.Calls("views.open"))
+	h.interact(click(author, approvals.ActionElicitAnswer, post.Actions()[0].Value, post.Params["_ts"]))
+	testenv.WaitFor(h.t, 10*time.Second, "the form", func() bool { return len(h.slack.Calls("views.open")) == forms+1 })
+	var view struct {
+		PrivateMetadata string `json:"private_metadata"`
+	}
+	_ = json.Unmarshal([]byte(h.slack.Calls("views.open")[forms].Params["view"]), &view)
+	h.interact(submit(author, approvals.ViewElicit, view.PrivateMetadata, map[string]any{
+		"elicit_" + field: map[string]any{"v": map[string]any{"type": "static_select", "selected_option": map[string]any{"value": value}}},
+	}))
 }

@@ -120,7 +120,8 @@ type Config struct {
 	Concurrency int
 	// RunTTL is how long claims are remembered. Default 24h.
 	RunTTL time.Duration
-	// DiscoveryTTL is how long a role's tool list is cached. Default 5m.
+	// DiscoveryTTL is how long a role's tool list is cached when its
+	// servers give no ttlMs of their own (see DiscoveryTTL). Default 5m.
 	DiscoveryTTL time.Duration
 	// Redactor removes secrets from recorded parameters and results; nil
 	// redacts only what looks like a token.
@@ -180,6 +181,7 @@ type compiledSchema struct {
 
 type cachedTools struct {
 	at    time.Time
+	ttl   time.Duration // DiscoveryTTL of the list
 	tools map[string]tools.ToolInfo
 }
 
@@ -578,20 +580,40 @@ func (s *Service) snapshot(ctx context.Context, x *Execution) string {
 	return "server " + x.Server + " is not configured in the tool runner"
 }
 
+// DiscoveryTTL is how long a role's tool list may be cached: the shortest
+// of its servers' ttlMs (ToolInfo.ServerTTLMs), a server that gave none
+// counting for def (Config.DiscoveryTTL); def for an empty list.
+func DiscoveryTTL(list []tools.ToolInfo, def time.Duration) time.Duration {
+	if len(list) == 0 {
+		return def
+	}
+	var ttl time.Duration
+	for _, t := range list {
+		d := def
+		if t.ServerTTLMs > 0 {
+			d = time.Duration(t.ServerTTLMs) * time.Millisecond
+		}
+		if ttl == 0 || d < ttl {
+			ttl = d
+		}
+	}
+	return ttl
+}
+
 // toolInfo finds a tool the role may call, from a cache of DiscoveryTTL.
 func (s *Service) toolInfo(ctx context.Context, role, name string) (tools.ToolInfo, error) {
 	for attempt := range 2 {
 		s.mu.Lock()
 		ct, ok := s.catalog[role]
 		s.mu.Unlock()
-		if !ok || time.Since(ct.at) > s.cfg.DiscoveryTTL || attempt == 1 {
+		if !ok || time.Since(ct.at) > ct.ttl || attempt == 1 {
 			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			list, err := tools.ListRemote(lctx, s.bus.Conn(), s.bus.Prefix(), role)
 			cancel()
 			if err != nil {
 				return tools.ToolInfo{}, fmt.Errorf("list tools of role %s: %w", role, err)
 			}
-			ct = cachedTools{at: time.Now(), tools: make(map[string]tools.ToolInfo, len(list))}
+			ct = cachedTools{at: time.Now(), ttl: DiscoveryTTL(list, s.cfg.DiscoveryTTL), tools: make(map[string]tools.ToolInfo, len(list))}
 			for _, t := range list {
 				ct.tools[t.Name] = t
 			}

@@ -69,6 +69,14 @@ type Config struct {
 	// CallRecordTTL is how long completed calls are remembered for
 	// de-duplication. Default 24h.
 	CallRecordTTL time.Duration
+	// AckWait is how long a call's delivery may go without a heartbeat
+	// before JetStream gives it to another runner (the runner that took it
+	// died); heartbeats go every third of it. Default 15s.
+	AckWait time.Duration
+	// ShutdownGrace is how long calls in flight may finish once Run's
+	// context ends; then they are cancelled, and a call waiting for a
+	// person's answer is handed to another runner. Default 30s.
+	ShutdownGrace time.Duration
 	// LeaseTTL is how long a global concurrency slot outlives a runner that
 	// died holding it (KVLimits). Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
@@ -94,6 +102,7 @@ func (c *Config) setDefaults() {
 	c.Consumer = cmp.Or(c.Consumer, "toolrunner")
 	c.Concurrency = config.Positive(c.Concurrency, 25)
 	c.CallRecordTTL = config.Positive(c.CallRecordTTL, 24*time.Hour)
+	c.AckWait = config.Positive(c.AckWait, 15*time.Second)
 	c.AuditBuffer = config.Positive(c.AuditBuffer, 1024)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -116,6 +125,7 @@ type Service struct {
 	runner *tools.Runner
 	state  *KVState
 	calls  jetstream.KeyValue
+	rounds *KVRounds
 	audits chan tools.Record
 }
 
@@ -139,6 +149,10 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.rounds, err = OpenRounds(ctx, b, cfg.CallRecordTTL)
+	if err != nil {
+		return nil, err
+	}
 	tc := cfg.Tools
 	if cfg.Sealer != nil {
 		tokens, err := OpenTokens(ctx, b, cfg.Sealer)
@@ -150,6 +164,7 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 	tc.State = st
 	tc.Limits = limits
 	tc.Audit = s
+	tc.Rounds = s.rounds
 	tc.Notify = s.notify
 	if tc.Elicitor == nil {
 		tc.Elicitor = tools.NewBusElicitor(b.Conn(), b.Prefix())
@@ -221,7 +236,8 @@ func (s *Service) Run(ctx context.Context) error {
 		Concurrency: s.cfg.Concurrency,
 		// A call may run for the 5-minute budget maximum; heartbeats (every
 		// 5 s) keep it, and a dead runner's call comes back within 15 s.
-		AckWait: 15 * time.Second,
+		AckWait:       s.cfg.AckWait,
+		ShutdownGrace: s.cfg.ShutdownGrace,
 	}, bus.HandlerFunc(s.Handle))
 	auditStop()
 	wg.Wait()
@@ -311,7 +327,19 @@ func (s *Service) Handle(ctx context.Context, m *bus.Message) error {
 		// JetStream redelivered the message whose earlier delivery claimed
 		// the call and never finished, or an operator replayed its dead
 		// letter (that delivery will not come back): the call may or may
-		// not have reached the server.
+		// not have reached the server. One that stopped while a person
+		// answered its server's question resumes that round.
+		pending, err := s.rounds.pending(ctx, call.ID)
+		if err != nil {
+			return err
+		}
+		if pending {
+			log.Info("resuming the call's input-required round of an interrupted attempt")
+			if reply, err = s.run(ctx, call, true); err != nil {
+				return err
+			}
+			break
+		}
 		if !s.runner.Safe(ctx, call.ToolCall.Name) {
 			reply = s.unknownOutcome(call)
 			log.Warn("earlier attempt was interrupted; not repeating a tool with side effects")
@@ -319,8 +347,9 @@ func (s *Service) Handle(ctx context.Context, m *bus.Message) error {
 		}
 		fallthrough
 	default:
-		res := s.runner.Call(ctx, request(call))
-		reply = s.reply(call, res)
+		if reply, err = s.run(ctx, call, rec.State == "running"); err != nil {
+			return err
+		}
 	}
 	if err := s.complete(ctx, key, reply); err != nil {
 		return err
@@ -333,6 +362,19 @@ func (s *Service) Handle(ctx context.Context, m *bus.Message) error {
 		return fmt.Errorf("publish result of %s: %w", call.ID, err)
 	}
 	return nil
+}
+
+// run calls the tool of call. A call interrupted while a person answers
+// its server's question (tools.ErrInterrupted) is not answered: its
+// delivery is retried at once, by whichever runner takes it, and resumes.
+func (s *Service) run(ctx context.Context, call *envelope.Envelope, resume bool) (*envelope.Envelope, error) {
+	req := request(call)
+	req.Resume = resume
+	res := s.runner.Call(ctx, req)
+	if errors.Is(res.Err, tools.ErrInterrupted) {
+		return nil, bus.RetryAfter(fmt.Errorf("call %s: %w", call.ID, res.Err), time.Millisecond)
+	}
+	return s.reply(call, res), nil
 }
 
 // claim returns the call's record, creating a "running" one owned by the

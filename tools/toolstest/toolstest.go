@@ -5,7 +5,9 @@
 package toolstest
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -84,4 +86,28 @@ func EverythingBundle(tb testing.TB) string {
 		tb.Fatal(err)
 	}
 	return dir
+}
+
+// AuditRecords reads the JSONL audit log at path; a log not written yet
+// has no records.
+func AuditRecords(tb testing.TB, path string) []tools.Record {
+	tb.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	var out []tools.Record
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r tools.Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			tb.Fatalf("audit line %q: %v", sc.Text(), err)
+		}
+		out = append(out, r)
+	}
+	return out
 }
