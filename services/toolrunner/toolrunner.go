@@ -116,7 +116,9 @@ type Service struct {
 	runner *tools.Runner
 	state  *KVState
 	calls  jetstream.KeyValue
-	audits chan tools.Record
+	// results holds replies too large for one bus message (results.go).
+	results jetstream.ObjectStore
+	audits  chan tools.Record
 }
 
 // New opens the state and call buckets and builds the runner (not started).
@@ -133,6 +135,9 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 	s.state = st
 	s.calls, err = b.OpenBucket(ctx, CallBucket(b.Prefix()), "relay tool runner: tool calls claimed and completed, for de-duplication", cfg.CallRecordTTL)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.openResults(ctx); err != nil {
 		return nil, err
 	}
 	limits, err := OpenLimits(ctx, b, cfg.LeaseTTL, cfg.Logger)
@@ -319,7 +324,9 @@ func (s *Service) Handle(ctx context.Context, m *bus.Message) error {
 		fallthrough
 	default:
 		res := s.runner.Call(ctx, request(call))
-		reply = s.reply(call, res)
+		if reply, err = s.fit(ctx, call, s.reply(call, res)); err != nil {
+			return err
+		}
 	}
 	if err := s.complete(ctx, key, reply); err != nil {
 		return err
