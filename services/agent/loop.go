@@ -100,6 +100,7 @@ func (s *Service) handleResult(ctx context.Context, m *bus.Message) error {
 	if e.ToolCall == nil || e.ToolCall.ID == "" || e.Meta.TaskID == "" || s.tasks == nil {
 		return nil
 	}
+	e = s.wholeResult(ctx, e)
 	for range 20 {
 		t, rev, err := s.tasks.Get(ctx, e.Meta.TaskID)
 		if errors.Is(err, ErrTaskNotFound) {
