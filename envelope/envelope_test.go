@@ -173,6 +173,26 @@ func TestThreadKeys(t *testing.T) {
 	}
 }
 
+func TestThreadSource(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ thread, kind, source string }{
+		{envelope.GitHubThread("octo", "hello", 7), "repository", "github:octo/hello"},
+		{envelope.SlackThread("T1", "C2", "1.2"), "channel", "slack:T1/C2"},
+		{"slack:T1/C2", "channel", "slack:T1/C2"},
+		{envelope.SentryThread("acme", "123"), "repository", "sentry:acme"},
+		{envelope.OpenProjectThread("op.example.com", 42), "repository", "openproject:op.example.com"},
+		{"github:octo/hello", "", ""},
+		{"slack:T1", "", ""},
+		{"internal:x", "", ""},
+		{"digest:github:octo/hello", "", ""},
+		{"", "", ""},
+	} {
+		if k, s := envelope.ThreadSource(tc.thread); k != tc.kind || s != tc.source {
+			t.Errorf("ThreadSource(%q) = %q, %q; want %q, %q", tc.thread, k, s, tc.kind, tc.source)
+		}
+	}
+}
+
 func TestSubjects(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ got, want string }{

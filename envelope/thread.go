@@ -48,6 +48,31 @@ func ThreadChannel(thread string) Channel {
 	return ""
 }
 
+// ThreadSource is the source a thread key belongs to, the unit the relay's
+// per-source limits count: "repository" for GitHub (github:{owner}/{repo}),
+// Sentry (sentry:{org}) and OpenProject (openproject:{host}), "channel" for
+// Slack (slack:{team}/{channel}). It returns "", "" for a key of no source.
+func ThreadSource(thread string) (kind, source string) {
+	switch ThreadChannel(thread) {
+	case ChannelSlack:
+		// slack:{team}/{channel}/{thread_ts}
+		if parts := strings.SplitN(strings.TrimPrefix(thread, "slack:"), "/", 3); len(parts) >= 2 {
+			return "channel", "slack:" + parts[0] + "/" + parts[1]
+		}
+	case ChannelGitHub:
+		// github:{owner}/{repo}#{number}
+		if repo, _, ok := strings.Cut(thread, "#"); ok {
+			return "repository", repo
+		}
+	case ChannelSentry, ChannelOpenProject:
+		// sentry:{org}/{issue}, openproject:{host}/work_packages/{id}
+		if org, _, ok := strings.Cut(thread, "/"); ok {
+			return "repository", org
+		}
+	}
+	return "", ""
+}
+
 // DerivedID is a UUID in version 4 form (as the schema wants an envelope id)
 // derived from name: an envelope published again under the same name keeps
 // its id, so consumers that claim ids see it once.

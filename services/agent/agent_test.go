@@ -176,6 +176,25 @@ func TestToolFailureGoesBackToTheModel(t *testing.T) {
 	}
 }
 
+// TestStoredResultIsReadWhole: a tool result the tool runner stored whole in
+// the object store (too large for one bus message) reaches the model whole
+// when the model may see more than the start the bus carried.
+func TestStoredResultIsReadWhole(t *testing.T) {
+	t.Parallel()
+	whole := strings.Repeat("a line of a long tool result\n", 200) + "THE END"
+	h := setup(t, []reply{
+		callTool("everything__echo", map[string]any{"message": "hi"}),
+		say("Read it all."),
+	}, withRunner(&fakeRunner{stored: whole}), withConfig(func(c *Config) { c.MaxToolOutput = 1 << 20 }))
+	h.publish(t, "in.github.issues", githubIssueOpened())
+	if s := h.next(t); s.Role != envelope.RoleAssistant {
+		t.Fatalf("got %s envelope %q, want a suggestion", s.Role, s.Content)
+	}
+	if got := h.llm.requests()[1].LastTool(); got != whole {
+		t.Errorf("model got a tool output of %d bytes ending %q, want the whole %d bytes", len(got), got[max(0, len(got)-20):], len(whole))
+	}
+}
+
 func TestTriggersAndSelfAuthoredMessages(t *testing.T) {
 	t.Parallel()
 	h := setup(t, []reply{say("An answer.")})

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -62,22 +63,13 @@ type sourceLimit struct {
 // channel) and its actor.
 func (l Limits) sources(e *envelope.Envelope) []sourceLimit {
 	var out []sourceLimit
-	thread := e.Meta.Thread
-	switch e.Channel {
-	case envelope.ChannelSlack:
-		// slack:{team}/{channel}/{thread_ts}
-		if parts := strings.SplitN(strings.TrimPrefix(thread, "slack:"), "/", 3); len(parts) >= 2 && strings.HasPrefix(thread, "slack:") {
-			out = append(out, sourceLimit{"channel", "slack:" + parts[0] + "/" + parts[1], l.PerChannel})
-		}
-	case envelope.ChannelGitHub:
-		// github:{owner}/{repo}#{number}
-		if repo, _, ok := strings.Cut(thread, "#"); ok {
-			out = append(out, sourceLimit{"repository", repo, l.PerRepository})
-		}
-	case envelope.ChannelSentry, envelope.ChannelOpenProject:
-		// sentry:{org}/{issue}, openproject:{host}/work_packages/{id}
-		if org, _, ok := strings.Cut(thread, "/"); ok {
-			out = append(out, sourceLimit{"repository", org, l.PerRepository})
+	// Only the providers' own channels: the thread key is the provider's.
+	if envelope.ThreadChannel(e.Meta.Thread) == e.Channel {
+		switch kind, src := envelope.ThreadSource(e.Meta.Thread); kind {
+		case "channel":
+			out = append(out, sourceLimit{kind, src, l.PerChannel})
+		case "repository":
+			out = append(out, sourceLimit{kind, src, l.PerRepository})
 		}
 	}
 	if src := e.Meta.Source; src != nil && src.Actor != "" {
@@ -105,6 +97,17 @@ func (s *Service) admit(ctx context.Context, e *envelope.Envelope) (*fairshare.V
 		}
 	}
 	return nil, nil, nil
+}
+
+// admitOrDefer counts e against its sources; over a limit it defers e into
+// its digest and reports true.
+func (s *Service) admitOrDefer(ctx context.Context, e *envelope.Envelope, log *slog.Logger) (bool, error) {
+	v, sl, err := s.admit(ctx, e)
+	if err != nil || v == nil {
+		return false, err
+	}
+	log.Debug("trigger over a task limit; collected into the digest", "source", v.Source, "count", v.Count, "limit", v.Limit)
+	return true, s.deferTrigger(ctx, e, v, sl)
 }
 
 // deferTrigger counts e into the digest of the source it is over, and the

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relaystation/relay/bus"
@@ -139,7 +140,14 @@ type fakeRunner struct {
 	hold  chan struct{} // when set, answers wait until it is closed
 	// sampling is reported as the result's sampling_tokens when set.
 	sampling int
+	// stored, when set, is the text of every result, published as the tool
+	// runner publishes one too large for the bus: stored whole in
+	// tools.ResultBucket, its first storedHead bytes on the bus.
+	stored string
 }
+
+// storedHead is how much of a stored result the fake runner publishes.
+const storedHead = 100
 
 var echoTool = tools.ToolInfo{Name: "everything.echo", Server: "everything", Tool: "echo",
 	Description: "Echoes back the input", InputSchema: map[string]any{"type": "object",
@@ -181,7 +189,7 @@ func startRunner(t testing.TB, b *bus.Bus, fr *fakeRunner) *fakeRunner {
 				call := m.Envelope
 				fr.mu.Lock()
 				fr.calls = append(fr.calls, call)
-				hold, fail, sampling := fr.hold, fr.fail, fr.sampling
+				hold, fail, sampling, stored := fr.hold, fr.fail, fr.sampling, fr.stored
 				fr.mu.Unlock()
 				if hold != nil {
 					select {
@@ -190,7 +198,7 @@ func startRunner(t testing.TB, b *bus.Bus, fr *fakeRunner) *fakeRunner {
 						return hctx.Err()
 					}
 				}
-				out := call.Reply(call.Channel, envelope.RoleTool, "")
+				out, err := call.Reply(call.Channel, envelope.RoleTool, ""), error(nil)
 				msg, _ := call.ToolCall.Args["message"].(string)
 				subject := envelope.SubjectToolResult
 				res := map[string]any{"status": "success", "text": "Echo: " + msg}
@@ -204,12 +212,45 @@ func startRunner(t testing.TB, b *bus.Bus, fr *fakeRunner) *fakeRunner {
 				out.Content = fmt.Sprint(res["text"], res["error"])
 				out.ToolCall = &envelope.ToolCall{ID: call.ToolCall.ID, Name: call.ToolCall.Name, Args: call.ToolCall.Args, Result: res}
 				out.Meta.Set("in_reply_to", call.ID)
-				_, err := b.Publish(hctx, subject, out, bus.WithMsgID("tool-result-"+call.ID))
+				if stored != "" {
+					if out, err = storeResult(hctx, b, out, stored); err != nil {
+						return err
+					}
+				}
+				_, err = b.Publish(hctx, subject, out, bus.WithMsgID("tool-result-"+call.ID))
 				return err
 			}))
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return fr
+}
+
+// storeResult stores out with text as its result in tools.ResultBucket and
+// returns the envelope the tool runner publishes then: the start of the
+// text and the object's name.
+func storeResult(ctx context.Context, b *bus.Bus, out *envelope.Envelope, text string) (*envelope.Envelope, error) {
+	whole := *out
+	tc := *out.ToolCall
+	tc.Result = map[string]any{"status": "success", "text": text}
+	whole.ToolCall, whole.Content = &tc, text
+	raw, err := whole.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	os, err := b.JetStream().CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: tools.ResultBucket(b.Prefix())})
+	if err != nil {
+		return nil, err
+	}
+	name := "tool-result-" + out.ID
+	if _, err := os.PutBytes(ctx, name, raw); err != nil {
+		return nil, err
+	}
+	cut := *out
+	ctc := *out.ToolCall
+	ctc.Result = map[string]any{"status": "success", "text": text[:storedHead], "cut": true}
+	cut.ToolCall, cut.Content = &ctc, text[:storedHead]
+	cut.Meta.Set(tools.MetaResultObject, map[string]any{"bucket": tools.ResultBucket(b.Prefix()), "name": name, "bytes": len(raw)})
+	return &cut, nil
 }
 
 func (fr *fakeRunner) received() []*envelope.Envelope {

@@ -41,6 +41,18 @@ func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 	}
 	id := TaskID(e.ID)
 	log := s.log.With("task_id", id, "envelope_id", e.ID, "thread", e.Meta.Thread)
+	// A first delivery is counted against its sources before anything else:
+	// a trigger of a source over its limit (a flood) then costs no read of
+	// the task bucket, only memory, and the consumer's slots stay free for
+	// the other sources' triggers. A redelivered one may have its task
+	// already: that is looked up first.
+	admitted := digest
+	if !admitted && !redelivered(m) {
+		if deferred, err := s.admitOrDefer(ctx, e, log); deferred || err != nil {
+			return err
+		}
+		admitted = true
+	}
 	if t, _, err := s.tasks.Get(ctx, id); err == nil {
 		if !redelivered(m) {
 			// Another copy of the trigger (a webhook redelivered after the
@@ -55,14 +67,9 @@ func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 	} else if !errors.Is(err, ErrTaskNotFound) {
 		return err
 	}
-	if !digest {
-		v, sl, err := s.admit(ctx, e)
-		if err != nil {
+	if !admitted {
+		if deferred, err := s.admitOrDefer(ctx, e, log); deferred || err != nil {
 			return err
-		}
-		if v != nil {
-			log.Debug("trigger over a task limit; collected into the digest", "source", v.Source, "count", v.Count, "limit", v.Limit)
-			return s.deferTrigger(ctx, e, v, sl)
 		}
 	}
 	t := s.newTask(ctx, id, e, log)
@@ -93,6 +100,7 @@ func (s *Service) handleResult(ctx context.Context, m *bus.Message) error {
 	if e.ToolCall == nil || e.ToolCall.ID == "" || e.Meta.TaskID == "" || s.tasks == nil {
 		return nil
 	}
+	e = s.wholeResult(ctx, e)
 	for range 20 {
 		t, rev, err := s.tasks.Get(ctx, e.Meta.TaskID)
 		if errors.Is(err, ErrTaskNotFound) {

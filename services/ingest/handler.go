@@ -163,6 +163,16 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request, rt *route, start
 	// item under the provider's deadline, not the request's context. While
 	// the bus cannot take it (a leader election) the request is held and the
 	// publish retried until rt.limits.Hold has passed.
+	src := itemsSource(res.Items)
+	if !s.sources.acquire(src) {
+		o = outcome{status: http.StatusServiceUnavailable, msg: "busy, retry later", level: slog.LevelDebug,
+			err: fmt.Errorf("%s: %d webhooks of %s in flight already (RELAY_INGEST_MAX_INFLIGHT_PER_SOURCE)", rt.name, s.cfg.MaxInflightPerSource, src)}
+		if s.busy.allow(start) {
+			o.level = slog.LevelWarn // once a second: a flood would write a line per webhook
+		}
+		return o
+	}
+	defer s.sources.release(src)
 	deadline := start.Add(rt.limits.Hold)
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), deadline)
 	defer cancel()

@@ -102,6 +102,13 @@ type Config struct {
 	// handled at once, counted as the bytes arrive; a request whose body
 	// would pass it is answered 503 (the provider retries). Default 256 MiB.
 	MaxInflightBytes int64
+	// MaxInflightPerSource bounds the publishes of one source (a GitHub
+	// repository, a Slack channel, a Sentry organisation, an OpenProject
+	// host) in flight at once; a verified webhook past it is answered 503
+	// with Retry-After at once, so a flood of one source holds a bounded
+	// part of the gateway and never queues the others behind it. Default
+	// 32; negative: no limit.
+	MaxInflightPerSource int
 	// MaxHeld bounds the requests held at once while the bus cannot take
 	// a publish (Limits.Hold); a request that would pass it is answered 503
 	// with Retry-After at once. Default 1024.
@@ -120,6 +127,7 @@ type Config struct {
 func (c *Config) setDefaults() {
 	c.MaxInflightBytes = cmp.Or(c.MaxInflightBytes, 256<<20)
 	c.MaxHeld = cmp.Or(c.MaxHeld, 1024)
+	c.MaxInflightPerSource = cmp.Or(c.MaxInflightPerSource, DefaultMaxInflightPerSource)
 	c.LogPerSecond = cmp.Or(c.LogPerSecond, DefaultLogPerSecond)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -158,7 +166,12 @@ type Service struct {
 	held     chan struct{} // one token per held request (Config.MaxHeld)
 	metrics  *metrics
 	accepted *lineSampler
+	sources  *sourceSlots // Config.MaxInflightPerSource
+	busy     *lineSampler // the warnings of webhooks refused by sources
 }
+
+// DefaultMaxInflightPerSource is Config.MaxInflightPerSource's default.
+const DefaultMaxInflightPerSource = 32
 
 // route is one webhook URL of one provider.
 type route struct {
@@ -191,6 +204,8 @@ func New(cfg Config, pub Publisher, providers ...mappers.Provider) (*Service, er
 		held:     make(chan struct{}, cfg.MaxHeld),
 		metrics:  newMetrics(cfg.Registerer),
 		accepted: &lineSampler{per: int64(cfg.LogPerSecond)},
+		sources:  newSourceSlots(max(cfg.MaxInflightPerSource, 0)),
+		busy:     &lineSampler{per: 1},
 	}
 	seen := map[string]bool{}
 	for _, p := range providers {

@@ -60,7 +60,9 @@ var providerSettings = []struct {
 // answer) and RELAY_INGEST_HOLD_P (how long a request is held while the bus
 // cannot take it: GitHub 9s, Slack 2.5s, Sentry 800ms, OpenProject 9s);
 // SENTRY_ORG, OPENPROJECT_URL, RELAY_INGEST_MAX_INFLIGHT_BYTES and
-// RELAY_INGEST_MAX_HELD (requests held at once, default 1024).
+// RELAY_INGEST_MAX_HELD (requests held at once, default 1024) and
+// RELAY_INGEST_MAX_INFLIGHT_PER_SOURCE (publishes of one source at once,
+// default 32, 0 off).
 // Problems are recorded in env.
 func ReadSettings(env *config.Env) Settings {
 	s := Settings{Config: Config{Limits: map[string]Limits{}}}
@@ -78,5 +80,9 @@ func ReadSettings(env *config.Env) Settings {
 	}
 	s.Config.MaxInflightBytes = int64(env.Int("RELAY_INGEST_MAX_INFLIGHT_BYTES", 256<<20, 1<<20, 1<<40))
 	s.Config.MaxHeld = env.Int("RELAY_INGEST_MAX_HELD", 1024, 1, 1<<20)
+	// 0 turns the limit off (Config: negative).
+	if s.Config.MaxInflightPerSource = env.Int("RELAY_INGEST_MAX_INFLIGHT_PER_SOURCE", DefaultMaxInflightPerSource, 0, 1<<20); s.Config.MaxInflightPerSource == 0 {
+		s.Config.MaxInflightPerSource = -1
+	}
 	return s
 }

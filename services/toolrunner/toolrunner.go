@@ -126,7 +126,9 @@ type Service struct {
 	state  *KVState
 	calls  jetstream.KeyValue
 	rounds *KVRounds
-	audits chan tools.Record
+	// results holds replies too large for one bus message (results.go).
+	results jetstream.ObjectStore
+	audits  chan tools.Record
 }
 
 // New opens the state and call buckets and builds the runner (not started).
@@ -143,6 +145,9 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 	s.state = st
 	s.calls, err = b.OpenBucket(ctx, CallBucket(b.Prefix()), "relay tool runner: tool calls claimed and completed, for de-duplication", cfg.CallRecordTTL)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.openResults(ctx); err != nil {
 		return nil, err
 	}
 	limits, err := OpenLimits(ctx, b, cfg.LeaseTTL, cfg.Logger)
@@ -374,7 +379,7 @@ func (s *Service) run(ctx context.Context, call *envelope.Envelope, resume bool)
 	if errors.Is(res.Err, tools.ErrInterrupted) {
 		return nil, bus.RetryAfter(fmt.Errorf("call %s: %w", call.ID, res.Err), time.Millisecond)
 	}
-	return s.reply(call, res), nil
+	return s.fit(ctx, call, s.reply(call, res))
 }
 
 // claim returns the call's record, creating a "running" one owned by the

@@ -75,7 +75,7 @@ type OtherLatency struct {
 // Write prints the report.
 func (r *FloodReport) Write(w io.Writer) {
 	mb := func(b int64) float64 { return float64(b) / (1 << 20) }
-	fmt.Fprintf(w, "flood: %d webhooks for one repository, %d accepted (%d errors) in %.1fs\n", r.N, r.Accepted, r.Errors, r.FloodSeconds)
+	fmt.Fprintf(w, "flood: %d webhooks for one repository, %d accepted, %d refused (503 busy: over the gateway's limit per source) in %.1fs\n", r.N, r.Accepted, r.Errors, r.FloodSeconds)
 	fmt.Fprintf(w, "tasks of the flooded repository that reached Slack: %d; model calls in the run: %d\n", r.FloodSuggestions, r.ModelCalls)
 	fmt.Fprintf(w, "RSS: idle %.1f MB, peak %.1f MB (%.2fx), after the drain %.1f MB (%.2fx); drain %s\n",
 		mb(r.IdleRSS), mb(r.PeakRSS), float64(r.PeakRSS)/float64(max(r.IdleRSS, 1)), mb(r.AfterRSS),
@@ -297,7 +297,7 @@ func Flood(ctx context.Context, cfg FloodConfig) (*FloodReport, error) {
 		stopSampling()
 		return nil, err
 	}
-	rep.N, rep.Accepted, rep.Errors = cfg.N, ph.Requests-ph.Errors, ph.Errors
+	rep.N, rep.Accepted, rep.Errors = cfg.N, ph.Requests, ph.Errors
 	// The trickle goes on while the relay drains, then stops.
 	dr, derr := waitDrained(ctx, js, c, stopped, cfg.DrainTimeout, func() bool { return true })
 	stopOther()
