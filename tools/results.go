@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -22,6 +23,9 @@ func ResultBucket(prefix string) string {
 // carries the start of the text and a note; FetchResult reads the whole.
 const MetaResultObject = "result_object"
 
+// fetchResultTimeout bounds FetchResult when its context has no deadline.
+const fetchResultTimeout = time.Minute
+
 // FetchResult returns the whole reply of the result envelope e when e says
 // it is stored (MetaResultObject), read from the object store of prefix; e
 // itself when it carries its whole reply.
@@ -35,6 +39,14 @@ func FetchResult(ctx context.Context, js jetstream.JetStream, prefix string, e *
 	name, _ := m["name"].(string)
 	if bucket != ResultBucket(prefix) || name == "" {
 		return nil, fmt.Errorf("result %s: meta %s names %q/%q, not an object of %s", e.ID, MetaResultObject, bucket, name, ResultBucket(prefix))
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// Without a deadline jetstream bounds each request by its default
+		// 5 s, too short for a reply of megabytes read in chunks on a busy
+		// server.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, fetchResultTimeout)
+		defer cancel()
 	}
 	os, err := js.ObjectStore(ctx, bucket)
 	if err != nil {
