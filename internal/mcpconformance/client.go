@@ -54,7 +54,9 @@ func Client(ctx context.Context, scenario, url string, out io.Writer, log *slog.
 	if err := r.Start(ctx); err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	// Up to three handshakes: a loaded CI machine may need a retry of the
+	// first (ConnectTimeout each, 1 s apart); the suite's own limit is longer.
+	wctx, cancel := context.WithTimeout(ctx, 35*time.Second)
 	pending := r.WaitReady(wctx)
 	cancel()
 	if len(pending) > 0 {

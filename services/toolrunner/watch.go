@@ -156,7 +156,6 @@ func (w *ConfigWatcher) merge(path string, f *mcpconfig.File) (servers []mcpconf
 	warned := map[string]string{}
 	var errs []error
 	for _, iv := range f.Invalid {
-		iv.Err = mcpconfig.WithPath(iv.Err, path)
 		reason := iv.Reason()
 		prev, running := w.good[iv.ID]
 		if running && !slices.ContainsFunc(servers, func(s mcpconfig.Server) bool { return s.Name == iv.ID }) {
