@@ -219,8 +219,11 @@ func LoginServer(ctx context.Context, cfg Config, s mcpconfig.Server) error {
 	if s.OAuth != nil && s.OAuth.Grant == mcpconfig.GrantClientCredentials {
 		return fmt.Errorf("server %s: uses the client_credentials grant: the relay gets its tokens itself, no login needed", s.Name)
 	}
+	if PerUser(s) && cmpOr(cfg.OAuth.Principal, PrincipalTeam) == PrincipalTeam {
+		return fmt.Errorf("server %s connects each person's own account: each person connects with `%s` in Slack", s.Name, ConnectCommand(s.Name))
+	}
 	r := &Runner{cfg: cfg}
-	h, err := r.oauthHandler(s)
+	h, err := r.oauthHandler(s, "")
 	if err != nil {
 		return err
 	}
