@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/services/toolrunner"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
@@ -128,4 +129,39 @@ func callOAuth(ctx context.Context, a *app, ts *toolrunner.Settings, s mcpconfig
 	}
 	l := a.newLogin(ts, false)
 	return &tools.OAuthConfig{Tokens: store, Login: l, ClientMetadataURL: ts.OAuth.ClientMetadataURL}, func() { l.Close(); done() }
+}
+
+// oauthConnector is the console's OAuth flow (tools.Connector) on the
+// servers of mcp.json: grants in the token bucket of b, links checked with
+// RELAY_SECRET_KEY and used once (the bucket of used links). nil without
+// RELAY_SECRET_KEY: the console then connects nothing.
+func oauthConnector(ctx context.Context, ts *toolrunner.Settings, b *bus.Bus) (*tools.Connector, error) {
+	sealer, err := ts.OAuth.Sealer()
+	if err != nil {
+		return nil, nil
+	}
+	links, err := tools.NewLinkSigner(ts.OAuth.SecretKey)
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := toolrunner.OpenTokens(ctx, b, sealer)
+	if err != nil {
+		return nil, err
+	}
+	nonces, err := toolrunner.OpenLinkNonces(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	return &tools.Connector{Runner: ts.Runner, Servers: ts.Servers, Tokens: tokens, ClientMetadataURL: ts.OAuth.ClientMetadataURL,
+		Links: links, Nonces: nonces}, nil
+}
+
+// connectLinks makes the links of `/relay connect` to the console at
+// consoleURL; nil without RELAY_SECRET_KEY.
+func connectLinks(ts *toolrunner.Settings, consoleURL string) *tools.ConnectLinks {
+	links, err := tools.NewLinkSigner(ts.OAuth.SecretKey)
+	if err != nil {
+		return nil
+	}
+	return &tools.ConnectLinks{Signer: links, ConsoleURL: consoleURL, Servers: ts.Servers}
 }

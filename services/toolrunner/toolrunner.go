@@ -319,6 +319,7 @@ func (s *Service) Handle(ctx context.Context, m *bus.Message) error {
 		fallthrough
 	default:
 		res := s.runner.Call(ctx, request(call))
+		s.askConnect(ctx, call, res) // a per-user server the person has not connected (principal.go)
 		reply = s.reply(call, res)
 	}
 	if err := s.complete(ctx, key, reply); err != nil {
@@ -382,6 +383,7 @@ func request(call *envelope.Envelope) tools.Request {
 		// Elicitation and sampling (elicit.go).
 		ActsFor:     ActsFor(call),
 		TokenBudget: tokensLeft(call),
+		Principal:   PrincipalOf(call),
 	}
 }
 
@@ -511,6 +513,9 @@ func (s *Service) notify(ctx context.Context, n tools.Notice) {
 
 // NoticeText is what humans read about a server's transition.
 func NoticeText(n tools.Notice) string {
+	if n.Kind == tools.NoticeNeedsLogin && strings.Contains(n.Reason, tools.ConnectCommand(n.Server)) {
+		return fmt.Sprintf(":key: MCP server %q connects each person's own account: each person runs `%s` once before using its tools.", n.Server, tools.ConnectCommand(n.Server))
+	}
 	if n.Kind == tools.NoticeNeedsLogin {
 		return fmt.Sprintf(":key: MCP server %q needs an OAuth login before its tools can be used. Run `%s`.", n.Server, tools.LoginCommand(n.Server))
 	}
