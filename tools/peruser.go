@@ -2,7 +2,11 @@ package tools
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/relaystation/relay/tools/mcpconfig"
@@ -109,4 +113,82 @@ func (r *Runner) DropPrincipal(server, principal string) {
 	if uc != nil {
 		uc.close()
 	}
+}
+
+// PrincipalLister is a TokenStore that can say who has a grant of a
+// server (every store of the relay is one).
+type PrincipalLister interface {
+	Principals(ctx context.Context, server string) ([]string, error)
+}
+
+// userTools is the tool list of per-user server c, which has no session of
+// its own: read through the session of a person who connected (their own
+// session, which their calls use next). nil when nobody has connected.
+func (c *conn) userTools(ctx context.Context) []*toolEntry {
+	c.users.mu.Lock()
+	var up []*conn
+	for _, uc := range c.users.m {
+		up = append(up, uc)
+	}
+	c.users.mu.Unlock()
+	for _, uc := range up {
+		if list, ok := uc.freshTools(); ok && len(list) > 0 {
+			return list
+		}
+	}
+	oc := c.r.cfg.OAuth
+	pl, ok := oc.Tokens.(PrincipalLister)
+	if !ok {
+		return nil
+	}
+	people, err := pl.Principals(ctx, c.cfg.Name)
+	if err != nil {
+		return nil
+	}
+	for _, p := range people {
+		uc, err := c.forPrincipal(ctx, p)
+		if err != nil {
+			continue
+		}
+		if list, err := uc.cachedTools(ctx); err == nil && len(list) > 0 {
+			return list
+		}
+	}
+	return nil
+}
+
+// principalOfKey is the principal of a GrantKey, "" when key is not one.
+func principalOfKey(key string) string {
+	parts := strings.Split(key, ".")
+	if len(parts) != 4 || parts[0] != "t" {
+		return ""
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[3])
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// PrincipalsOfKeys are the distinct principals (not the team) of grant keys.
+func PrincipalsOfKeys(keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if p := principalOfKey(k); p != "" && p != PrincipalTeam && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Principals implements PrincipalLister.
+func (f *FileTokenStore) Principals(_ context.Context, server string) ([]string, error) {
+	matches, err := filepath.Glob(filepath.Join(f.dir, GrantServerFilter(server)))
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range matches {
+		matches[i] = filepath.Base(m)
+	}
+	return PrincipalsOfKeys(matches), nil
 }

@@ -93,3 +93,37 @@ func loginAs(t *testing.T, store TokenStore, s mcpconfig.Server, principal strin
 	defer l.Close()
 	return LoginServer(t.Context(), Config{OAuth: &OAuthConfig{Tokens: store, Login: l, Principal: principal}}, s)
 }
+
+// TestPerUserToolList: a per-user server has no session of its own; its
+// tools are listed (for the agent's and the code runs' checks) through the
+// session of a person who connected, once someone has.
+func TestPerUserToolList(t *testing.T) {
+	t.Parallel()
+	srv := oauthtest.Start(t, oauthtest.Options{})
+	store := NewFileTokenStore(filepath.Join(t.TempDir(), "oauth"), testSealer(t))
+	s := mcpconfig.Server{Name: "hosted", Type: mcpconfig.HTTP, URL: srv.MCP, ProtocolVersion: mcpconfig.DefaultProtocolVersion,
+		OAuth: &mcpconfig.OAuth{Per: "user"}}
+	cfg := fastConfig(t, s)
+	cfg.OAuth = &OAuthConfig{Tokens: store}
+	r := startUnready(t, cfg)
+	testenv.WaitFor(t, 20*time.Second, "needs_login", func() bool { return r.Servers()[0].State == StateNeedsLogin })
+	if got := hostedTools(t, r); got != nil {
+		t.Fatalf("got tools %v before anyone connected, want none", got)
+	}
+	if err := loginAs(t, store, s, "U9EVE"); err != nil {
+		t.Fatal(err)
+	}
+	got := hostedTools(t, r)
+	if len(got) != 1 || got[0].Name != "hosted.whoami" {
+		t.Fatalf("got tools %v, want hosted.whoami", got)
+	}
+}
+
+// hostedTools lists the tools of server "hosted" (nil on an error).
+func hostedTools(t *testing.T, r *Runner) []ToolInfo {
+	list, err := r.AllTools(t.Context(), "hosted")
+	if err != nil {
+		return nil
+	}
+	return list
+}

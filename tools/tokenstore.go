@@ -294,3 +294,7 @@ func (f *FileTokenStore) Delete(_ context.Context, server, principal string) err
 // GrantKeyFilter is the JetStream KV filter of every issuer's grant of
 // server and principal.
 func GrantKeyFilter(server, principal string) string { return grantPattern(server, principal, "*") }
+
+// GrantServerFilter is the JetStream KV filter of every grant of server
+// (any issuer, any principal).
+func GrantServerFilter(server string) string { return "t." + keyPart(server) + ".*.*" }

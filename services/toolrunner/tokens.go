@@ -158,3 +158,16 @@ func (n *KVNonces) Use(ctx context.Context, nonce string, _ time.Time) error {
 	}
 	return nil
 }
+
+// Principals implements tools.PrincipalLister.
+func (t *KVTokens) Principals(ctx context.Context, server string) ([]string, error) {
+	l, err := t.kv.ListKeysFiltered(ctx, tools.GrantServerFilter(server))
+	if err != nil {
+		return nil, fmt.Errorf("list OAuth grants of %s: %w", server, err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	return tools.PrincipalsOfKeys(keys), nil
+}
