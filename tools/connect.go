@@ -2,7 +2,6 @@ package tools
 
 import (
 	"context"
-	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -55,13 +54,7 @@ type LinkSigner struct {
 
 // NewLinkSigner derives the signing key from key (RELAY_SECRET_KEY).
 func NewLinkSigner(key secret.Value) (*LinkSigner, error) {
-	if !key.IsSet() {
-		return nil, ErrNoSecretKey
-	}
-	if len(key.Reveal()) < MinSecretKeyLen {
-		return nil, fmt.Errorf("RELAY_SECRET_KEY: shorter than %d characters", MinSecretKeyLen)
-	}
-	k, err := hkdf.Key(sha256.New, []byte(key.Reveal()), nil, "relay connect link v1", 32)
+	k, err := deriveKey(key, "relay connect link v1")
 	if err != nil {
 		return nil, err
 	}

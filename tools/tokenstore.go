@@ -129,13 +129,7 @@ type Sealer struct{ aead cipher.AEAD }
 // NewSealer derives the sealing key from key; ErrNoSecretKey when key is
 // unset, an error when it is shorter than MinSecretKeyLen.
 func NewSealer(key secret.Value) (*Sealer, error) {
-	if !key.IsSet() {
-		return nil, ErrNoSecretKey
-	}
-	if len(key.Reveal()) < MinSecretKeyLen {
-		return nil, fmt.Errorf("RELAY_SECRET_KEY: shorter than %d characters", MinSecretKeyLen)
-	}
-	k, err := hkdf.Key(sha256.New, []byte(key.Reveal()), nil, "relay oauth token store v1", 32)
+	k, err := deriveKey(key, "relay oauth token store v1")
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +145,19 @@ func NewSealer(key secret.Value) (*Sealer, error) {
 }
 
 const sealVersion = 1
+
+// deriveKey derives a 32-byte key for purpose info from RELAY_SECRET_KEY:
+// ErrNoSecretKey when key is unset, an error when it is shorter than
+// MinSecretKeyLen.
+func deriveKey(key secret.Value, info string) ([]byte, error) {
+	if !key.IsSet() {
+		return nil, ErrNoSecretKey
+	}
+	if len(key.Reveal()) < MinSecretKeyLen {
+		return nil, fmt.Errorf("RELAY_SECRET_KEY: shorter than %d characters", MinSecretKeyLen)
+	}
+	return hkdf.Key(sha256.New, []byte(key.Reveal()), nil, info, 32)
+}
 
 // Seal encrypts g for the storage key name.
 func (s *Sealer) Seal(name string, g *Grant) ([]byte, error) {

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -48,18 +49,24 @@ func (a *app) newLogin(ts *toolrunner.Settings, noBrowser bool) *tools.Login {
 	return l
 }
 
-func mcpLogin(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
-	const usage = "usage: relay mcp login <server> [--no-browser]"
+// serverArgs reads `<server> [flags]`: the server's entry, once fs parsed
+// the flags after it; usage when no server is named.
+func serverArgs(ts *toolrunner.Settings, args []string, usage string, fs *flag.FlagSet) (mcpconfig.Server, error) {
 	if len(args) == 0 || isHelp(args[0]) {
-		return &exitError{code: 2, msg: usage}
+		return mcpconfig.Server{}, &exitError{code: 2, msg: usage}
 	}
 	s, err := findServer(ts, args[0])
 	if err != nil {
-		return err
+		return mcpconfig.Server{}, err
 	}
+	return s, fs.Parse(args[1:])
+}
+
+func mcpLogin(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
 	fs := a.flags("mcp login")
 	noBrowser := fs.Bool("no-browser", false, "print the URL instead of opening $BROWSER")
-	if err := fs.Parse(args[1:]); err != nil {
+	s, err := serverArgs(ts, args, "usage: relay mcp login <server> [--no-browser]", fs)
+	if err != nil {
 		return err
 	}
 	store, where, done, err := a.tokenStore(ctx, ts)
@@ -81,17 +88,10 @@ func mcpLogin(ctx context.Context, a *app, ts *toolrunner.Settings, args []strin
 }
 
 func mcpLogout(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
-	const usage = "usage: relay mcp logout <server> [--user U]"
-	if len(args) == 0 || isHelp(args[0]) {
-		return &exitError{code: 2, msg: usage}
-	}
-	s, err := findServer(ts, args[0])
-	if err != nil {
-		return err
-	}
 	fs := a.flags("mcp logout")
 	user := fs.String("user", "", "the person whose connection to remove (per-user servers); default the team's")
-	if err := fs.Parse(args[1:]); err != nil {
+	s, err := serverArgs(ts, args, "usage: relay mcp logout <server> [--user U]", fs)
+	if err != nil {
 		return err
 	}
 	store, where, done, err := a.tokenStore(ctx, ts)

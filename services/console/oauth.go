@@ -68,18 +68,25 @@ func (s *Service) oauthPage(w http.ResponseWriter, status int, title, msg string
 	_ = s.tmpl.ExecuteTemplate(w, "oauth", map[string]any{"Title": title, "Message": msg})
 }
 
-func (s *Service) flowContext(r *http.Request) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Minute)
+// flowContext bounds a request of a flow (it outlives a browser that
+// leaves); ok is false, and the browser told so, on a console that
+// connects nothing.
+func (s *Service) flowContext(w http.ResponseWriter, r *http.Request) (ctx context.Context, cancel context.CancelFunc, ok bool) {
+	if s.cfg.Connect == nil {
+		s.oauthPage(w, http.StatusNotFound, "Not available", "This console does not connect MCP servers (RELAY_SECRET_KEY or mcp.json is not available to it).")
+		return nil, nil, false
+	}
+	ctx, cancel = context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Minute)
+	return ctx, cancel, true
 }
 
 // connectLink opens a person's signed, single-use link: it starts their
 // flow and sends the browser to the authorization server.
 func (s *Service) connectLink(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.Connect == nil {
-		s.oauthPage(w, http.StatusNotFound, "Not available", "This console does not connect MCP servers (RELAY_SECRET_KEY or mcp.json is not available to it).")
+	ctx, cancel, ok := s.flowContext(w, r)
+	if !ok {
 		return
 	}
-	ctx, cancel := s.flowContext(r)
 	defer cancel()
 	link, err := s.cfg.Connect.Redeem(ctx, r.URL.Query().Get("t"))
 	if err != nil {
@@ -103,11 +110,10 @@ func (s *Service) connectLink(w http.ResponseWriter, r *http.Request) {
 
 // oauthCallback takes the authorization server's redirect.
 func (s *Service) oauthCallback(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.Connect == nil {
-		s.oauthPage(w, http.StatusNotFound, "Not available", "This console does not connect MCP servers.")
+	ctx, cancel, ok := s.flowContext(w, r)
+	if !ok {
 		return
 	}
-	ctx, cancel := s.flowContext(r)
 	defer cancel()
 	server, principal, err := s.cfg.Connect.Finish(ctx, r.URL.Query())
 	if err != nil {
@@ -125,11 +131,10 @@ func (s *Service) oauthCallback(w http.ResponseWriter, r *http.Request) {
 
 // oauthStart is an operator's Connect of a team-wide server.
 func (s *Service) oauthStart(w http.ResponseWriter, r *http.Request, sess *session) {
-	if s.cfg.Connect == nil {
-		http.Error(w, "this console does not connect MCP servers", http.StatusNotFound)
+	ctx, cancel, ok := s.flowContext(w, r)
+	if !ok {
 		return
 	}
-	ctx, cancel := s.flowContext(r)
 	defer cancel()
 	server := r.PostFormValue("server")
 	authURL, err := s.cfg.Connect.Start(ctx, s.redirectURL(r), server, tools.PrincipalTeam)
