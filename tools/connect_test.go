@@ -118,3 +118,26 @@ func TestConnector(t *testing.T) {
 		t.Errorf("disconnect: %v (still connected: %v)", err, c.Connected(ctx, "hosted", "U1CAROL"))
 	}
 }
+
+// TestConnectLinksFor: links are made only for a per-user server of the
+// configuration, and point at the console's /oauth/connect.
+func TestConnectLinksFor(t *testing.T) {
+	t.Parallel()
+	l := &ConnectLinks{Signer: testLinks(t), ConsoleURL: "https://console.example/", Servers: []mcpconfig.Server{
+		{Name: "per", Type: mcpconfig.HTTP, OAuth: &mcpconfig.OAuth{Per: "user"}},
+		{Name: "team", Type: mcpconfig.HTTP, OAuth: &mcpconfig.OAuth{Per: "team"}},
+	}}
+	link, err := l.Link("per", "U1")
+	if err != nil || !strings.HasPrefix(link, "https://console.example/oauth/connect?t=") {
+		t.Fatalf("got %q %v, want a console link", link, err)
+	}
+	u, _ := url.Parse(link)
+	if got, err := l.Signer.Verify(u.Query().Get("t")); err != nil || got.Server != "per" || got.Principal != "U1" {
+		t.Errorf("the link's token: got %+v %v, want per/U1", got, err)
+	}
+	for _, name := range []string{"team", "nope"} {
+		if _, err := l.Link(name, "U1"); err == nil {
+			t.Errorf("link for %s: got none, want an error", name)
+		}
+	}
+}
