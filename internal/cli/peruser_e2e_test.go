@@ -64,19 +64,9 @@ func (s *stack) connectLink(user string, skip int) string {
 // posted waits for a message or update in channel whose text has want.
 func (s *stack) posted(channel, want string) fakes.SlackCall {
 	s.t.Helper()
-	var found fakes.SlackCall
-	testenv.WaitFor(s.t, 60*time.Second, "a message with "+want, func() bool {
-		for _, m := range []string{"chat.postMessage", "chat.update"} {
-			for _, c := range s.slack.Calls(m) {
-				if c.Params["channel"] == channel && strings.Contains(c.Params["text"], want) {
-					found = c
-					return true
-				}
-			}
-		}
-		return false
-	})
-	return found
+	return s.slackCall("a message with "+want, func(c fakes.SlackCall) bool {
+		return c.Params["channel"] == channel && strings.Contains(c.Params["text"], want)
+	}, "chat.postMessage", "chat.update")
 }
 
 // TestPerUserServerFromSlack: a per-user OAuth server ("oauth": {"per":
