@@ -35,10 +35,12 @@ type Record struct {
 	// AgentID and Role are the caller's ("cli" for `relay mcp call`).
 	AgentID string `json:"agent_id,omitempty"`
 	// Actor is who the call ran for (a person, the agent, "cli:<user>").
-	Actor  string `json:"actor,omitempty"`
-	Role   string `json:"role,omitempty"`
-	Server string `json:"server"`
-	Tool   string `json:"tool"`
+	Actor string `json:"actor,omitempty"`
+	// Principal is whose own connection a per-user server's call used.
+	Principal string `json:"principal,omitempty"`
+	Role      string `json:"role,omitempty"`
+	Server    string `json:"server"`
+	Tool      string `json:"tool"`
 	// ArgsSHA256 is the hex SHA-256 of the canonical JSON of the arguments
 	// (object keys sorted, no spaces).
 	ArgsSHA256 string `json:"args_sha256"`
@@ -268,6 +270,7 @@ func (r *Record) appendJSON(b []byte) ([]byte, error) {
 	b = appendField(b, "thread", r.Thread, true)
 	b = appendField(b, "agent_id", r.AgentID, true)
 	b = appendField(b, "actor", r.Actor, true)
+	b = appendField(b, "principal", r.Principal, true)
 	b = appendField(b, "role", r.Role, true)
 	b = appendField(b, "server", r.Server, false)
 	b = appendField(b, "tool", r.Tool, false)

@@ -30,9 +30,24 @@ type NeedsLoginError struct {
 	// Reason says why a login made before no longer does (the refresh token
 	// was refused, more scopes are asked for); "" for a first login.
 	Reason string
+	// PerUser: the server connects each person's own account; Principal is
+	// the person (a Slack user id) whose connection is missing, "" when the
+	// call acts for nobody.
+	PerUser   bool
+	Principal string
 }
 
 func (e *NeedsLoginError) Error() string {
+	if e.PerUser {
+		why := ""
+		if e.Reason != "" {
+			why = " (" + e.Reason + ")"
+		}
+		if e.Principal == "" {
+			return fmt.Sprintf("server %s connects each person's own account and this call acts for nobody: the person it runs for (the approver of an agent's tool step) must connect with `%s` in Slack", e.Server, ConnectCommand(e.Server))
+		}
+		return fmt.Sprintf("server %s connects each person's own account and %s has not connected theirs%s: run `%s` in Slack", e.Server, e.Principal, why, ConnectCommand(e.Server))
+	}
 	if e.Reason != "" {
 		return fmt.Sprintf("server %s needs an OAuth login (%s): run `relay mcp login %s`", e.Server, e.Reason, e.Server)
 	}
@@ -94,7 +109,7 @@ func (p *authProbe) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // err is a *NeedsLoginError when the dial met a Bearer challenge, or any
 // 401 when oauth (the entry declares OAuth) is set; nil otherwise.
-func (s *challengeSlot) err(server string, oauth bool) error {
+func (s *challengeSlot) err(server string, oauth bool) *NeedsLoginError {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.seen && !(oauth && s.any401) {

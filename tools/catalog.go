@@ -214,6 +214,11 @@ func (c *conn) cachedTools(ctx context.Context) ([]*toolEntry, error) {
 	s := c.session
 	c.mu.Unlock()
 	if s == nil {
+		if PerUser(c.cfg) && c.principal == "" && c.r.cfg.OAuth != nil {
+			if list := c.userTools(ctx); list != nil {
+				return list, nil // a person's (peruser.go)
+			}
+		}
 		return nil, c.offline()
 	}
 	c.cacheMu.Lock()

@@ -50,6 +50,14 @@ type conn struct {
 	// removed is stopped after they finish.
 	busy atomic.Int64
 
+	// principal is the person of a per-person connection (peruser.go),
+	// whose grant its session carries; "" for a server's own conn. users
+	// are a per-user server's per-person connections; dialMu serialises a
+	// per-person connection's connects.
+	principal string
+	users     userConns
+	dialMu    sync.Mutex
+
 	mu            sync.Mutex
 	session       *mcp.ClientSession
 	cmd           *stdioProc
@@ -177,7 +185,7 @@ func (c *conn) client() *mcp.Client {
 
 // dialAt opens a session to s with client, asking for version (negotiate.go).
 func dialAt(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Client, log *slog.Logger, version string) (*mcp.ClientSession, *stdioProc, error) {
-	t, cmd, err := transport(r, s, log)
+	t, cmd, err := transport(r, s, log, principalFrom(ctx))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -187,7 +195,7 @@ func dialAt(ctx context.Context, r *Runner, s mcpconfig.Server, client *mcp.Clie
 		if cmd != nil && cmd.Process != nil {
 			_ = cmd.Process.Kill()
 		}
-		if lerr := loginError(r, s, challenge, err); lerr != nil {
+		if lerr := loginError(r, s, principalFrom(ctx), challenge, err); lerr != nil {
 			return nil, nil, lerr
 		}
 		return nil, nil, hint(s, handshakeError(r, t, err))
@@ -363,8 +371,10 @@ func (c *conn) status() ServerStatus {
 	return st
 }
 
-// close ends the session (and a stdio server's process).
+// close ends the session (and a stdio server's process) and the
+// per-person sessions.
 func (c *conn) close() {
+	c.closeUsers()
 	c.mu.Lock()
 	s := c.session
 	c.session, c.cmd = nil, nil

@@ -99,7 +99,11 @@ func (c *conn) afterCheck(ctx context.Context, pinged bool, err error) time.Dura
 		h.loginNoticed = true
 		c.mu.Unlock()
 		if notify {
-			c.log.Warn("server needs an OAuth login", "command", LoginCommand(c.cfg.Name))
+			cmd := LoginCommand(c.cfg.Name)
+			if PerUser(c.cfg) {
+				cmd = ConnectCommand(c.cfg.Name) + " (each person, in Slack)"
+			}
+			c.log.Warn("server needs an OAuth login", "command", cmd)
 			c.r.notify(ctx, Notice{Kind: NoticeNeedsLogin, Server: c.cfg.Name, Reason: err.Error(), At: now.UTC(), LastError: err.Error()})
 		}
 		return cfg.HealthInterval

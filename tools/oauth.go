@@ -2,6 +2,7 @@ package tools
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,8 +67,9 @@ func (g *Grant) due() bool {
 // when s needs none: an entry with "oauth" grant client_credentials gets
 // the client credentials handler; any other remote server gets the relay's
 // handler when the runner has an OAuthConfig (its stored grant, refresh,
-// and, in the CLI, the login flow).
-func (r *Runner) oauthHandler(s mcpconfig.Server) (auth.OAuthHandler, error) {
+// and, in the CLI, the login flow). principal is whose grant it uses; ""
+// is the OAuthConfig's Principal, else the team's.
+func (r *Runner) oauthHandler(s mcpconfig.Server, principal string) (auth.OAuthHandler, error) {
 	client := r.cfg.HTTPClient
 	if client == nil {
 		client = http.DefaultClient
@@ -86,15 +88,10 @@ func (r *Runner) oauthHandler(s mcpconfig.Server) (auth.OAuthHandler, error) {
 		base = http.DefaultTransport
 	}
 	c.Transport = &recordingTransport{base: base, rec: rec}
-	return &oauthHandler{server: s, oc: oc, principal: cmpOr(oc.Principal, PrincipalTeam), client: &c, rec: rec}, nil
+	return &oauthHandler{server: s, oc: oc, principal: cmpOr(principal, oc.Principal, PrincipalTeam), client: &c, rec: rec}, nil
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
+func cmpOr(vals ...string) string { return cmp.Or(vals...) }
 
 // clientCredentials is extauth's client credentials handler for s.
 func clientCredentials(s mcpconfig.Server, client *http.Client) (auth.OAuthHandler, error) {
@@ -186,6 +183,9 @@ func (h *oauthHandler) Authorize(ctx context.Context, req *http.Request, resp *h
 	if h.oc.Login == nil {
 		closeBody(resp)
 		lerr := &NeedsLoginError{Server: h.server.Name, Scope: scope}
+		if PerUser(h.server) {
+			lerr.PerUser, lerr.Principal = true, h.principal
+		}
 		if berr == "insufficient_scope" {
 			lerr.Reason = "the server asks for more scopes (" + scope + ")"
 		}
@@ -506,18 +506,23 @@ func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error
 // loginError is the *NeedsLoginError of a failed dial: the one the OAuth
 // handler returned, else one made from a Bearer challenge the dial met
 // (not when this process runs the login flow: its error says more).
-func loginError(r *Runner, s mcpconfig.Server, challenge *challengeSlot, err error) error {
+func loginError(r *Runner, s mcpconfig.Server, principal string, challenge *challengeSlot, err error) error {
 	var lerr *NeedsLoginError
-	if errors.As(err, &lerr) {
-		return lerr
+	if !errors.As(err, &lerr) {
+		if r.cfg.OAuth != nil && r.cfg.OAuth.Login != nil || s.OAuth != nil && s.OAuth.Grant == mcpconfig.GrantClientCredentials {
+			return nil
+		}
+		if lerr = challenge.err(s.Name, s.OAuth != nil); lerr == nil {
+			return nil
+		}
 	}
-	if r.cfg.OAuth != nil && r.cfg.OAuth.Login != nil || s.OAuth != nil && s.OAuth.Grant == mcpconfig.GrantClientCredentials {
-		return nil
+	if PerUser(s) {
+		lerr.PerUser = true
+		if principal != PrincipalTeam {
+			lerr.Principal = principal
+		}
 	}
-	if e := challenge.err(s.Name, s.OAuth != nil); e != nil {
-		return e
-	}
-	return nil
+	return lerr
 }
 
 // loginLost returns the server to needs_login after a call met a refused
@@ -536,7 +541,7 @@ func (c *conn) offline() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.health.needsLogin && c.health.lastErr != "" {
-		return &NeedsLoginError{Server: c.cfg.Name, Reason: "not logged in or the login ended"}
+		return &NeedsLoginError{Server: c.cfg.Name, Reason: "not logged in or the login ended", PerUser: PerUser(c.cfg), Principal: c.principal}
 	}
 	return ErrOffline
 }

@@ -38,6 +38,10 @@ type Login struct {
 	Out io.Writer
 	// Timeout bounds the wait for the redirect. Default 5m.
 	Timeout time.Duration
+	// External: the redirect comes to another listener (the console's
+	// /oauth/callback), which hands it to Deliver; RedirectURL is then its
+	// URL and the Login listens on nothing.
+	External bool
 
 	once     sync.Once
 	redirect string
@@ -78,6 +82,12 @@ func (l *Login) redirectURL() (string, error) {
 }
 
 func (l *Login) listen() (string, error) {
+	if l.External {
+		if l.RedirectURL == "" {
+			return "", errors.New("login: no redirect URL for an external callback")
+		}
+		return l.RedirectURL, nil
+	}
 	addr, path, redirect := "127.0.0.1:0", "/callback", ""
 	if l.RedirectURL != "" {
 		u, err := url.Parse(l.RedirectURL)
@@ -106,9 +116,29 @@ func (l *Login) listen() (string, error) {
 	return redirect, nil
 }
 
+// errNoLoginWaiting: a redirect came while no login waits for one.
+var errNoLoginWaiting = errors.New("no login is waiting for this redirect")
+
 // serveCallback takes the authorization server's redirect.
 func (l *Login) serveCallback(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	cb, err := l.Deliver(r.URL.Query())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if cb != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, "<p>Login failed: %s. You can close this window.</p>", html.EscapeString(cb.Error()))
+		return
+	}
+	fmt.Fprint(w, "<p>Logged in. You can close this window and return to the terminal.</p>")
+}
+
+// Deliver hands the authorization server's redirect (its query) to the
+// login waiting for it. It returns the redirect's own error (a denied
+// consent, a state mismatch), or err when no login waits.
+func (l *Login) Deliver(q url.Values) (redirectErr, err error) {
 	state := q.Get("state")
 	l.mu.Lock()
 	ch, ok := l.waiting[state]
@@ -119,8 +149,7 @@ func (l *Login) serveCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	l.mu.Unlock()
 	if ch == nil {
-		http.Error(w, "no login is waiting for this redirect", http.StatusBadRequest)
-		return
+		return nil, errNoLoginWaiting
 	}
 	var cb callback
 	switch {
@@ -137,13 +166,7 @@ func (l *Login) serveCallback(w http.ResponseWriter, r *http.Request) {
 	case ch <- cb:
 	default:
 	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	if cb.err != nil {
-		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprintf(w, "<p>Login failed: %s. You can close this window.</p>", html.EscapeString(cb.err.Error()))
-		return
-	}
-	fmt.Fprint(w, "<p>Logged in. You can close this window and return to the terminal.</p>")
+	return cb.err, nil
 }
 
 // fetch opens authURL and waits for its redirect.
@@ -219,8 +242,11 @@ func LoginServer(ctx context.Context, cfg Config, s mcpconfig.Server) error {
 	if s.OAuth != nil && s.OAuth.Grant == mcpconfig.GrantClientCredentials {
 		return fmt.Errorf("server %s: uses the client_credentials grant: the relay gets its tokens itself, no login needed", s.Name)
 	}
+	if PerUser(s) && cmpOr(cfg.OAuth.Principal, PrincipalTeam) == PrincipalTeam {
+		return fmt.Errorf("server %s connects each person's own account: each person connects with `%s` in Slack", s.Name, ConnectCommand(s.Name))
+	}
 	r := &Runner{cfg: cfg}
-	h, err := r.oauthHandler(s)
+	h, err := r.oauthHandler(s, "")
 	if err != nil {
 		return err
 	}

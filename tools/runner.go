@@ -675,6 +675,11 @@ type Request struct {
 	// ActsFor is the person the call acts for (a Slack user id), who answers
 	// the server's questions; empty for an agent's task (an approver answers).
 	ActsFor string
+	// Principal is the person (a Slack user id) whose own connection a
+	// per-user server ("oauth": {"per": "user"}) uses: the author of a code
+	// block, the person whose event fired a hook, the approver of an
+	// agent's tool step. Without one such a server refuses the call.
+	Principal string
 	// TokenBudget is how many tokens the task has left for the server's
 	// sampling requests; 0 means no task budget applies.
 	TokenBudget int
@@ -823,6 +828,9 @@ func (r *Runner) record(ctx context.Context, req *Request, e Execution, res *Res
 	if req.Operator && rec.Role == "" {
 		rec.Role = "operator"
 	}
+	if c != nil && PerUser(c.cfg) {
+		rec.Principal = req.Principal
+	}
 	if res.Err != nil {
 		red := r.redactor
 		if c != nil {
@@ -848,6 +856,12 @@ func (r *Runner) call(ctx context.Context, req *Request, e Execution, run *runni
 	server, tool := e.Server, e.Tool
 	if res.Err = r.refuse(req, e, c); res.Err != nil {
 		return res
+	}
+	if PerUser(c.cfg) {
+		// The person's own session (peruser.go).
+		if c, res.Err = c.forPrincipal(ctx, req.Principal); res.Err != nil {
+			return res
+		}
 	}
 	timeout := r.cfg.Policy.TimeoutOr(server, tool, c.cfg.Timeout)
 	cctx, cancel := withCall(ctx, req, run, server, tool, timeout)

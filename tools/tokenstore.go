@@ -129,13 +129,7 @@ type Sealer struct{ aead cipher.AEAD }
 // NewSealer derives the sealing key from key; ErrNoSecretKey when key is
 // unset, an error when it is shorter than MinSecretKeyLen.
 func NewSealer(key secret.Value) (*Sealer, error) {
-	if !key.IsSet() {
-		return nil, ErrNoSecretKey
-	}
-	if len(key.Reveal()) < MinSecretKeyLen {
-		return nil, fmt.Errorf("RELAY_SECRET_KEY: shorter than %d characters", MinSecretKeyLen)
-	}
-	k, err := hkdf.Key(sha256.New, []byte(key.Reveal()), nil, "relay oauth token store v1", 32)
+	k, err := deriveKey(key, "relay oauth token store v1")
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +145,19 @@ func NewSealer(key secret.Value) (*Sealer, error) {
 }
 
 const sealVersion = 1
+
+// deriveKey derives a 32-byte key for purpose info from RELAY_SECRET_KEY:
+// ErrNoSecretKey when key is unset, an error when it is shorter than
+// MinSecretKeyLen.
+func deriveKey(key secret.Value, info string) ([]byte, error) {
+	if !key.IsSet() {
+		return nil, ErrNoSecretKey
+	}
+	if len(key.Reveal()) < MinSecretKeyLen {
+		return nil, fmt.Errorf("RELAY_SECRET_KEY: shorter than %d characters", MinSecretKeyLen)
+	}
+	return hkdf.Key(sha256.New, []byte(key.Reveal()), nil, info, 32)
+}
 
 // Seal encrypts g for the storage key name.
 func (s *Sealer) Seal(name string, g *Grant) ([]byte, error) {
@@ -294,3 +301,7 @@ func (f *FileTokenStore) Delete(_ context.Context, server, principal string) err
 // GrantKeyFilter is the JetStream KV filter of every issuer's grant of
 // server and principal.
 func GrantKeyFilter(server, principal string) string { return grantPattern(server, principal, "*") }
+
+// GrantServerFilter is the JetStream KV filter of every grant of server
+// (any issuer, any principal).
+func GrantServerFilter(server string) string { return "t." + keyPart(server) + ".*.*" }

@@ -27,9 +27,10 @@ import (
 // ErrPipeUnsupported refuses pipe:// URLs (Windows named pipes).
 var ErrPipeUnsupported = errors.New("Windows named pipes are not supported on this platform")
 
-// transport builds the SDK transport of s. For stdio it also returns the
-// command (started by the SDK's Connect).
-func transport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transport, *stdioProc, error) {
+// transport builds the SDK transport of s; principal names whose OAuth
+// grant it sends ("" the runner's, peruser.go). For stdio it also returns
+// the command (started by the SDK's Connect).
+func transport(r *Runner, s mcpconfig.Server, log *slog.Logger, principal string) (mcp.Transport, *stdioProc, error) {
 	switch s.Type {
 	case mcpconfig.Stdio:
 		return stdioTransport(r, s, log)
@@ -42,7 +43,7 @@ func transport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transport, 
 		// stream (and a broken POST response stream) after the server's SSE
 		// `retry` delay, sending Last-Event-ID; StreamRetries bounds the
 		// attempts without progress.
-		oauth, err := r.oauthHandler(s) // oauth.go
+		oauth, err := r.oauthHandler(s, principal) // oauth.go
 		if err != nil {
 			return nil, nil, err
 		}

@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/services/approvals"
+	"github.com/relaystation/relay/services/console"
 	"github.com/relaystation/relay/services/outbound"
 	"github.com/relaystation/relay/services/toolrunner"
 )
@@ -24,6 +26,12 @@ func configureApprovals(env *config.Env) buildFunc {
 	// The preview links citations as outbound's posts do (RELAY_REF_BASE_URL).
 	s.Config.RefURL = outbound.RefBaseURL(env.URL("RELAY_REF_BASE_URL", "http", "https"))
 	cfg, appToken, enabled := s.Config, s.AppToken, s.Enabled
+	// `/relay connect <server>`: links to the console, signed with
+	// RELAY_SECRET_KEY, for the per-user servers of mcp.json.
+	consoleURL := cmp.Or(console.PublicURL(env), console.DefaultPublicURL(env.String("RELAY_CONSOLE_ADDR", console.DefaultAddr)))
+	if links := connectLinks(toolrunner.ReadSettings(env), consoleURL); links != nil {
+		cfg.Connect = links
+	}
 	return func(ctx context.Context, d *deps) (*runner, error) {
 		var runs []func(context.Context) error
 		if enabled || cfg.ConsoleOnly() {

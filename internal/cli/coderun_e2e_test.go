@@ -83,12 +83,24 @@ func (s *stack) postSlack(route, contentType string, body []byte) {
 // run of tool with its Cancel button.
 func (s *stack) runningPost(channel, thread, tool string) fakes.SlackCall {
 	s.t.Helper()
+	return s.slackCall("the running message of "+tool, func(c fakes.SlackCall) bool {
+		return c.Method == "chat.postMessage" && c.Params["channel"] == channel && c.Params["thread_ts"] == thread &&
+			strings.Contains(c.Params["text"], "Running `"+tool+"`")
+	}, "chat.postMessage")
+}
+
+// slackCall waits up to 60 s for a call of one of methods to the fake Slack
+// that match accepts, and returns it.
+func (s *stack) slackCall(what string, match func(fakes.SlackCall) bool, methods ...string) fakes.SlackCall {
+	s.t.Helper()
 	var found fakes.SlackCall
-	testenv.WaitFor(s.t, 60*time.Second, "the running message of "+tool, func() bool {
-		for _, c := range s.slack.Calls("chat.postMessage") {
-			if c.Params["channel"] == channel && c.Params["thread_ts"] == thread && strings.Contains(c.Params["text"], "Running `"+tool+"`") {
-				found = c
-				return true
+	testenv.WaitFor(s.t, 60*time.Second, what, func() bool {
+		for _, m := range methods {
+			for _, c := range s.slack.Calls(m) {
+				if match(c) {
+					found = c
+					return true
+				}
 			}
 		}
 		return false

@@ -23,6 +23,9 @@ func init() {
 // `relay trace` (internal/story).
 func configureConsole(env *config.Env) buildFunc {
 	cfg := console.ReadSettings(env).Config
+	// The servers of mcp.json and RELAY_SECRET_KEY: Connect and the
+	// `/relay connect` links (docs/oauth.md).
+	ts := toolrunner.ReadSettings(env)
 	return func(ctx context.Context, d *deps) (*runner, error) {
 		cfg.Logger = d.Log
 		st, err := toolrunner.OpenState(ctx, d.Bus)
@@ -30,6 +33,13 @@ func configureConsole(env *config.Env) buildFunc {
 			return nil, err
 		}
 		cfg.Tools = st
+		conn, err := oauthConnector(ctx, ts, d.Bus)
+		if err != nil {
+			return nil, err
+		}
+		if conn != nil {
+			cfg.Connect = conn
+		}
 		cfg.Story = storyteller{d.Bus}
 		return runnerOf(console.New(cfg, d.Bus))
 	}

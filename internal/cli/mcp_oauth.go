@@ -3,10 +3,12 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"path/filepath"
 	"time"
 
+	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/services/toolrunner"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
@@ -47,18 +49,24 @@ func (a *app) newLogin(ts *toolrunner.Settings, noBrowser bool) *tools.Login {
 	return l
 }
 
-func mcpLogin(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
-	const usage = "usage: relay mcp login <server> [--no-browser]"
+// serverArgs reads `<server> [flags]`: the server's entry, once fs parsed
+// the flags after it; usage when no server is named.
+func serverArgs(ts *toolrunner.Settings, args []string, usage string, fs *flag.FlagSet) (mcpconfig.Server, error) {
 	if len(args) == 0 || isHelp(args[0]) {
-		return &exitError{code: 2, msg: usage}
+		return mcpconfig.Server{}, &exitError{code: 2, msg: usage}
 	}
 	s, err := findServer(ts, args[0])
 	if err != nil {
-		return err
+		return mcpconfig.Server{}, err
 	}
+	return s, fs.Parse(args[1:])
+}
+
+func mcpLogin(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
 	fs := a.flags("mcp login")
 	noBrowser := fs.Bool("no-browser", false, "print the URL instead of opening $BROWSER")
-	if err := fs.Parse(args[1:]); err != nil {
+	s, err := serverArgs(ts, args, "usage: relay mcp login <server> [--no-browser]", fs)
+	if err != nil {
 		return err
 	}
 	store, where, done, err := a.tokenStore(ctx, ts)
@@ -80,17 +88,10 @@ func mcpLogin(ctx context.Context, a *app, ts *toolrunner.Settings, args []strin
 }
 
 func mcpLogout(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
-	const usage = "usage: relay mcp logout <server> [--user U]"
-	if len(args) == 0 || isHelp(args[0]) {
-		return &exitError{code: 2, msg: usage}
-	}
-	s, err := findServer(ts, args[0])
-	if err != nil {
-		return err
-	}
 	fs := a.flags("mcp logout")
 	user := fs.String("user", "", "the person whose connection to remove (per-user servers); default the team's")
-	if err := fs.Parse(args[1:]); err != nil {
+	s, err := serverArgs(ts, args, "usage: relay mcp logout <server> [--user U]", fs)
+	if err != nil {
 		return err
 	}
 	store, where, done, err := a.tokenStore(ctx, ts)
@@ -128,4 +129,39 @@ func callOAuth(ctx context.Context, a *app, ts *toolrunner.Settings, s mcpconfig
 	}
 	l := a.newLogin(ts, false)
 	return &tools.OAuthConfig{Tokens: store, Login: l, ClientMetadataURL: ts.OAuth.ClientMetadataURL}, func() { l.Close(); done() }
+}
+
+// oauthConnector is the console's OAuth flow (tools.Connector) on the
+// servers of mcp.json: grants in the token bucket of b, links checked with
+// RELAY_SECRET_KEY and used once (the bucket of used links). nil without
+// RELAY_SECRET_KEY: the console then connects nothing.
+func oauthConnector(ctx context.Context, ts *toolrunner.Settings, b *bus.Bus) (*tools.Connector, error) {
+	sealer, err := ts.OAuth.Sealer()
+	if err != nil {
+		return nil, nil
+	}
+	links, err := tools.NewLinkSigner(ts.OAuth.SecretKey)
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := toolrunner.OpenTokens(ctx, b, sealer)
+	if err != nil {
+		return nil, err
+	}
+	nonces, err := toolrunner.OpenLinkNonces(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	return &tools.Connector{Runner: ts.Runner, Servers: ts.Servers, Tokens: tokens, ClientMetadataURL: ts.OAuth.ClientMetadataURL,
+		Links: links, Nonces: nonces}, nil
+}
+
+// connectLinks makes the links of `/relay connect` to the console at
+// consoleURL; nil without RELAY_SECRET_KEY.
+func connectLinks(ts *toolrunner.Settings, consoleURL string) *tools.ConnectLinks {
+	links, err := tools.NewLinkSigner(ts.OAuth.SecretKey)
+	if err != nil {
+		return nil
+	}
+	return &tools.ConnectLinks{Signer: links, ConsoleURL: consoleURL, Servers: ts.Servers}
 }

@@ -126,14 +126,15 @@ func runKey(e *envelope.Envelope) string {
 	return e.ID
 }
 
-// switchCommand reports whether e is `/relay stop` or `/relay resume`, which
-// the approvals worker answers; the model never sees them.
+// switchCommand reports whether e is `/relay stop`, `/relay resume` or
+// `/relay connect <server>`, which the approvals worker answers; the model
+// never sees them.
 func switchCommand(e *envelope.Envelope) bool {
 	if e.Channel != envelope.ChannelSlack || e.Meta.Source == nil || e.Meta.Source.Event != "command" {
 		return false
 	}
 	verb, rest := commandVerb(slackExtra(e, "text"))
-	return (verb == "stop" || verb == "resume") && rest == ""
+	return (verb == "stop" || verb == "resume") && rest == "" || verb == "connect"
 }
 
 // commandVerb splits a slash command's text into its first word, in lower

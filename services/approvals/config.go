@@ -62,6 +62,10 @@ type Config struct {
 	// author and approvers, a Slack user whose role grants the running tool
 	// may cancel a code-block run. nil grants nobody through a role.
 	Policy *mcpconfig.Policy
+	// Connect makes the links of `/relay connect <server>` (per-person
+	// connections of remote MCP servers); nil answers that connecting is
+	// not set up here.
+	Connect ConnectLinker
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil discards.

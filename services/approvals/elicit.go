@@ -128,7 +128,8 @@ func (s *Service) serveRPC(ctx context.Context) (stop func() error, err error) {
 	if s.api != nil {
 		eps = append(eps,
 			rpc.Endpoint{Name: "elicit-ask", Subject: prefix + "." + tools.SubjectElicit, ErrorBody: replyError, Handle: s.ask},
-			rpc.Endpoint{Name: "elicit-expire", Subject: prefix + "." + tools.SubjectElicitExpire, ErrorBody: replyError, Handle: s.expireQuestion})
+			rpc.Endpoint{Name: "elicit-expire", Subject: prefix + "." + tools.SubjectElicitExpire, ErrorBody: replyError, Handle: s.expireQuestion},
+			rpc.Endpoint{Name: "oauth-connect", Subject: prefix + "." + tools.SubjectConnect, ErrorBody: func(e *rpc.Error) any { return tools.ConnectReply{Error: e.Message} }, Handle: s.askConnect})
 	}
 	srv, err := rpc.Start(ctx, s.bus.Conn(), rpc.Config{
 		Name:        tools.ElicitService,

@@ -136,8 +136,10 @@ func orDefault(s, def string) string {
 }
 
 // HandleCommand answers `/relay stop` and `/relay resume` from an approver:
-// it flips the tool runner's stop switch and says so in the channel. Other
-// commands are the agent's; a non-approver gets an ephemeral refusal.
+// it flips the tool runner's stop switch and says so in the channel; a
+// non-approver gets an ephemeral refusal. `/relay connect <server>` answers
+// anyone with their own connection link (connect.go). Other commands are
+// the agent's.
 func (s *Service) HandleCommand(ctx context.Context, m *bus.Message) error {
 	e := m.Envelope
 	var c struct {
@@ -149,6 +151,10 @@ func (s *Service) HandleCommand(ctx context.Context, m *bus.Message) error {
 		return nil
 	}
 	verb := strings.ToLower(strings.TrimSpace(c.Text))
+	if first, rest, _ := strings.Cut(strings.TrimSpace(c.Text), " "); strings.EqualFold(first, "connect") {
+		s.connectCommand(ctx, c.Channel, c.User, rest, s.log.With("envelope_id", e.ID, "user", c.User, "command", "connect"))
+		return nil
+	}
 	if verb != "stop" && verb != "resume" {
 		return nil
 	}

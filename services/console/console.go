@@ -55,6 +55,14 @@ type Config struct {
 	Idle time.Duration
 	// SessionTTL is how long a sign-in lasts. Default 12h.
 	SessionTTL time.Duration
+	// Connect runs the OAuth flows of remote MCP servers (Connect and
+	// Disconnect on the tools page, `/relay connect` links); nil shows
+	// neither and answers /oauth/* with 404.
+	Connect Connector
+	// PublicURL is the console's URL as browsers reach it
+	// (RELAY_CONSOLE_URL): the OAuth redirect is PublicURL/oauth/callback.
+	// Empty: the Host of the request that starts the flow.
+	PublicURL string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil discards.

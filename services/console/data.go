@@ -170,7 +170,7 @@ func (s *Service) toolsData(ctx context.Context, q url.Values) (map[string]any, 
 		"Audit": s.hub.filter(100, func(e *Event) bool {
 			return strings.HasPrefix(e.Subject, "audit.") && (audit == "" || bytes.Contains(bytes.ToLower(e.Raw), []byte(strings.ToLower(audit))))
 		}),
-		"AuditQuery": audit,
+		"AuditQuery": audit, "Conns": s.connections(rctx, st),
 	}, nil
 }
 

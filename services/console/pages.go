@@ -55,6 +55,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("GET /events/{id}", s.guard(s.eventJSON))
 	mux.HandleFunc("GET /dlq/{seq}", s.guard(s.dlqShow))
 	s.actionRoutes(mux)
+	s.oauthRoutes(mux)
 	return securityHeaders(s.trusted(mux))
 }
 

@@ -2,6 +2,7 @@ package console
 
 import (
 	"net"
+	"strings"
 	"time"
 
 	"github.com/relaystation/relay/config"
@@ -39,6 +40,8 @@ func ReadSettings(env *config.Env) Settings {
 		Recent: env.Int("RELAY_CONSOLE_RECENT", 2000, 10, 100_000),
 		// How long it keeps following the bus, unlooked at.
 		Idle: env.Duration("RELAY_CONSOLE_IDLE", DefaultIdle, time.Second, 24*time.Hour),
+		// Where browsers reach it: the OAuth redirect, links sent in Slack.
+		PublicURL: PublicURL(env),
 	}
 	if ops := env.Secret("RELAY_CONSOLE_OPERATORS"); ops.IsSet() {
 		var err error
@@ -55,6 +58,29 @@ func ReadSettings(env *config.Env) Settings {
 		env.Failf("RELAY_CONSOLE_TOKEN", "too short: it must be at least %d characters (it is %d); generate one with: openssl rand -hex 24", MinTokenLen, len(cfg.Token.Reveal()))
 	}
 	return Settings{Config: cfg}
+}
+
+// PublicURL is RELAY_CONSOLE_URL, the console as browsers reach it (the
+// links `/relay connect` sends, the OAuth redirect /oauth/callback), or ""
+// when unset (see DefaultPublicURL).
+func PublicURL(env *config.Env) string {
+	if u := env.URL("RELAY_CONSOLE_URL", "http", "https"); u != "" {
+		return strings.TrimSuffix(u, "/")
+	}
+	return ""
+}
+
+// DefaultPublicURL is the console's URL on its listen address addr, for a
+// console without RELAY_CONSOLE_URL.
+func DefaultPublicURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // Loopback reports whether the listen address addr binds to loopback only

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -121,4 +122,52 @@ func (t *KVTokens) Delete(ctx context.Context, server, principal string) error {
 		}
 	}
 	return nil
+}
+
+// LinkBucket returns the bucket of used connection links for a bus prefix.
+func LinkBucket(prefix string) string { return bucketName(prefix, "OAUTH_LINKS") }
+
+// KVNonces are tools.LinkNonces in a JetStream key-value bucket
+// ("<PREFIX>_OAUTH_LINKS", entries expire after the links do), so a link
+// opens once whichever console process serves it. Safe for concurrent use.
+type KVNonces struct{ kv jetstream.KeyValue }
+
+// OpenLinkNonces creates or opens the used-links bucket of b.
+func OpenLinkNonces(ctx context.Context, b *bus.Bus) (*KVNonces, error) {
+	kv, err := b.JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      LinkBucket(b.Prefix()),
+		Description: "relay: /relay connect links already opened (single use)",
+		History:     1,
+		TTL:         tools.ConnectLinkTTL + time.Minute,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open link bucket %s: %w", LinkBucket(b.Prefix()), err)
+	}
+	return &KVNonces{kv: jsack.Bucket(b.JetStream(), kv)}, nil
+}
+
+// Use implements tools.LinkNonces.
+func (n *KVNonces) Use(ctx context.Context, nonce string, _ time.Time) error {
+	_, err := n.kv.Create(ctx, nonce, []byte{1})
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return tools.ErrLinkUsed
+	}
+	if err != nil {
+		return fmt.Errorf("record the connection link: %w", err)
+	}
+	return nil
+}
+
+// Principals implements tools.PrincipalLister.
+func (t *KVTokens) Principals(ctx context.Context, server string) ([]string, error) {
+	l, err := t.kv.ListKeysFiltered(ctx, tools.GrantServerFilter(server))
+	if err != nil {
+		return nil, fmt.Errorf("list OAuth grants of %s: %w", server, err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	return tools.PrincipalsOfKeys(keys), nil
 }

@@ -379,6 +379,7 @@ func (s *Service) run(ctx context.Context, call *envelope.Envelope, resume bool)
 	if errors.Is(res.Err, tools.ErrInterrupted) {
 		return nil, bus.RetryAfter(fmt.Errorf("call %s: %w", call.ID, res.Err), time.Millisecond)
 	}
+	s.askConnect(ctx, call, res) // a per-user server the person has not connected (principal.go)
 	return s.fit(ctx, call, s.reply(call, res))
 }
 
@@ -430,6 +431,7 @@ func request(call *envelope.Envelope) tools.Request {
 		// Elicitation and sampling (elicit.go).
 		ActsFor:     ActsFor(call),
 		TokenBudget: tokensLeft(call),
+		Principal:   PrincipalOf(call),
 	}
 }
 
@@ -559,6 +561,9 @@ func (s *Service) notify(ctx context.Context, n tools.Notice) {
 
 // NoticeText is what humans read about a server's transition.
 func NoticeText(n tools.Notice) string {
+	if n.Kind == tools.NoticeNeedsLogin && strings.Contains(n.Reason, tools.ConnectCommand(n.Server)) {
+		return fmt.Sprintf(":key: MCP server %q connects each person's own account: each person runs `%s` once before using its tools.", n.Server, tools.ConnectCommand(n.Server))
+	}
 	if n.Kind == tools.NoticeNeedsLogin {
 		return fmt.Sprintf(":key: MCP server %q needs an OAuth login before its tools can be used. Run `%s`.", n.Server, tools.LoginCommand(n.Server))
 	}
