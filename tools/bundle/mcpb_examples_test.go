@@ -1,10 +1,12 @@
 package bundle
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/relaystation/relay/internal/testenv"
@@ -31,17 +33,31 @@ func exampleDir(t *testing.T, name string) string {
 	return dir
 }
 
-// packExample packs exampleDir(name) with the mcpb CLI from npm and returns
-// the .mcpb archive.
+// packed holds each example's archive, packed once per test process: the
+// mcpb CLI zips the example with its node_modules (some 30 MB), the
+// fixture's work rather than the installer's, and repeated for every
+// -count it made the test outlast go test's timeout on a shared machine.
+var packed sync.Map // example name -> func() ([]byte, error)
+
+// packExample packs exampleDir(name) with the mcpb CLI from npm (once per
+// test process) and returns a copy of the .mcpb archive.
 func packExample(t *testing.T, name string) string {
 	t.Helper()
 	mcpb := testenv.NPMBin(t, "mcpb")
 	dir := exampleDir(t, name)
 	out := filepath.Join(t.TempDir(), name+".mcpb")
-	cmd := exec.CommandContext(t.Context(), mcpb, "pack", dir, out)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("mcpb pack %s: %v\n%s", name, err, b)
+	pack, _ := packed.LoadOrStore(name, sync.OnceValues(func() ([]byte, error) {
+		cmd := exec.CommandContext(t.Context(), mcpb, "pack", dir, out)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("mcpb pack %s: %v\n%s", name, err, b)
+		}
+		return os.ReadFile(out)
+	}))
+	archive, err := pack.(func() ([]byte, error))()
+	if err != nil {
+		t.Fatal(err)
 	}
+	testenv.WriteFile(t, out, string(archive))
 	return out
 }
 
