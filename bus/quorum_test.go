@@ -25,10 +25,7 @@ import (
 func TestOpenBucketWaitsForQuorum(t *testing.T) {
 	t.Parallel()
 	testenv.SkipShort(t, "the three-node cluster test")
-	nodes := bustest.NewCluster(t, "q", 3)
-	for _, n := range nodes {
-		n.Start()
-	}
+	nodes := bustest.StartCluster(t, "q", 3)
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	b, err := bus.Connect(ctx, bus.Config{URL: nodes[0].URL(), Prefix: "quorum", Name: t.Name(), Replicas: 3,

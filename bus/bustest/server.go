@@ -113,3 +113,13 @@ func NewCluster(t testing.TB, prefix string, n int) []*Restartable {
 	}
 	return nodes
 }
+
+// StartCluster is NewCluster with every node started.
+func StartCluster(t testing.TB, prefix string, n int) []*Restartable {
+	t.Helper()
+	nodes := NewCluster(t, prefix, n)
+	for _, node := range nodes {
+		node.Start()
+	}
+	return nodes
+}

@@ -423,14 +423,16 @@ func (a *app) serve(ctx context.Context, svcs []*service) error {
 		}
 		return err
 	}
-	building.Store(nil)
-	srv.Release()
-	a.logStarted(svcs, b, start)
+	// The record is written before /readyz answers 200, so an operator
+	// command started once the relay is ready finds it.
 	if unrecord, err := a.recordRunning(svcs, b, start); err != nil {
 		a.log.Warn("operator commands will not find this relay by its data dir", "err", err)
 	} else {
 		defer unrecord()
 	}
+	building.Store(nil)
+	srv.Release()
+	a.logStarted(svcs, b, start)
 	err = runAll(ctx, b, runners, httpErr)
 	httpStop()
 	if herr := <-httpErr; herr != nil && err == nil {

@@ -192,27 +192,7 @@ func newClusterDeployment(t *testing.T, c *natsCluster, p clusterParams) *deploy
 	llm := fakes.NewLLM(t, func(r *fakes.ChatRequest) fakes.Reply { time.Sleep(300 * time.Millisecond); return script(r) })
 	env := faultEnv(t, d.slack, d.gh, llm, c.urls())
 	env["RELAY_STREAM_REPLICAS"] = "3"
-	for _, w := range []struct {
-		cmd string
-		n   int
-	}{{"toolrunner", 1}, {"memory", 1}, {"outbound", 2}, {"approvals", 2}, {"agent", 2}, {"ingest", 1}} {
-		for i := range w.n {
-			wk := &worker{name: fmt.Sprintf("%s-%d", w.cmd, i+1), cmd: w.cmd, bin: bin, env: env, addr: freeAddr(t), logs: &syncBuffer{}}
-			must(t, wk.start(t))
-			d.workers = append(d.workers, wk)
-			if w.cmd == "ingest" {
-				d.ingest = wk
-			}
-		}
-	}
-	t.Cleanup(func() {
-		for _, w := range d.workers {
-			w.stop()
-			if t.Failed() {
-				t.Logf("%s log (last 4 KB):\n%s", w.name, tail(w.logs.String(), 4096))
-			}
-		}
-	})
+	d.startWorkers(t, bin, env)
 	nc, err := nats.Connect(c.urls(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	must(t, err)
 	t.Cleanup(nc.Close)
@@ -243,28 +223,18 @@ func (d *deployment) run(t *testing.T, p clusterParams) clusterResult {
 	wg.Go(func() { watch.run(ctx) })
 	accepted := make([]time.Time, p.issues)
 	var non2xx atomic.Int64
-	var sends sync.WaitGroup
 	start := time.Now()
-	for i := range p.issues {
-		sends.Go(func() {
-			if wait := time.Until(start.Add(p.spread * time.Duration(i) / time.Duration(p.issues))); wait > 0 {
-				select {
-				case <-time.After(wait):
-				case <-ctx.Done():
-					return
-				}
-			}
-			at, code := d.deliverOnce(ctx, first+i)
-			if code/100 != 2 {
-				non2xx.Add(1)
-				t.Logf("issue #%d: webhook answered %d at %s", first+i, code, time.Since(start).Round(time.Millisecond))
-				return
-			}
-			accepted[i] = at
-		})
-	}
+	waitSends := spreadOver(ctx, p.issues, p.spread, func(i int) {
+		at, code := d.deliverOnce(ctx, first+i)
+		if code/100 != 2 {
+			non2xx.Add(1)
+			t.Logf("issue #%d: webhook answered %d at %s", first+i, code, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		accepted[i] = at
+	})
 	r.nodeKills, r.workerKills = d.clusterChaos(t, p, start)
-	sends.Wait()
+	waitSends()
 	select {
 	case <-watch.allSeen:
 	case <-time.After(p.settle):

@@ -108,6 +108,20 @@ func (s *stack) slackCall(what string, match func(fakes.SlackCall) bool, methods
 	return found
 }
 
+// startCodeRunStack starts the end-to-end stack under codeRunPolicy,
+// auditing tool calls to the file it returns.
+func startCodeRunStack(t *testing.T) (s *stack, audit string) {
+	t.Helper()
+	audit = filepath.Join(t.TempDir(), "tools.jsonl")
+	s = startStack(t, func(env map[string]string) {
+		pol := filepath.Join(t.TempDir(), "policy.yaml")
+		must(t, os.WriteFile(pol, []byte(codeRunPolicy), 0o600))
+		env["RELAY_POLICY"] = pol
+		env["RELAY_AUDIT_LOG"] = audit
+	})
+	return s, audit
+}
+
 // TestCodeRunCancelFromSlack drives a code-block run and its Cancel button as
 // a Slack user does, through `relay serve`: an app mention runs
 // server-everything's long-running operation, the running message shows a
@@ -117,13 +131,7 @@ func (s *stack) slackCall(what string, match func(fakes.SlackCall) bool, methods
 func TestCodeRunCancelFromSlack(t *testing.T) {
 	t.Parallel()
 	testenv.SkipShort(t, "end-to-end")
-	audit := filepath.Join(t.TempDir(), "tools.jsonl")
-	s := startStack(t, func(env map[string]string) {
-		pol := filepath.Join(t.TempDir(), "policy.yaml")
-		must(t, os.WriteFile(pol, []byte(codeRunPolicy), 0o600))
-		env["RELAY_POLICY"] = pol
-		env["RELAY_AUDIT_LOG"] = audit
-	})
+	s, audit := startCodeRunStack(t)
 	const (
 		tool     = "everything.trigger-long-running-operation"
 		duration = 300 // seconds the operation would take
@@ -180,13 +188,7 @@ func TestCodeRunCancelFromSlack(t *testing.T) {
 func TestCodeRunCancelOnlyByAllowed(t *testing.T) {
 	t.Parallel()
 	testenv.SkipShort(t, "end-to-end")
-	audit := filepath.Join(t.TempDir(), "tools.jsonl")
-	s := startStack(t, func(env map[string]string) {
-		pol := filepath.Join(t.TempDir(), "policy.yaml")
-		must(t, os.WriteFile(pol, []byte(codeRunPolicy), 0o600))
-		env["RELAY_POLICY"] = pol
-		env["RELAY_AUDIT_LOG"] = audit
-	})
+	s, audit := startCodeRunStack(t)
 	const tool = "everything.trigger-long-running-operation"
 	// start runs the operation for duration seconds as e2eOncall and waits
 	// until it is active; it returns the running message and execution id.

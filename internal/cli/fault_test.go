@@ -112,27 +112,7 @@ func newDeployment(t *testing.T, p faultParams) *deployment {
 	// mid-step.
 	llm := fakes.NewLLM(t, func(r *fakes.ChatRequest) fakes.Reply { time.Sleep(p.think); return script(r) })
 	env := faultEnv(t, d.slack, d.gh, llm, d.nats.URL())
-	for _, w := range []struct {
-		cmd string
-		n   int
-	}{{"toolrunner", 1}, {"memory", 1}, {"outbound", 2}, {"approvals", 2}, {"agent", 2}, {"ingest", 1}} {
-		for i := range w.n {
-			wk := &worker{name: fmt.Sprintf("%s-%d", w.cmd, i+1), cmd: w.cmd, bin: bin, env: env, addr: freeAddr(t), logs: &syncBuffer{}}
-			must(t, wk.start(t))
-			d.workers = append(d.workers, wk)
-			if w.cmd == "ingest" {
-				d.ingest = wk
-			}
-		}
-	}
-	t.Cleanup(func() {
-		for _, w := range d.workers {
-			w.stop()
-			if t.Failed() {
-				t.Logf("%s log (last 4 KB):\n%s", w.name, tail(w.logs.String(), 4096))
-			}
-		}
-	})
+	d.startWorkers(t, bin, env)
 	nc, err := nats.Connect(d.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	must(t, err)
 	t.Cleanup(nc.Close)
@@ -225,12 +205,17 @@ func (d *deployment) phase(t *testing.T, name string, first int, p faultParams, 
 // ctx ended first).
 func (d *deployment) sendIssues(ctx context.Context, first, n int, spread time.Duration) (accepted []time.Time, waitAll func()) {
 	accepted = make([]time.Time, n)
+	return accepted, spreadOver(ctx, n, spread, func(i int) { accepted[i] = d.sendIssue(ctx, first+i) })
+}
+
+// spreadOver calls send(i) for i from 0 to n-1, the i-th spread*i/n from
+// now, each from its own goroutine; one not started when ctx ends is not
+// called. waitAll waits for the calls.
+func spreadOver(ctx context.Context, n int, spread time.Duration, send func(i int)) (waitAll func()) {
 	var sends sync.WaitGroup
 	start := time.Now()
 	for i := range n {
-		sends.Add(1)
-		go func() {
-			defer sends.Done()
+		sends.Go(func() {
 			if wait := time.Until(start.Add(spread * time.Duration(i) / time.Duration(n))); wait > 0 {
 				select {
 				case <-time.After(wait):
@@ -238,10 +223,37 @@ func (d *deployment) sendIssues(ctx context.Context, first, n int, spread time.D
 					return
 				}
 			}
-			accepted[i] = d.sendIssue(ctx, first+i)
-		}()
+			send(i)
+		})
 	}
-	return accepted, sends.Wait
+	return sends.Wait
+}
+
+// startWorkers starts the relay's workers from bin with env, as a
+// deployment runs them (two of those that scale out), and stops them when
+// the test ends, showing their logs if it failed.
+func (d *deployment) startWorkers(t *testing.T, bin string, env map[string]string) {
+	for _, w := range []struct {
+		cmd string
+		n   int
+	}{{"toolrunner", 1}, {"memory", 1}, {"outbound", 2}, {"approvals", 2}, {"agent", 2}, {"ingest", 1}} {
+		for i := range w.n {
+			wk := &worker{name: fmt.Sprintf("%s-%d", w.cmd, i+1), cmd: w.cmd, bin: bin, env: env, addr: freeAddr(t), logs: &syncBuffer{}}
+			must(t, wk.start(t))
+			d.workers = append(d.workers, wk)
+			if w.cmd == "ingest" {
+				d.ingest = wk
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, w := range d.workers {
+			w.stop()
+			if t.Failed() {
+				t.Logf("%s log (last 4 KB):\n%s", w.name, tail(w.logs.String(), 4096))
+			}
+		}
+	})
 }
 
 // awaitDrained waits up to within for every consumer to have nothing

@@ -20,10 +20,7 @@ import (
 func TestWorkerWaitsForLeaderlessCluster(t *testing.T) {
 	t.Parallel()
 	testenv.SkipShort(t, "a three-node cluster")
-	nodes := bustest.NewCluster(t, "w", 3)
-	for _, n := range nodes {
-		n.Start()
-	}
+	nodes := bustest.StartCluster(t, "w", 3)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	// The streams exist, replicated on the three nodes, as after a first start.
@@ -49,26 +46,27 @@ func TestWorkerWaitsForLeaderlessCluster(t *testing.T) {
 	exited := make(chan int, 1)
 	go func() { exited <- Run(rctx, []string{"outbound"}, config.FromMap(env), &syncBuffer{}, &logs) }()
 	readyz := "http://" + env["RELAY_HTTP_ADDR"] + "/readyz"
-	testenv.Poll(t, 30*time.Second, func() (bool, string) {
-		select {
-		case code := <-exited:
-			t.Fatalf("relay outbound exited (code %d) while the cluster had no quorum:\n%s", code, logs.String())
-		default:
-		}
-		code, body := get(readyz)
+	// readyzUntil polls /readyz until ok holds; the relay exiting meanwhile
+	// fails the test.
+	readyzUntil := func(within time.Duration, while string, ok func(code int, body string) (bool, string)) {
+		t.Helper()
+		testenv.Poll(t, within, func() (bool, string) {
+			select {
+			case code := <-exited:
+				t.Fatalf("relay outbound exited (code %d) while %s:\n%s", code, while, logs.String())
+			default:
+			}
+			return ok(get(readyz))
+		})
+	}
+	readyzUntil(30*time.Second, "the cluster had no quorum", func(code int, body string) (bool, string) {
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "waiting for"),
 			"readyz: got " + http.StatusText(code) + " " + body + ", want 503 naming what it waits for"
 	})
 
 	nodes[1].Start()
 	nodes[2].Start()
-	testenv.Poll(t, 90*time.Second, func() (bool, string) {
-		select {
-		case code := <-exited:
-			t.Fatalf("relay outbound exited (code %d) while the cluster came back:\n%s", code, logs.String())
-		default:
-		}
-		code, body := get(readyz)
+	readyzUntil(90*time.Second, "the cluster came back", func(code int, body string) (bool, string) {
 		return code == http.StatusOK, "readyz: got " + http.StatusText(code) + " " + body + ", want 200"
 	})
 	stop()

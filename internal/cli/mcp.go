@@ -349,26 +349,33 @@ func probeAll(ctx context.Context, ts *toolrunner.Settings, persisted map[string
 	return out
 }
 
-func mcpTest(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
+// probeArgs reads the arguments of `relay mcp <verb> <server> [-json]`
+// (mcp test, mcp tools): the server, whether -json was given, and the
+// admission to talk to it, to release once done.
+func probeArgs(ctx context.Context, a *app, ts *toolrunner.Settings, verb string, args []string) (s mcpconfig.Server, asJSON bool, release func(), err error) {
 	if len(args) == 0 {
-		return &exitError{code: 2, msg: "usage: relay mcp test <server> [-json]"}
+		return s, false, nil, &exitError{code: 2, msg: "usage: relay mcp " + verb + " <server> [-json]"}
 	}
-	s, err := findServer(ts, args[0])
-	if err != nil {
-		return err
+	if s, err = findServer(ts, args[0]); err != nil {
+		return s, false, nil, err
 	}
-	fs := a.flags("mcp test")
-	asJSON := fs.Bool("json", false, "print JSON")
+	fs := a.flags("mcp " + verb)
+	jsonFlag := fs.Bool("json", false, "print JSON")
 	if err := fs.Parse(args[1:]); err != nil {
-		return err
+		return s, false, nil, err
 	}
-	release, err := a.admitProbe(ctx, ts, s.Name)
+	release, err = a.admitProbe(ctx, ts, s.Name)
+	return s, *jsonFlag, release, err
+}
+
+func mcpTest(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
+	s, asJSON, release, err := probeArgs(ctx, a, ts, "test", args)
 	if err != nil {
 		return err
 	}
 	p := tools.ProbeServer(ctx, ts.Runner, s)
 	release()
-	if *asJSON {
+	if asJSON {
 		if err := json.NewEncoder(a.stdout).Encode(p); err != nil {
 			return err
 		}

@@ -13,19 +13,7 @@ import (
 // their input and output schemas exactly as the server sent them (no $ref
 // resolved, 2020-12 keywords kept), from a fresh session.
 func mcpTools(ctx context.Context, a *app, ts *toolrunner.Settings, args []string) error {
-	if len(args) == 0 {
-		return &exitError{code: 2, msg: "usage: relay mcp tools <server> [-json]"}
-	}
-	s, err := findServer(ts, args[0])
-	if err != nil {
-		return err
-	}
-	fs := a.flags("mcp tools")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	release, err := a.admitProbe(ctx, ts, s.Name)
+	s, asJSON, release, err := probeArgs(ctx, a, ts, "tools", args)
 	if err != nil {
 		return err
 	}
@@ -34,7 +22,7 @@ func mcpTools(ctx context.Context, a *app, ts *toolrunner.Settings, args []strin
 	if err != nil {
 		return &exitError{code: 1, msg: fmt.Sprintf("%s: %v", s.Name, err)}
 	}
-	if *asJSON {
+	if asJSON {
 		return json.NewEncoder(a.stdout).Encode(list)
 	}
 	fmt.Fprintf(a.stdout, "server %s, protocol %s (%s), %d tool(s)\n", s.Name, list.ProtocolVersion, versionChoice(s), len(list.Tools))

@@ -1,6 +1,7 @@
 package deploytest
 
 import (
+	"iter"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -152,19 +153,7 @@ var (
 // code spans (URLs with a scheme are left out).
 func markdownLinks(text string) []mdLink {
 	var out []mdLink
-	fence := ""
-	for i, line := range strings.Split(text, "\n") {
-		if f := fenceOf(line); f != "" {
-			if fence == "" {
-				fence = f
-			} else if strings.TrimSpace(line) == fence {
-				fence = ""
-			}
-			continue
-		}
-		if fence != "" {
-			continue
-		}
+	for i, line := range proseLines(text) {
 		line = inlineCodeRE.ReplaceAllString(line, "")
 		for _, m := range linkRE.FindAllStringSubmatch(line, -1) {
 			target := m[1]
@@ -175,6 +164,27 @@ func markdownLinks(text string) []mdLink {
 		}
 	}
 	return out
+}
+
+// proseLines yields the lines of a Markdown text outside fenced code
+// blocks, with their index.
+func proseLines(text string) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		fence := ""
+		for i, line := range strings.Split(text, "\n") {
+			if f := fenceOf(line); f != "" {
+				if fence == "" {
+					fence = f
+				} else if strings.TrimSpace(line) == fence {
+					fence = ""
+				}
+				continue
+			}
+			if fence == "" && !yield(i, line) {
+				return
+			}
+		}
+	}
 }
 
 func fenceOf(line string) string {
@@ -194,17 +204,8 @@ func fenceOf(line string) string {
 func headingAnchors(text string) map[string]bool {
 	out := map[string]bool{}
 	seen := map[string]int{}
-	fence := ""
-	for _, line := range strings.Split(text, "\n") {
-		if f := fenceOf(line); f != "" {
-			if fence == "" {
-				fence = f
-			} else if strings.TrimSpace(line) == fence {
-				fence = ""
-			}
-			continue
-		}
-		if fence != "" || !strings.HasPrefix(line, "#") {
+	for _, line := range proseLines(text) {
+		if !strings.HasPrefix(line, "#") {
 			continue
 		}
 		h := strings.TrimLeft(line, "#")

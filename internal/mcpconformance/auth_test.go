@@ -1,12 +1,7 @@
 package mcpconformance
 
 import (
-	"bytes"
-	"context"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -32,50 +27,8 @@ var authScenarios = []string{
 // are expected to fail, each for the reason written there; one that passes
 // anyway fails the test.
 func TestAuthClientScenarios(t *testing.T) {
-	bin := suite(t)
 	if _, err := exec.LookPath("curl"); err != nil {
 		testenv.Missing(t, "curl (the $BROWSER of the auth scenarios) is not installed")
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	expected := filepath.Join(bin, "..", "..", "auth-expected-failures.yml")
-	raw := testenv.ReadFile(t, expected)
-	for _, scenario := range authScenarios {
-		t.Run(scenario, func(t *testing.T) {
-			t.Parallel()
-			expectFail := strings.Contains(string(raw), "  - "+scenario+"\n")
-			dir := t.TempDir()
-			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, filepath.Join(bin, "conformance"), "client",
-				"--command", exe+" -test.run=^$", "--scenario", scenario, "--timeout", "90000",
-				"--expected-failures", expected, "-o", dir)
-			cmd.Env = append(os.Environ(), clientEnv+"=1", "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			runErr := cmd.Run()
-			// The suite writes <dir>/auth/<name>-<time>/checks.json.
-			checks := readChecks(t, filepath.Join(dir, "auth"))
-			var failed []string
-			for _, c := range checks {
-				if c.Status == "FAILURE" || c.Status == "WARNING" {
-					failed = append(failed, c.ID+": "+c.ErrorMessage)
-				}
-			}
-			switch {
-			case len(checks) == 0:
-				t.Fatalf("no checks recorded (%v); suite output:\n%s", runErr, out.String())
-			case runErr != nil:
-				t.Fatalf("suite exit: %v; failed checks %q; output:\n%s", runErr, failed, out.String())
-			case expectFail && len(failed) == 0:
-				t.Fatalf("scenario passes but is listed in %s; remove it", expected)
-			case !expectFail && len(failed) > 0:
-				t.Fatalf("failed checks: %q", failed)
-			case expectFail:
-				t.Logf("expected failure: %q", failed)
-			}
-		})
-	}
+	runClientScenarios(t, authScenarios, "auth-expected-failures.yml", 90*time.Second)
 }

@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,28 +79,40 @@ var clientScenarios = []string{
 // testdata/conformance/baseline.yml are expected to fail; one that passes
 // anyway fails the test, so the list cannot go stale.
 func TestClientScenarios(t *testing.T) {
+	runClientScenarios(t, clientScenarios, "baseline.yml", time.Minute)
+}
+
+// runClientScenarios runs each scenario, in parallel subtests, through the
+// suite's client runner with this test binary as the client (suiteTimeout
+// for each, twice that for the whole run). Scenarios listed in
+// testdata/conformance/<expectedFile> are expected to fail; one that
+// passes anyway fails the test, so the list cannot go stale.
+func runClientScenarios(t *testing.T, scenarios []string, expectedFile string, suiteTimeout time.Duration) {
+	t.Helper()
 	bin := suite(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	baseline := filepath.Join(bin, "..", "..", "baseline.yml")
-	raw := testenv.ReadFile(t, baseline)
-	for _, scenario := range clientScenarios {
+	expected := filepath.Join(bin, "..", "..", expectedFile)
+	raw := testenv.ReadFile(t, expected)
+	for _, scenario := range scenarios {
 		t.Run(scenario, func(t *testing.T) {
 			t.Parallel()
 			expectFail := strings.Contains(string(raw), "  - "+scenario+"\n")
 			dir := t.TempDir()
-			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*suiteTimeout)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, filepath.Join(bin, "conformance"), "client",
-				"--command", exe+" -test.run=^$", "--scenario", scenario, "--timeout", "60000",
-				"--expected-failures", baseline, "-o", dir)
+				"--command", exe+" -test.run=^$", "--scenario", scenario, "--timeout", strconv.FormatInt(suiteTimeout.Milliseconds(), 10),
+				"--expected-failures", expected, "-o", dir)
 			cmd.Env = append(os.Environ(), clientEnv+"=1", "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			runErr := cmd.Run()
-			checks := readChecks(t, dir)
+			// The suite writes <dir>/<name>-<time>/checks.json, an auth
+			// scenario <dir>/auth/<name>-<time>/checks.json.
+			checks := readChecks(t, filepath.Join(dir, path.Dir(scenario)))
 			var failed []string
 			for _, c := range checks {
 				if c.Status == "FAILURE" || c.Status == "WARNING" {
@@ -111,11 +125,11 @@ func TestClientScenarios(t *testing.T) {
 			case runErr != nil:
 				t.Fatalf("suite exit: %v; failed checks %q; output:\n%s", runErr, failed, out.String())
 			case expectFail && len(failed) == 0:
-				t.Fatalf("scenario passes but is listed in %s; remove it", baseline)
+				t.Fatalf("scenario passes but is listed in %s; remove it", expected)
 			case !expectFail && len(failed) > 0:
 				t.Fatalf("failed checks: %q", failed)
 			case expectFail:
-				t.Logf("expected failure (baseline): %q", failed)
+				t.Logf("expected failure (%s): %q", expectedFile, failed)
 			}
 		})
 	}

@@ -1,18 +1,15 @@
 package bundle
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
+	"sync"
 	"testing"
-	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/relaystation/relay/internal/testenv"
-	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
 // exampleDir copies the mcpb repository's example name (testdata) into a
@@ -36,17 +33,31 @@ func exampleDir(t *testing.T, name string) string {
 	return dir
 }
 
-// packExample packs exampleDir(name) with the mcpb CLI from npm and returns
-// the .mcpb archive.
+// packed holds each example's archive, packed once per test process: the
+// mcpb CLI zips the example with its node_modules (some 30 MB), the
+// fixture's work rather than the installer's, and repeated for every
+// -count it made the test outlast go test's timeout on a shared machine.
+var packed sync.Map // example name -> func() ([]byte, error)
+
+// packExample packs exampleDir(name) with the mcpb CLI from npm (once per
+// test process) and returns a copy of the .mcpb archive.
 func packExample(t *testing.T, name string) string {
 	t.Helper()
 	mcpb := testenv.NPMBin(t, "mcpb")
 	dir := exampleDir(t, name)
 	out := filepath.Join(t.TempDir(), name+".mcpb")
-	cmd := exec.CommandContext(t.Context(), mcpb, "pack", dir, out)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("mcpb pack %s: %v\n%s", name, err, b)
+	pack, _ := packed.LoadOrStore(name, sync.OnceValues(func() ([]byte, error) {
+		cmd := exec.CommandContext(t.Context(), mcpb, "pack", dir, out)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("mcpb pack %s: %v\n%s", name, err, b)
+		}
+		return os.ReadFile(out)
+	}))
+	archive, err := pack.(func() ([]byte, error))()
+	if err != nil {
+		t.Fatal(err)
 	}
+	testenv.WriteFile(t, out, string(archive))
 	return out
 }
 
@@ -86,38 +97,9 @@ func TestMCPBExamples(t *testing.T) {
 			if err != nil {
 				t.Fatalf("install: %v", err)
 			}
-			servers, err := mcpconfig.Load(in.Config, mcpconfig.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			i := slices.IndexFunc(servers, func(s mcpconfig.Server) bool { return s.Name == res.Added[0] })
-			if i < 0 {
-				t.Fatalf("%v not in %s", res.Added, readFile(t, in.Config))
-			}
-			s := servers[i]
-			cmd := exec.Command(s.Command, s.Args...)
-			cmd.Env = os.Environ()
-			for k, v := range s.Env {
-				cmd.Env = append(cmd.Env, k+"="+v)
-			}
-			client := mcp.NewClient(&mcp.Implementation{Name: "bundle-test", Version: "1"}, nil)
-			session, err := client.Connect(t.Context(), &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil)
-			if err != nil {
-				t.Fatalf("start %s: %v", s.Name, err)
-			}
-			out, err := session.CallTool(t.Context(), &mcp.CallToolParams{Name: tc.tool, Arguments: tc.args})
-			_ = session.Close()
-			if err != nil {
-				t.Fatalf("call %s: %v", tc.tool, err)
-			}
-			text := ""
-			for _, c := range out.Content {
-				if tc, ok := c.(*mcp.TextContent); ok {
-					text += tc.Text
-				}
-			}
-			if out.IsError || !strings.Contains(text, tc.want) {
-				t.Fatalf("%s = %q (error %v), want %q in it", tc.tool, text, out.IsError, tc.want)
+			text, isError := callInstalled(t, in, res.Added[0], tc.tool, tc.args)
+			if isError || !strings.Contains(text, tc.want) {
+				t.Fatalf("%s = %q (error %v), want %q in it", tc.tool, text, isError, tc.want)
 			}
 			if _, err := in.Uninstall(t.Context(), res.ID, Options{}); err != nil {
 				t.Fatalf("uninstall: %v", err)

@@ -171,30 +171,8 @@ func testInstallMCPB(t *testing.T, archive string) {
 	if _, err := os.Stat(filepath.Join(dir, "server", "index.js")); err != nil {
 		t.Fatalf("not unpacked under the data dir: %v", err)
 	}
-	servers, err := mcpconfig.Load(in.Config, mcpconfig.Options{Lookup: in.Lookup})
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := slices.IndexFunc(servers, func(s mcpconfig.Server) bool { return s.Name == "Greeter-Tools__main" })
-	s := servers[i]
-	cmd := exec.Command(s.Command, s.Args...)
-	for k, v := range s.Env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Env = append(cmd.Env, "PATH="+os.Getenv("PATH"))
-	client := mcp.NewClient(&mcp.Implementation{Name: "bundle-test", Version: "1"}, nil)
-	session, err := client.Connect(t.Context(), &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second},
-		&mcp.ClientSessionOptions{ProtocolVersion: s.ProtocolVersion})
-	if err != nil {
-		t.Fatalf("start the unpacked server: %v", err)
-	}
-	defer session.Close()
-	out, err := session.CallTool(t.Context(), &mcp.CallToolParams{Name: "greet", Arguments: map[string]any{"who": "relay"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tc, ok := out.Content[0].(*mcp.TextContent); !ok || tc.Text != "Hello, relay (keyed)" {
-		t.Errorf("greet = %#v, want Hello, relay (keyed)", out.Content[0])
+	if text, isError := callInstalled(t, in, "Greeter-Tools__main", "greet", map[string]any{"who": "relay"}); isError || text != "Hello, relay (keyed)" {
+		t.Errorf("greet = %q (error %v), want Hello, relay (keyed)", text, isError)
 	}
 
 	if _, err := in.Uninstall(t.Context(), "Greeter-Tools", Options{}); err != nil {
@@ -206,6 +184,45 @@ func testInstallMCPB(t *testing.T, archive string) {
 	if readFile(t, in.Config) != commented {
 		t.Errorf("uninstall did not restore mcp.json")
 	}
+}
+
+// callInstalled starts the server the installer wrote into mcp.json as
+// name (its command, arguments and environment, values looked up with
+// in.Lookup, and PATH), calls tool with args and returns the text of the
+// result.
+func callInstalled(t *testing.T, in *Installer, name, tool string, args map[string]any) (text string, isError bool) {
+	t.Helper()
+	servers, err := mcpconfig.Load(in.Config, mcpconfig.Options{Lookup: in.Lookup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(servers, func(s mcpconfig.Server) bool { return s.Name == name })
+	if i < 0 {
+		t.Fatalf("%s not in %s", name, readFile(t, in.Config))
+	}
+	s := servers[i]
+	cmd := exec.Command(s.Command, s.Args...)
+	for k, v := range s.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Env = append(cmd.Env, "PATH="+os.Getenv("PATH"))
+	client := mcp.NewClient(&mcp.Implementation{Name: "bundle-test", Version: "1"}, nil)
+	session, err := client.Connect(t.Context(), &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second},
+		&mcp.ClientSessionOptions{ProtocolVersion: s.ProtocolVersion})
+	if err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	defer session.Close()
+	out, err := session.CallTool(t.Context(), &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("call %s: %v", tool, err)
+	}
+	for _, c := range out.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			text += tc.Text
+		}
+	}
+	return text, out.IsError
 }
 
 func TestMCPBUpgradeRemovesOldVersion(t *testing.T) {
