@@ -184,7 +184,9 @@ func TestPinnedVersionMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	_, _, err = dial(t.Context(), r, s, mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil), slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // as ConnectTimeout bounds it in the runner
+	defer cancel()
+	_, _, err = dial(ctx, r, s, mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil), slog.New(slog.DiscardHandler))
 	if !errors.Is(err, ErrVersionMismatch) {
 		t.Fatalf("dial: %v, want ErrVersionMismatch", err)
 	}
