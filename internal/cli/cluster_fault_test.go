@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -21,9 +22,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/internal/procs"
 	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/services/agent"
 )
 
 var clusterLong = flag.Bool("cluster.long", false,
@@ -197,7 +200,14 @@ func newClusterDeployment(t *testing.T, c *natsCluster, p clusterParams) *deploy
 		n   int
 	}{{"toolrunner", 1}, {"memory", 1}, {"outbound", 2}, {"approvals", 2}, {"agent", 2}, {"ingest", 1}} {
 		for i := range w.n {
-			wk := &worker{name: fmt.Sprintf("%s-%d", w.cmd, i+1), cmd: w.cmd, bin: bin, env: env, addr: freeAddr(t), logs: &syncBuffer{}}
+			wenv := env
+			if w.cmd == "agent" {
+				// Debug: a lost issue's report shows how its task's
+				// handlers decided (lostReport).
+				wenv = maps.Clone(env)
+				wenv["RELAY_LOG_LEVEL"] = "debug"
+			}
+			wk := &worker{name: fmt.Sprintf("%s-%d", w.cmd, i+1), cmd: w.cmd, bin: bin, env: wenv, addr: freeAddr(t), logs: &syncBuffer{}}
 			must(t, wk.start(t))
 			d.workers = append(d.workers, wk)
 			if w.cmd == "ingest" {
@@ -277,7 +287,7 @@ func (d *deployment) run(t *testing.T, p clusterParams) clusterResult {
 		counts := watch.counts()
 		for i := range p.issues {
 			if counts[first+i] == 0 {
-				d.logsAbout(t, fmt.Sprintf("#%d", first+i))
+				d.lostReport(ctx, t, first+i)
 			}
 		}
 	}
@@ -418,13 +428,96 @@ func (d *deployment) victim(kind string) *natsNode {
 	return c.nodes[rand.N(len(c.nodes))]
 }
 
-// logsAbout logs every worker's log lines that contain s.
-func (d *deployment) logsAbout(t *testing.T, s string) {
+// lostReport logs what the relay holds of issue num, which got no comment:
+// its inbound messages (stream sequence, message id), its task's every
+// revision in the task bucket (status, step, calls, what is published, the
+// lease), the work messages of the task, and the workers' log lines naming
+// the task or its envelope (at most maxLostLines).
+func (d *deployment) lostReport(ctx context.Context, t *testing.T, num int) {
+	thread := fmt.Sprintf("#%d", num)
+	names := []string{thread}
+	d.streamMessages(ctx, t, "RELAY_IN", func(seq uint64, subject string, h nats.Header, e *envelope.Envelope) {
+		if !strings.HasSuffix(e.Meta.Thread, thread) || e.Role != envelope.RoleUser {
+			return
+		}
+		task := agent.TaskID(e.ID)
+		t.Logf("issue %s: RELAY_IN seq %d %s envelope %s msg id %q -> task %s", thread, seq, subject, e.ID, h.Get(nats.MsgIdHdr), task)
+		names = append(names, e.ID, task)
+		d.taskHistory(ctx, t, thread, task)
+		d.streamMessages(ctx, t, "RELAY_WORK", func(seq uint64, subject string, h nats.Header, w *envelope.Envelope) {
+			if w.Meta.TaskID == task {
+				t.Logf("issue %s: RELAY_WORK seq %d %s envelope %s msg id %q", thread, seq, subject, w.ID, h.Get(nats.MsgIdHdr))
+			}
+		})
+	})
+	n := 0
 	for _, w := range d.workers {
 		for line := range strings.SplitSeq(w.logs.String(), "\n") {
-			if strings.Contains(line, s) {
-				t.Logf("%s: %s", w.name, line)
+			if slices.ContainsFunc(names, func(s string) bool { return strings.Contains(line, s) }) {
+				if n++; n <= maxLostLines {
+					t.Logf("issue %s: %s: %s", thread, w.name, line)
+				}
 			}
 		}
+	}
+	if n > maxLostLines {
+		t.Logf("issue %s: %d more log lines not shown", thread, n-maxLostLines)
+	}
+}
+
+// maxLostLines bounds the worker log lines lostReport shows per issue.
+const maxLostLines = 200
+
+// streamMessages calls f with every message of stream that holds an envelope.
+func (d *deployment) streamMessages(ctx context.Context, t *testing.T, stream string, f func(seq uint64, subject string, h nats.Header, e *envelope.Envelope)) {
+	s, err := d.js.Stream(ctx, stream)
+	if err != nil {
+		t.Logf("stream %s: %v", stream, err)
+		return
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Logf("stream %s: %v", stream, err)
+		return
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && ctx.Err() == nil; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted, or not kept
+		}
+		if e, err := envelope.Parse(m.Data); err == nil {
+			f(seq, m.Subject, m.Header, e)
+		}
+	}
+}
+
+// taskHistory logs every revision of an agent task in the task bucket.
+func (d *deployment) taskHistory(ctx context.Context, t *testing.T, thread, task string) {
+	kv, err := d.js.KeyValue(ctx, agent.TaskBucket("relay"))
+	if err != nil {
+		t.Logf("issue %s: task bucket: %v", thread, err)
+		return
+	}
+	hist, err := kv.History(ctx, task)
+	if err != nil {
+		t.Logf("issue %s: task %s: %v", thread, task, err)
+		return
+	}
+	for _, e := range hist {
+		var k agent.Task
+		if err := json.Unmarshal(e.Value(), &k); err != nil {
+			t.Logf("issue %s: task rev %d %s: %v", thread, e.Revision(), e.Operation(), err)
+			continue
+		}
+		calls := make([]string, len(k.Calls))
+		for i, c := range k.Calls {
+			calls[i] = fmt.Sprintf("%s done=%t", c.ID, c.Done)
+		}
+		lease := "none"
+		if k.Lease != nil {
+			lease = fmt.Sprintf("owner=%s holder=%s until=%s", k.Lease.Owner, k.Lease.Holder, k.Lease.Until.Format("15:04:05.000"))
+		}
+		t.Logf("issue %s: task rev %d at %s: status %s step %d calls %v calls_published %t final_published %t lease %s",
+			thread, e.Revision(), e.Created().Format("15:04:05.000"), k.Status, k.Step, calls, k.CallsPublished, k.FinalPublished, lease)
 	}
 }
