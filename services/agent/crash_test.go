@@ -213,3 +213,67 @@ func TestReplayedTriggerResumesTask(t *testing.T) {
 		t.Errorf("got %q for task %s, want the resumed task's answer", s.Content, s.Meta.TaskID)
 	}
 }
+
+// TestHandlerLosingTaskToItsOwnMessageRetries: JetStream redelivers a
+// message whose handler still runs when the consumer's leader changes (the
+// new leader never saw its in-progress acks), so two handlers of one
+// delivery can work on a task at once, and the redelivery takes the lease
+// over at once. The handler that loses the task to the other (when it
+// writes its step, or when it renews its lease while the model thinks)
+// must not have the message acknowledged: the other handler's later
+// failure could not bring it back (a nak after the ack is ignored) and the
+// task would stop for good with no error logged (issue 37's lost issue).
+// It returns a retry instead, and the retried delivery, the other handler
+// having died, finishes the task.
+func TestHandlerLosingTaskToItsOwnMessageRetries(t *testing.T) {
+	t.Parallel()
+	for name, leaseTTL := range map[string]time.Duration{"after the step": 0, "while thinking": time.Second} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			release := make(chan struct{})
+			slow := func(w http.ResponseWriter, r *fakes.ChatRequest) { <-release; say("Thought by the losing handler.")(w, r) }
+			h := setup(t, []reply{slow, say("Finished by the retry.")})
+			svc := h.idle(t, leaseTTL)
+			task := newTestTask(githubIssueOpened())
+			storeTask(t, svc, task)
+			msg := &bus.Message{Consumer: ConsumerInbound, StreamSeq: 7, Delivered: 1}
+			done := make(chan error, 1)
+			go func() { done <- svc.advance(t.Context(), task.ID, msg) }()
+			testenv.WaitFor(t, 10*time.Second, "the first handler asking the model", func() bool { return h.llm.count() == 1 })
+
+			// The message's redelivery, handled by another agent, takes the
+			// lease over (its own delivery's: at once).
+			cur, rev, err := svc.tasks.Get(t.Context(), task.ID)
+			if err != nil || cur.Lease == nil || cur.Lease.Holder != leaseHolder(msg) {
+				t.Fatalf("task while the first handler thinks: %+v, %v; want leased for the message", cur, err)
+			}
+			cur.Lease = &Lease{Owner: "agent-2/1", Holder: leaseHolder(msg), Until: time.Now().Add(time.Minute)}
+			if _, err := svc.tasks.update(t.Context(), cur, rev); err != nil {
+				t.Fatalf("take the lease over: %v", err)
+			}
+			if leaseTTL == 0 {
+				close(release) // the step is written after the takeover
+			}
+			err = <-done
+			if leaseTTL != 0 {
+				close(release) // the renewal found the takeover and cut the step short
+			}
+			var re *bus.RetryError
+			if !errors.As(err, &re) || bus.IsPermanent(err) {
+				t.Fatalf("advance of the handler that lost the task to its own message's other handler: %v, "+
+					"want a retry (the message must stay unacknowledged while the task is unfinished)", err)
+			}
+
+			// The other handler died with the lease: the retried delivery
+			// takes it over and answers, once.
+			msg.Delivered = 3
+			if err := svc.advance(t.Context(), task.ID, msg); err != nil {
+				t.Fatalf("advance of the retried delivery: %v", err)
+			}
+			if s := h.next(t); s.Content != "Finished by the retry." || s.Meta.TaskID != task.ID {
+				t.Errorf("got %q for task %s, want the retried delivery's answer", s.Content, s.Meta.TaskID)
+			}
+			h.none(t)
+		})
+	}
+}

@@ -234,7 +234,7 @@ func (s *Service) advanceFrom(ctx context.Context, known *Task, rev uint64, m *b
 			}
 			handedOver = true
 		case conflicted:
-			return nil // the writer that moved the task on continues it
+			return leftTo(t, holder) // the writer that moved the task on continues it
 		case t.Lease != nil && t.Lease.Holder == "" && time.Now().Before(t.Lease.Until):
 			// A lease of an older agent, which names no delivery: wait for it.
 			return bus.RetryAfter(fmt.Errorf("task %s: leased by %s", id, t.Lease.Owner), time.Until(t.Lease.Until)+time.Second)
@@ -254,7 +254,11 @@ func (s *Service) advanceFrom(ctx context.Context, known *Task, rev uint64, m *b
 			next, rev, lost, err = s.thinkLeased(ctx, leased, lrev)
 			if lost {
 				s.log.Warn("lease lost while thinking; the new holder continues the task", "task_id", id)
-				return nil
+				now, _, err := s.tasks.Get(ctx, id)
+				if err != nil {
+					return err
+				}
+				return leftTo(now, holder)
 			}
 			if err != nil {
 				s.release(leased, rev)
@@ -278,6 +282,32 @@ func (s *Service) advanceFrom(ctx context.Context, known *Task, rev uint64, m *b
 		known, rev = next, nrev
 	}
 	return fmt.Errorf("advance task %s: no progress after many attempts", id)
+}
+
+// leftTo is what a handler working for holder's delivery returns when
+// another writer moved the task on (t, as read after) and it leaves the task
+// to that writer: nil (its message is acknowledged) when the task is over,
+// waits for results, or is leased to another message's handler, which
+// carries it on. When the lease names this same delivery, the writer is
+// another handler of this message: JetStream redelivers a message whose
+// handler still runs when the consumer's leader changes (the new leader has
+// not seen its in-progress acks). Acknowledging the message then would
+// leave the task to a handler whose failure can no longer bring the message
+// back (a nak after the ack is ignored), and the task would stop for good
+// with no error. The delivery is retried instead, once that lease would
+// end: by then the other handler has acknowledged the message, or failed
+// and the retry takes the task over. A task left running without a lease
+// is retried likewise.
+func leftTo(t *Task, holder string) error {
+	if t.final() || t.Status == StatusWaiting || t.Lease != nil && t.Lease.Holder != holder {
+		return nil
+	}
+	wait := time.Second
+	if t.Lease != nil {
+		wait = max(wait, time.Until(t.Lease.Until)+100*time.Millisecond)
+	}
+	return bus.RetryAfter(fmt.Errorf("task %s: moved on by another handler of this message (%s); retried, not acknowledged, while the task is unfinished",
+		t.ID, holder), wait)
 }
 
 // takeLease leases the task (at rev) to owner for m's delivery and returns
