@@ -231,7 +231,10 @@ func TestHandlerLosingTaskToItsOwnMessageRetries(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			release := make(chan struct{})
-			slow := func(w http.ResponseWriter, r *fakes.ChatRequest) { <-release; say("Thought by the losing handler.")(w, r) }
+			slow := func(w http.ResponseWriter, r *fakes.ChatRequest) {
+				<-release
+				say("Thought by the losing handler.")(w, r)
+			}
 			h := setup(t, []reply{slow, say("Finished by the retry.")})
 			svc := h.idle(t, leaseTTL)
 			task := newTestTask(githubIssueOpened())
