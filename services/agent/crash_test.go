@@ -1,12 +1,14 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
@@ -279,4 +281,41 @@ func TestHandlerLosingTaskToItsOwnMessageRetries(t *testing.T) {
 			h.none(t)
 		})
 	}
+}
+
+// existsAfterWrite is a task bucket whose Create writes the task and then
+// says the key exists: a create whose answer was lost, retried, and found
+// its own write, when nothing told the caller its outcome was unknown.
+type existsAfterWrite struct{ jetstream.KeyValue }
+
+func (k existsAfterWrite) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if _, err := k.KeyValue.Create(ctx, key, value, opts...); err != nil {
+		return 0, err
+	}
+	return 0, jetstream.ErrKeyExists
+}
+
+// TestOwnCreateFoundExistingCarriesOn: a trigger's first delivery whose own
+// create of the task is reported as "key exists" carries the task on (the
+// task's lease names its delivery) instead of taking it for a copy's task
+// and acknowledging the trigger, which left the task unanswered for good
+// (TestClusterFaults' lost issue).
+func TestOwnCreateFoundExistingCarriesOn(t *testing.T) {
+	t.Parallel()
+	h := setup(t, []reply{say("Carried on.")})
+	svc := h.idle(t, 0)
+	svc.tasks = &Tasks{kv: existsAfterWrite{svc.tasks.kv}}
+	origin := githubIssueOpened()
+	m := &bus.Message{Envelope: origin, Subject: "in.github.issues", Consumer: ConsumerInbound, StreamSeq: 5, Delivered: 1}
+	if err := svc.handleInbound(t.Context(), m); err != nil {
+		t.Fatalf("handleInbound: %v", err)
+	}
+	task, _, err := svc.tasks.Get(t.Context(), TaskID(origin.ID))
+	if err != nil || task.Status != StatusDone || !task.FinalPublished {
+		t.Fatalf("task after the trigger's delivery: %+v, %v; want done and published", task, err)
+	}
+	if s := h.next(t); s.Content != "Carried on." || s.Meta.TaskID != task.ID {
+		t.Errorf("got %q for task %s, want the answer", s.Content, s.Meta.TaskID)
+	}
+	h.none(t)
 }

@@ -73,9 +73,12 @@ func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 		return err
 	}
 	if !created {
-		if !redelivered(m) {
-			return nil // a copy of the trigger created it a moment ago; its message carries it
-		}
+		// A copy of the trigger created it a moment ago: advance leaves a
+		// task leased to that copy's delivery to it. Or this handler's own
+		// write created it and its answer was lost: the lease names this
+		// delivery, and advance carries the task on. (Returning here on a
+		// first delivery acknowledged the trigger of a task nobody would
+		// carry on.)
 		return s.advance(ctx, id, m)
 	}
 	s.metrics.started.Inc()
