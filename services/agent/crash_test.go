@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -216,29 +218,43 @@ func TestReplayedTriggerResumesTask(t *testing.T) {
 	}
 }
 
-// TestHandlerLosingTaskToItsOwnMessageRetries: JetStream redelivers a
+// TestHandlerLosingTaskToItsOwnMessageWaits: JetStream redelivers a
 // message whose handler still runs when the consumer's leader changes (the
 // new leader never saw its in-progress acks), so two handlers of one
 // delivery can work on a task at once, and the redelivery takes the lease
 // over at once. The handler that loses the task to the other (when it
-// writes its step, or when it renews its lease while the model thinks)
-// must not have the message acknowledged: the other handler's later
-// failure could not bring it back (a nak after the ack is ignored) and the
-// task would stop for good with no error logged (issue 37's lost issue).
-// It returns a retry instead, and the retried delivery, the other handler
-// having died, finishes the task.
-func TestHandlerLosingTaskToItsOwnMessageRetries(t *testing.T) {
+// writes its step, or when it renews its lease while the model thinks) must
+// not return, which acknowledges the message, while the task is unfinished:
+// the other handler's later failure could not bring the message back (a nak
+// after the ack is ignored) and the task would stop for good with no error
+// logged. It waits while the other holds the lease, then publishes the
+// step the other wrote, or takes the task over when the other died.
+func TestHandlerLosingTaskToItsOwnMessageWaits(t *testing.T) {
 	t.Parallel()
-	for name, leaseTTL := range map[string]time.Duration{"after the step": 0, "while thinking": time.Second} {
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		leaseTTL time.Duration
+		other    string // what the other handler does: "answers" or "dies"
+	}{
+		{"step written after the takeover, other answers", 0, "answers"},
+		{"step written after the takeover, other dies", 0, "dies"},
+		{"renewal finds the takeover, other answers", time.Second, "answers"},
+		{"renewal finds the takeover, other dies", time.Second, "dies"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			release := make(chan struct{})
 			slow := func(w http.ResponseWriter, r *fakes.ChatRequest) {
 				<-release
 				say("Thought by the losing handler.")(w, r)
 			}
-			h := setup(t, []reply{slow, say("Finished by the retry.")})
-			svc := h.idle(t, leaseTTL)
+			h := setup(t, []reply{slow, say("Finished after the other handler died.")})
+			var unblock sync.Once
+			free := func() { unblock.Do(func() { close(release) }) }
+			t.Cleanup(free) // before the model server closes, on a failure too
+			svc := h.idle(t, tc.leaseTTL)
+			waiting := &signalOn{msg: "task leased by another handler of the same delivery; waiting for it", ch: make(chan struct{}), Handler: svc.log.Handler()}
+			svc.log = slog.New(waiting)
 			task := newTestTask(githubIssueOpened())
 			storeTask(t, svc, task)
 			msg := &bus.Message{Consumer: ConsumerInbound, StreamSeq: 7, Delivered: 1}
@@ -253,34 +269,64 @@ func TestHandlerLosingTaskToItsOwnMessageRetries(t *testing.T) {
 				t.Fatalf("task while the first handler thinks: %+v, %v; want leased for the message", cur, err)
 			}
 			cur.Lease = &Lease{Owner: "agent-2/1", Holder: leaseHolder(msg), Until: time.Now().Add(time.Minute)}
-			if _, err := svc.tasks.update(t.Context(), cur, rev); err != nil {
+			if tc.other == "dies" {
+				cur.Lease.Until = time.Now().Add(2 * time.Second) // not renewed: it runs out
+			}
+			if rev, err = svc.tasks.update(t.Context(), cur, rev); err != nil {
 				t.Fatalf("take the lease over: %v", err)
 			}
-			if leaseTTL == 0 {
-				close(release) // the step is written after the takeover
+			if tc.leaseTTL == 0 {
+				free() // the losing handler's step is written after the takeover
 			}
-			err = <-done
-			if leaseTTL != 0 {
-				close(release) // the renewal found the takeover and cut the step short
+			select {
+			case <-waiting.ch:
+			case err := <-done:
+				t.Fatalf("the handler that lost the task to its own message's other handler returned %v while the task was unfinished; "+
+					"want it to wait (its message unacknowledged)", err)
+			case <-time.After(20 * time.Second):
+				t.Fatal("the handler that lost the task neither waited nor returned")
 			}
-			var re *bus.RetryError
-			if !errors.As(err, &re) || bus.IsPermanent(err) {
-				t.Fatalf("advance of the handler that lost the task to its own message's other handler: %v, "+
-					"want a retry (the message must stay unacknowledged while the task is unfinished)", err)
+			if tc.leaseTTL != 0 {
+				free()
 			}
-
-			// The other handler died with the lease: the retried delivery
-			// takes it over and answers, once.
-			msg.Delivered = 3
-			if err := svc.advance(t.Context(), task.ID, msg); err != nil {
-				t.Fatalf("advance of the retried delivery: %v", err)
+			want := "Finished after the other handler died."
+			if tc.other == "answers" {
+				want = "Answered by the other handler."
+				cur.Lease, cur.Status, cur.Answer = nil, StatusDone, want // its step written, not yet published
+				if _, err := svc.tasks.update(t.Context(), cur, rev); err != nil {
+					t.Fatalf("the other handler's answer: %v", err)
+				}
 			}
-			if s := h.next(t); s.Content != "Finished by the retry." || s.Meta.TaskID != task.ID {
-				t.Errorf("got %q for task %s, want the retried delivery's answer", s.Content, s.Meta.TaskID)
+			if err := <-done; err != nil {
+				t.Fatalf("advance of the handler that waited: %v", err)
+			}
+			if s := h.next(t); s.Content != want || s.Meta.TaskID != task.ID {
+				t.Errorf("got %q for task %s, want %q", s.Content, s.Meta.TaskID, want)
 			}
 			h.none(t)
 		})
 	}
+}
+
+// signalOn closes ch when a record with message msg is logged (whatever
+// the level), and passes the records its Handler enables on.
+type signalOn struct {
+	slog.Handler
+	msg  string
+	ch   chan struct{}
+	once sync.Once
+}
+
+func (h *signalOn) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *signalOn) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.ch) })
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
 }
 
 // existsAfterWrite is a task bucket whose Create writes the task and then

@@ -237,7 +237,16 @@ func (s *Service) advanceFrom(ctx context.Context, known *Task, rev uint64, m *b
 			}
 			handedOver = true
 		case conflicted:
-			return leftTo(t, holder) // the writer that moved the task on continues it
+			if t.Lease != nil && t.Lease.Holder != holder {
+				return nil // the writer that moved the task on continues it
+			}
+			// Another handler of this same delivery moved it on, or it is
+			// left running without a lease: see sameDelivery.
+			if err := s.sameDelivery(ctx, t, owner); err != nil {
+				return err
+			}
+			conflicted, rev = false, 0
+			continue
 		case t.Lease != nil && t.Lease.Holder == "" && time.Now().Before(t.Lease.Until):
 			// A lease of an older agent, which names no delivery: wait for it.
 			return bus.RetryAfter(fmt.Errorf("task %s: leased by %s", id, t.Lease.Owner), time.Until(t.Lease.Until)+time.Second)
@@ -257,11 +266,8 @@ func (s *Service) advanceFrom(ctx context.Context, known *Task, rev uint64, m *b
 			next, rev, lost, err = s.thinkLeased(ctx, leased, lrev)
 			if lost {
 				s.log.Warn("lease lost while thinking; the new holder continues the task", "task_id", id)
-				now, _, err := s.tasks.Get(ctx, id)
-				if err != nil {
-					return err
-				}
-				return leftTo(now, holder)
+				conflicted, rev = true, 0
+				continue
 			}
 			if err != nil {
 				s.release(leased, rev)
@@ -287,30 +293,40 @@ func (s *Service) advanceFrom(ctx context.Context, known *Task, rev uint64, m *b
 	return fmt.Errorf("advance task %s: no progress after many attempts", id)
 }
 
-// leftTo is what a handler working for holder's delivery returns when
-// another writer moved the task on (t, as read after) and it leaves the task
-// to that writer: nil (its message is acknowledged) when the task is over,
-// waits for results, or is leased to another message's handler, which
-// carries it on. When the lease names this same delivery, the writer is
-// another handler of this message: JetStream redelivers a message whose
-// handler still runs when the consumer's leader changes (the new leader has
-// not seen its in-progress acks). Acknowledging the message then would
-// leave the task to a handler whose failure can no longer bring the message
-// back (a nak after the ack is ignored), and the task would stop for good
-// with no error. The delivery is retried instead, once that lease would
-// end: by then the other handler has acknowledged the message, or failed
-// and the retry takes the task over. A task left running without a lease
-// is retried likewise.
-func leftTo(t *Task, holder string) error {
-	if t.final() || t.Status == StatusWaiting || t.Lease != nil && t.Lease.Holder != holder {
+// sameDelivery is what a handler does when another writer moved its task
+// on (t, as read after) and the task's lease does not name another message:
+// the writer is another handler of this same delivery (JetStream redelivers
+// a message whose handler still runs when the consumer's leader changes,
+// and the redelivery takes the lease over at once), or the task was left
+// running without a lease. Leaving the task to that handler by returning
+// nil would acknowledge the message, and that handler's later failure could
+// not bring it back (a nak after the ack is ignored): the task would stop
+// for good, with no error anywhere. Taking the lease back would fight it.
+// So the handler waits, its delivery unacknowledged, while the other
+// handler holds a live lease, and then advances the task again: it finds the
+// step done (and publishes what is unpublished, or leaves the task to the
+// results), or the lease run out (the other handler died) and takes it over.
+func (s *Service) sameDelivery(ctx context.Context, t *Task, owner string) error {
+	if t.Lease == nil || t.Lease.Owner == owner {
 		return nil
 	}
-	wait := time.Second
-	if t.Lease != nil {
-		wait = max(wait, time.Until(t.Lease.Until)+100*time.Millisecond)
+	s.log.Info("task leased by another handler of the same delivery; waiting for it", "task_id", t.ID, "lease_owner", t.Lease.Owner)
+	tick := time.NewTicker(max(s.cfg.LeaseTTL/100, 50*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		now, _, err := s.tasks.Get(ctx, t.ID)
+		if err != nil {
+			return err
+		}
+		if now.Lease == nil || now.Lease.Owner != t.Lease.Owner || !time.Now().Before(now.Lease.Until) {
+			return nil
+		}
 	}
-	return bus.RetryAfter(fmt.Errorf("task %s: moved on by another handler of this message (%s); retried, not acknowledged, while the task is unfinished",
-		t.ID, holder), wait)
 }
 
 // takeLease leases the task (at rev) to owner for m's delivery and returns
