@@ -70,7 +70,8 @@ func (r *retrying) PutString(ctx context.Context, key string, value string) (uin
 }
 
 // Create retries as the others do; when an attempt whose outcome is
-// unknown (it timed out) is followed by one finding the key written, that
+// unknown (it timed out, or was cut short when a leader was elected or the
+// connection came back) is followed by one finding the key written, that
 // may be the first attempt's write: Create then reports the failure as
 // ErrUnavailable, not matching jetstream.ErrKeyExists (a caller taking
 // "exists" for "someone else's" would drop its own work), and the caller's
@@ -82,7 +83,7 @@ func (r *retrying) Create(ctx context.Context, key string, value []byte, opts ..
 		if unknown && errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("%w: %w: create %s: an earlier attempt may have written it (%v)", ErrUnavailable, errAmbiguous, key, err)
 		}
-		unknown = unknown || Transient(err)
+		unknown = unknown || outcomeUnknown(ctx, err)
 		return err
 	})
 	return rev, err
@@ -96,10 +97,21 @@ func (r *retrying) Update(ctx context.Context, key string, value []byte, revisio
 		if unknown && errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("%w: %w: update %s: an earlier attempt may have written it (%v)", ErrUnavailable, errAmbiguous, key, err)
 		}
-		unknown = unknown || Transient(err)
+		unknown = unknown || outcomeUnknown(ctx, err)
 		return err
 	})
 	return rev, err
+}
+
+// outcomeUnknown reports whether a write that failed with err, on the
+// attempt's context ctx, may have been written all the same: a transient
+// failure, or any failure once ctx is done. An attempt cut short when a
+// leader is elected (Bus.attempt) fails with context.Canceled, which is not
+// transient, though its request may have reached the stream (the cluster
+// test lost tasks that way: the retry found the key, and the agent took
+// "exists" for another copy's task).
+func outcomeUnknown(ctx context.Context, err error) bool {
+	return err != nil && (Transient(err) || ctx.Err() != nil)
 }
 
 func (r *retrying) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {

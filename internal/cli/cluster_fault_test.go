@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -21,9 +22,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/internal/procs"
 	"github.com/relaystation/relay/internal/testenv"
+	"github.com/relaystation/relay/services/agent"
 )
 
 var clusterLong = flag.Bool("cluster.long", false,
@@ -192,7 +195,11 @@ func newClusterDeployment(t *testing.T, c *natsCluster, p clusterParams) *deploy
 	llm := fakes.NewLLM(t, func(r *fakes.ChatRequest) fakes.Reply { time.Sleep(300 * time.Millisecond); return script(r) })
 	env := faultEnv(t, d.slack, d.gh, llm, c.urls())
 	env["RELAY_STREAM_REPLICAS"] = "3"
-	d.startWorkers(t, bin, env)
+	// Debug for the agents: a lost issue's report shows how its task's
+	// handlers decided (lostReport).
+	agentEnv := maps.Clone(env)
+	agentEnv["RELAY_LOG_LEVEL"] = "debug"
+	d.startWorkers(t, bin, env, agentEnv)
 	nc, err := nats.Connect(c.urls(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	must(t, err)
 	t.Cleanup(nc.Close)
@@ -247,7 +254,7 @@ func (d *deployment) run(t *testing.T, p clusterParams) clusterResult {
 		counts := watch.counts()
 		for i := range p.issues {
 			if counts[first+i] == 0 {
-				d.logsAbout(t, fmt.Sprintf("#%d", first+i))
+				d.lostReport(ctx, t, first+i)
 			}
 		}
 	}
@@ -388,13 +395,135 @@ func (d *deployment) victim(kind string) *natsNode {
 	return c.nodes[rand.N(len(c.nodes))]
 }
 
-// logsAbout logs every worker's log lines that contain s.
-func (d *deployment) logsAbout(t *testing.T, s string) {
+// lostReport logs what the relay holds of issue num, which got no comment:
+// its inbound messages (stream sequence, message id), its task's every
+// revision in the task bucket (status, step, calls, what is published, the
+// lease), the work messages of the task, and the workers' log lines naming
+// the task or its envelope (at most maxLostLines).
+func (d *deployment) lostReport(ctx context.Context, t *testing.T, num int) {
+	thread := fmt.Sprintf("#%d", num)
+	names := []string{thread}
+	d.streamMessages(ctx, t, "RELAY_IN", func(seq uint64, subject string, h nats.Header, e *envelope.Envelope) {
+		if !strings.HasSuffix(e.Meta.Thread, thread) || e.Role != envelope.RoleUser {
+			return
+		}
+		task := agent.TaskID(e.ID)
+		t.Logf("issue %s: RELAY_IN seq %d %s envelope %s msg id %q -> task %s", thread, seq, subject, e.ID, h.Get(nats.MsgIdHdr), task)
+		names = append(names, e.ID, task)
+		d.taskHistory(ctx, t, thread, task)
+		d.streamMessages(ctx, t, "RELAY_WORK", func(seq uint64, subject string, h nats.Header, w *envelope.Envelope) {
+			if w.Meta.TaskID == task {
+				t.Logf("issue %s: RELAY_WORK seq %d %s envelope %s msg id %q", thread, seq, subject, w.ID, h.Get(nats.MsgIdHdr))
+			}
+		})
+	})
+	n := 0
 	for _, w := range d.workers {
 		for line := range strings.SplitSeq(w.logs.String(), "\n") {
-			if strings.Contains(line, s) {
-				t.Logf("%s: %s", w.name, line)
+			if slices.ContainsFunc(names, func(s string) bool { return strings.Contains(line, s) }) {
+				if n++; n <= maxLostLines {
+					t.Logf("issue %s: %s: %s", thread, w.name, line)
+				}
 			}
 		}
+	}
+	if n > maxLostLines {
+		t.Logf("issue %s: %d more log lines not shown", thread, n-maxLostLines)
+	}
+}
+
+// maxLostLines bounds the worker log lines lostReport shows per issue.
+const maxLostLines = 200
+
+// streamMessages calls f with every message of stream that holds an envelope.
+func (d *deployment) streamMessages(ctx context.Context, t *testing.T, stream string, f func(seq uint64, subject string, h nats.Header, e *envelope.Envelope)) {
+	s, err := d.js.Stream(ctx, stream)
+	if err != nil {
+		t.Logf("stream %s: %v", stream, err)
+		return
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Logf("stream %s: %v", stream, err)
+		return
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && ctx.Err() == nil; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted, or not kept
+		}
+		if e, err := envelope.Parse(m.Data); err == nil {
+			f(seq, m.Subject, m.Header, e)
+		}
+	}
+}
+
+// taskHistory logs every revision of an agent task in the task bucket.
+func (d *deployment) taskHistory(ctx context.Context, t *testing.T, thread, task string) {
+	kv, err := d.js.KeyValue(ctx, agent.TaskBucket("relay"))
+	if err != nil {
+		t.Logf("issue %s: task bucket: %v", thread, err)
+		return
+	}
+	hist, err := kv.History(ctx, task)
+	if err != nil {
+		t.Logf("issue %s: task %s: %v", thread, task, err)
+		return
+	}
+	for _, e := range hist {
+		var k agent.Task
+		if err := json.Unmarshal(e.Value(), &k); err != nil {
+			t.Logf("issue %s: task rev %d %s: %v", thread, e.Revision(), e.Operation(), err)
+			continue
+		}
+		calls := make([]string, len(k.Calls))
+		for i, c := range k.Calls {
+			calls[i] = fmt.Sprintf("%s done=%t", c.ID, c.Done)
+		}
+		lease := "none"
+		if k.Lease != nil {
+			lease = fmt.Sprintf("owner=%s holder=%s until=%s", k.Lease.Owner, k.Lease.Holder, k.Lease.Until.Format("15:04:05.000"))
+		}
+		t.Logf("issue %s: task rev %d at %s: status %s step %d calls %v calls_published %t final_published %t lease %s",
+			thread, e.Revision(), e.Created().Format("15:04:05.000"), k.Status, k.Step, calls, k.CallsPublished, k.FinalPublished, lease)
+	}
+}
+
+// TestClusterFaults runs the split deployment, every worker its own process,
+// on a three-node JetStream cluster of nats-server processes (the version
+// go.mod requires, built by the test) with RELAY_STREAM_REPLICAS=3, sends
+// issues.opened webhooks as GitHub does (once: GitHub does not retry a
+// failed delivery), approves each suggestion as Slack does (a click retried
+// three times), and SIGKILLs NATS nodes, each restarted on its store 5 s
+// later: the short form kills one of each kind (any node, the meta leader,
+// the inbound stream's leader, the agent task bucket's leader) while the
+// webhooks arrive. It counts non-2xx answers, lost and duplicated comments,
+// worker processes that exited on their own, and the p50/p99 from webhook
+// to comment; all but the times must be 0. The long form
+// (-args -cluster.long) kills a node every 15 s and a random worker every
+// 2 s over 200 webhooks, and requires p99 under 15 s. The short form runs
+// in CI: it skips only under -short, and fails there when CI=true
+// (docs/scaling.md, "The test family").
+func TestClusterFaults(t *testing.T) {
+	t.Parallel()
+	testenv.SkipShort(t, "a NATS cluster of processes and worker processes")
+	p := clusterParams{issues: 24, spread: 40 * time.Second, nodeEvery: 9 * time.Second, down: 5 * time.Second,
+		kinds: []string{"node", "meta leader", "inbound stream leader", "bucket leader"}, settle: 60 * time.Second}
+	if *clusterLong {
+		p = clusterParams{issues: 200, spread: 180 * time.Second, nodeEvery: 15 * time.Second, down: 5 * time.Second,
+			workerEvery: 2 * time.Second, settle: 120 * time.Second}
+	}
+	c := startNATSCluster(t, 3)
+	d := newClusterDeployment(t, c, p)
+	r := d.run(t, p)
+	t.Logf("cluster faults: %d webhooks, non-2xx %d, lost %d, duplicated %d, process exits %d, node kills %v, worker kills %d, "+
+		"dead letters %d; webhook->comment p50 %s, p99 %s, max %s",
+		p.issues, r.non2xx, r.lost, r.duplicated, r.exits, r.nodeKills, r.workerKills, r.deadLetters,
+		r.p50.Round(time.Millisecond), r.p99.Round(time.Millisecond), r.max.Round(time.Millisecond))
+	if r.non2xx != 0 || r.lost != 0 || r.duplicated != 0 || r.exits != 0 {
+		t.Errorf("non-2xx %d, lost %d, duplicated %d, process exits %d; want all 0", r.non2xx, r.lost, r.duplicated, r.exits)
+	}
+	if *clusterLong && r.p99 > 15*time.Second {
+		t.Errorf("webhook->comment p99 %s, want under 15s", r.p99)
 	}
 }

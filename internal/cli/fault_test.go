@@ -112,7 +112,7 @@ func newDeployment(t *testing.T, p faultParams) *deployment {
 	// mid-step.
 	llm := fakes.NewLLM(t, func(r *fakes.ChatRequest) fakes.Reply { time.Sleep(p.think); return script(r) })
 	env := faultEnv(t, d.slack, d.gh, llm, d.nats.URL())
-	d.startWorkers(t, bin, env)
+	d.startWorkers(t, bin, env, nil)
 	nc, err := nats.Connect(d.nats.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	must(t, err)
 	t.Cleanup(nc.Close)
@@ -232,13 +232,19 @@ func spreadOver(ctx context.Context, n int, spread time.Duration, send func(i in
 // startWorkers starts the relay's workers from bin with env, as a
 // deployment runs them (two of those that scale out), and stops them when
 // the test ends, showing their logs if it failed.
-func (d *deployment) startWorkers(t *testing.T, bin string, env map[string]string) {
+// startWorkers starts every worker process with env, the agents with
+// agentEnv when it is not nil.
+func (d *deployment) startWorkers(t *testing.T, bin string, env, agentEnv map[string]string) {
 	for _, w := range []struct {
 		cmd string
 		n   int
 	}{{"toolrunner", 1}, {"memory", 1}, {"outbound", 2}, {"approvals", 2}, {"agent", 2}, {"ingest", 1}} {
 		for i := range w.n {
-			wk := &worker{name: fmt.Sprintf("%s-%d", w.cmd, i+1), cmd: w.cmd, bin: bin, env: env, addr: freeAddr(t), logs: &syncBuffer{}}
+			wenv := env
+			if w.cmd == "agent" && agentEnv != nil {
+				wenv = agentEnv
+			}
+			wk := &worker{name: fmt.Sprintf("%s-%d", w.cmd, i+1), cmd: w.cmd, bin: bin, env: wenv, addr: freeAddr(t), logs: &syncBuffer{}}
 			must(t, wk.start(t))
 			d.workers = append(d.workers, wk)
 			if w.cmd == "ingest" {

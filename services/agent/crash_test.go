@@ -1,12 +1,16 @@
 package agent
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
@@ -212,4 +216,152 @@ func TestReplayedTriggerResumesTask(t *testing.T) {
 	if s := h.next(t); s.Content != "Resumed." || s.Meta.TaskID != task.ID {
 		t.Errorf("got %q for task %s, want the resumed task's answer", s.Content, s.Meta.TaskID)
 	}
+}
+
+// TestHandlerLosingTaskToItsOwnMessageWaits: JetStream redelivers a
+// message whose handler still runs when the consumer's leader changes (the
+// new leader never saw its in-progress acks), so two handlers of one
+// delivery can work on a task at once, and the redelivery takes the lease
+// over at once. The handler that loses the task to the other (when it
+// writes its step, or when it renews its lease while the model thinks) must
+// not return, which acknowledges the message, while the task is unfinished:
+// the other handler's later failure could not bring the message back (a nak
+// after the ack is ignored) and the task would stop for good with no error
+// logged. It waits while the other holds the lease, then publishes the
+// step the other wrote, or takes the task over when the other died.
+func TestHandlerLosingTaskToItsOwnMessageWaits(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		leaseTTL time.Duration
+		other    string // what the other handler does: "answers" or "dies"
+	}{
+		{"step written after the takeover, other answers", 0, "answers"},
+		{"step written after the takeover, other dies", 0, "dies"},
+		{"renewal finds the takeover, other answers", time.Second, "answers"},
+		{"renewal finds the takeover, other dies", time.Second, "dies"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			release := make(chan struct{})
+			slow := func(w http.ResponseWriter, r *fakes.ChatRequest) {
+				<-release
+				say("Thought by the losing handler.")(w, r)
+			}
+			h := setup(t, []reply{slow, say("Finished after the other handler died.")})
+			var unblock sync.Once
+			free := func() { unblock.Do(func() { close(release) }) }
+			t.Cleanup(free) // before the model server closes, on a failure too
+			svc := h.idle(t, tc.leaseTTL)
+			waiting := &signalOn{msg: "task leased by another handler of the same delivery; waiting for it", ch: make(chan struct{}), Handler: svc.log.Handler()}
+			svc.log = slog.New(waiting)
+			task := newTestTask(githubIssueOpened())
+			storeTask(t, svc, task)
+			msg := &bus.Message{Consumer: ConsumerInbound, StreamSeq: 7, Delivered: 1}
+			done := make(chan error, 1)
+			go func() { done <- svc.advance(t.Context(), task.ID, msg) }()
+			testenv.WaitFor(t, 10*time.Second, "the first handler asking the model", func() bool { return h.llm.count() == 1 })
+
+			// The message's redelivery, handled by another agent, takes the
+			// lease over (its own delivery's: at once).
+			cur, rev, err := svc.tasks.Get(t.Context(), task.ID)
+			if err != nil || cur.Lease == nil || cur.Lease.Holder != leaseHolder(msg) {
+				t.Fatalf("task while the first handler thinks: %+v, %v; want leased for the message", cur, err)
+			}
+			cur.Lease = &Lease{Owner: "agent-2/1", Holder: leaseHolder(msg), Until: time.Now().Add(time.Minute)}
+			if tc.other == "dies" {
+				cur.Lease.Until = time.Now().Add(2 * time.Second) // not renewed: it runs out
+			}
+			if rev, err = svc.tasks.update(t.Context(), cur, rev); err != nil {
+				t.Fatalf("take the lease over: %v", err)
+			}
+			if tc.leaseTTL == 0 {
+				free() // the losing handler's step is written after the takeover
+			}
+			select {
+			case <-waiting.ch:
+			case err := <-done:
+				t.Fatalf("the handler that lost the task to its own message's other handler returned %v while the task was unfinished; "+
+					"want it to wait (its message unacknowledged)", err)
+			case <-time.After(20 * time.Second):
+				t.Fatal("the handler that lost the task neither waited nor returned")
+			}
+			if tc.leaseTTL != 0 {
+				free()
+			}
+			want := "Finished after the other handler died."
+			if tc.other == "answers" {
+				want = "Answered by the other handler."
+				cur.Lease, cur.Status, cur.Answer = nil, StatusDone, want // its step written, not yet published
+				if _, err := svc.tasks.update(t.Context(), cur, rev); err != nil {
+					t.Fatalf("the other handler's answer: %v", err)
+				}
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("advance of the handler that waited: %v", err)
+			}
+			if s := h.next(t); s.Content != want || s.Meta.TaskID != task.ID {
+				t.Errorf("got %q for task %s, want %q", s.Content, s.Meta.TaskID, want)
+			}
+			h.none(t)
+		})
+	}
+}
+
+// signalOn closes ch when a record with message msg is logged (whatever
+// the level), and passes the records its Handler enables on.
+type signalOn struct {
+	slog.Handler
+	msg  string
+	ch   chan struct{}
+	once sync.Once
+}
+
+func (h *signalOn) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *signalOn) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.ch) })
+	}
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// existsAfterWrite is a task bucket whose Create writes the task and then
+// says the key exists: a create whose answer was lost, retried, and found
+// its own write, when nothing told the caller its outcome was unknown.
+type existsAfterWrite struct{ jetstream.KeyValue }
+
+func (k existsAfterWrite) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if _, err := k.KeyValue.Create(ctx, key, value, opts...); err != nil {
+		return 0, err
+	}
+	return 0, jetstream.ErrKeyExists
+}
+
+// TestOwnCreateFoundExistingCarriesOn: a trigger's first delivery whose own
+// create of the task is reported as "key exists" carries the task on (the
+// task's lease names its delivery) instead of taking it for a copy's task
+// and acknowledging the trigger, which left the task unanswered for good
+// (TestClusterFaults' lost issue).
+func TestOwnCreateFoundExistingCarriesOn(t *testing.T) {
+	t.Parallel()
+	h := setup(t, []reply{say("Carried on.")})
+	svc := h.idle(t, 0)
+	svc.tasks = &Tasks{kv: existsAfterWrite{svc.tasks.kv}}
+	origin := githubIssueOpened()
+	m := &bus.Message{Envelope: origin, Subject: "in.github.issues", Consumer: ConsumerInbound, StreamSeq: 5, Delivered: 1}
+	if err := svc.handleInbound(t.Context(), m); err != nil {
+		t.Fatalf("handleInbound: %v", err)
+	}
+	task, _, err := svc.tasks.Get(t.Context(), TaskID(origin.ID))
+	if err != nil || task.Status != StatusDone || !task.FinalPublished {
+		t.Fatalf("task after the trigger's delivery: %+v, %v; want done and published", task, err)
+	}
+	if s := h.next(t); s.Content != "Carried on." || s.Meta.TaskID != task.ID {
+		t.Errorf("got %q for task %s, want the answer", s.Content, s.Meta.TaskID)
+	}
+	h.none(t)
 }

@@ -80,9 +80,12 @@ func (s *Service) handleInbound(ctx context.Context, m *bus.Message) error {
 		return err
 	}
 	if !created {
-		if !redelivered(m) {
-			return nil // a copy of the trigger created it a moment ago; its message carries it
-		}
+		// A copy of the trigger created it a moment ago: advance leaves a
+		// task leased to that copy's delivery to it. Or this handler's own
+		// write created it and its answer was lost: the lease names this
+		// delivery, and advance carries the task on. (Returning here on a
+		// first delivery acknowledged the trigger of a task nobody would
+		// carry on.)
 		return s.advance(ctx, id, m)
 	}
 	s.metrics.started.Inc()
@@ -242,7 +245,16 @@ func (s *Service) advanceFrom(ctx context.Context, known *Task, rev uint64, m *b
 			}
 			handedOver = true
 		case conflicted:
-			return nil // the writer that moved the task on continues it
+			if t.Lease != nil && t.Lease.Holder != holder {
+				return nil // the writer that moved the task on continues it
+			}
+			// Another handler of this same delivery moved it on, or it is
+			// left running without a lease: see sameDelivery.
+			if err := s.sameDelivery(ctx, t, owner); err != nil {
+				return err
+			}
+			conflicted, rev = false, 0
+			continue
 		case t.Lease != nil && t.Lease.Holder == "" && time.Now().Before(t.Lease.Until):
 			// A lease of an older agent, which names no delivery: wait for it.
 			return bus.RetryAfter(fmt.Errorf("task %s: leased by %s", id, t.Lease.Owner), time.Until(t.Lease.Until)+time.Second)
@@ -262,7 +274,8 @@ func (s *Service) advanceFrom(ctx context.Context, known *Task, rev uint64, m *b
 			next, rev, lost, err = s.thinkLeased(ctx, leased, lrev)
 			if lost {
 				s.log.Warn("lease lost while thinking; the new holder continues the task", "task_id", id)
-				return nil
+				conflicted, rev = true, 0
+				continue
 			}
 			if err != nil {
 				s.release(leased, rev)
@@ -286,6 +299,42 @@ func (s *Service) advanceFrom(ctx context.Context, known *Task, rev uint64, m *b
 		known, rev = next, nrev
 	}
 	return fmt.Errorf("advance task %s: no progress after many attempts", id)
+}
+
+// sameDelivery is what a handler does when another writer moved its task
+// on (t, as read after) and the task's lease does not name another message:
+// the writer is another handler of this same delivery (JetStream redelivers
+// a message whose handler still runs when the consumer's leader changes,
+// and the redelivery takes the lease over at once), or the task was left
+// running without a lease. Leaving the task to that handler by returning
+// nil would acknowledge the message, and that handler's later failure could
+// not bring it back (a nak after the ack is ignored): the task would stop
+// for good, with no error anywhere. Taking the lease back would fight it.
+// So the handler waits, its delivery unacknowledged, while the other
+// handler holds a live lease, and then advances the task again: it finds the
+// step done (and publishes what is unpublished, or leaves the task to the
+// results), or the lease run out (the other handler died) and takes it over.
+func (s *Service) sameDelivery(ctx context.Context, t *Task, owner string) error {
+	if t.Lease == nil || t.Lease.Owner == owner {
+		return nil
+	}
+	s.log.Info("task leased by another handler of the same delivery; waiting for it", "task_id", t.ID, "lease_owner", t.Lease.Owner)
+	tick := time.NewTicker(max(s.cfg.LeaseTTL/100, 50*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		now, _, err := s.tasks.Get(ctx, t.ID)
+		if err != nil {
+			return err
+		}
+		if now.Lease == nil || now.Lease.Owner != t.Lease.Owner || !time.Now().Before(now.Lease.Until) {
+			return nil
+		}
+	}
 }
 
 // takeLease leases the task (at rev) to owner for m's delivery and returns
