@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
+
+	"github.com/Masterminds/semver/v3"
 )
 
 // mcpbCompat is a manifest's compatibility object.
@@ -35,19 +39,64 @@ func checkCompat(m mcpbManifest) error {
 		if progs == nil {
 			continue // a runtime the relay does not know how to find
 		}
-		found := false
+		path := ""
 		for _, p := range progs {
-			if _, err := lookPath(p); err == nil {
-				found = true
+			if found, err := lookPath(p); err == nil {
+				path = found
 				break
 			}
 		}
-		if !found {
+		if path == "" {
 			errs = append(errs, fmt.Sprintf("compatibility.runtimes.%s (%s): %s is not on PATH", rt, c.Runtimes[rt], progs[0]))
+			continue
+		}
+		if err := checkRuntimeVersion(path, c.Runtimes[rt]); err != nil {
+			errs = append(errs, fmt.Sprintf("compatibility.runtimes.%s (%s): %v", rt, c.Runtimes[rt], err))
 		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("not compatible with this machine: %s (--force installs it anyway)", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// runtimeVersion runs prog --version ("v20.20.2", "Python 3.11.9"); tests
+// replace it.
+var runtimeVersion = func(prog string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, prog, "--version").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", prog, err)
+	}
+	return string(out), nil
+}
+
+// versionRE finds the version in a runtime's --version output.
+var versionRE = regexp.MustCompile(`\d+(\.\d+){0,2}`)
+
+// checkRuntimeVersion checks the runtime at prog against want, a version
+// range as npm writes them (">=16.0.0", "^3.10", ">=3.8 <4"); an empty or "*"
+// range accepts any version.
+func checkRuntimeVersion(prog, want string) error {
+	want = strings.TrimSpace(want)
+	if want == "" || want == "*" {
+		return nil
+	}
+	c, err := semver.NewConstraint(want)
+	if err != nil {
+		return fmt.Errorf("not a version range: %v", err)
+	}
+	out, err := runtimeVersion(prog)
+	if err != nil {
+		return err
+	}
+	v, err := semver.NewVersion(versionRE.FindString(out))
+	if err != nil {
+		return fmt.Errorf("cannot read the version of %s from %q", prog, strings.TrimSpace(out))
+	}
+	if !c.Check(v) {
+		return fmt.Errorf("%s is %s, outside the range", prog, v)
 	}
 	return nil
 }
