@@ -93,10 +93,11 @@ func (r *Runner) oauthHandler(s mcpconfig.Server, principal string) (auth.OAuthH
 
 func cmpOr(vals ...string) string { return cmp.Or(vals...) }
 
-// clientCredentials is extauth's client credentials handler for s.
+// clientCredentials is the client credentials handler for s: ours for
+// private_key_jwt (oauth_jwt.go), else extauth's with the client secret.
 func clientCredentials(s mcpconfig.Server, client *http.Client) (auth.OAuthHandler, error) {
 	if s.OAuth.PrivateKeyFile != "" || s.OAuth.TokenEndpointAuth == "private_key_jwt" {
-		return nil, fmt.Errorf("server %s: oauth: the client_credentials grant with private_key_jwt is not supported yet (use clientSecret)", s.Name)
+		return newJWTClientCredentials(s, client)
 	}
 	h, err := extauth.NewClientCredentialsHandler(&extauth.ClientCredentialsHandlerConfig{
 		Credentials: &oauthex.ClientCredentials{ClientID: s.OAuth.ClientID,

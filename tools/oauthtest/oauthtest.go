@@ -9,12 +9,16 @@ package oauthtest
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -47,6 +51,12 @@ type Options struct {
 	// ClientID and ClientSecret: a pre-registered client (also the one of
 	// the client credentials grant).
 	ClientID, ClientSecret string
+	// ClientKey, when set, is the public key (*ecdsa.PublicKey or
+	// *rsa.PublicKey) of ClientID: the token endpoint then authenticates
+	// it by private_key_jwt (RFC 7523) and advertises SigningAlgs.
+	ClientKey crypto.PublicKey
+	// SigningAlgs is token_endpoint_auth_signing_alg_values_supported.
+	SigningAlgs []string
 }
 
 // Server is a running OAuth-protected MCP server and its authorization
@@ -66,6 +76,8 @@ type Server struct {
 	// refresh grants served; Logins the codes exchanged; Revoked the
 	// tokens revoked.
 	Unauthorized, Refreshes, Logins, Revoked atomic.Int64
+	// AssertionsRefused counts the client assertions refused.
+	AssertionsRefused atomic.Int64
 	// LastResource is the resource parameter of the last token request.
 	lastResource atomic.Value
 }
@@ -196,6 +208,7 @@ func (s *Server) asHandler() http.Handler {
 			"response_types_supported": []string{"code"}, "grant_types_supported": []string{"authorization_code", "refresh_token", "client_credentials"},
 			"code_challenge_methods_supported": methods, "token_endpoint_auth_methods_supported": []string{"client_secret_basic", "client_secret_post", "none"},
 			"scopes_supported": append(slices.Clone(s.opts.Scopes), "offline_access"), "authorization_response_iss_parameter_supported": true,
+			"token_endpoint_auth_signing_alg_values_supported": s.opts.SigningAlgs,
 		})
 	})
 	mux.HandleFunc("/register", func(w http.ResponseWriter, r *http.Request) {
@@ -279,6 +292,14 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 	if !basic {
 		client, secret = f.Get("client_id"), f.Get("client_secret")
 	}
+	if s.opts.ClientKey != nil && client == s.opts.ClientID {
+		if err := s.verifyAssertion(f, client); err != nil {
+			s.AssertionsRefused.Add(1)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid_client", "error_description": err.Error()})
+			return
+		}
+		secret = s.opts.ClientSecret // authenticated by its key
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	want, known := s.clients[client]
@@ -350,6 +371,58 @@ func FollowRedirect(ctx context.Context, authURL string) error {
 	resp.Body.Close()
 	if resp.StatusCode >= 500 {
 		return errors.New(resp.Status)
+	}
+	return nil
+}
+
+// ClientAssertionType is RFC 7523's client_assertion_type.
+const ClientAssertionType = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+
+// verifyAssertion checks the RFC 7523 client assertion of form: type,
+// signature by ClientKey, iss = sub = client, aud = the issuer or the token
+// endpoint, unexpired, with a jti.
+func (s *Server) verifyAssertion(f url.Values, client string) error {
+	if f.Get("client_assertion_type") != ClientAssertionType {
+		return fmt.Errorf("client_assertion_type %q, want %s", f.Get("client_assertion_type"), ClientAssertionType)
+	}
+	parts := strings.Split(f.Get("client_assertion"), ".")
+	if len(parts) != 3 {
+		return errors.New("client_assertion is not a compact JWS")
+	}
+	enc := base64.RawURLEncoding
+	hb, err1 := enc.DecodeString(parts[0])
+	cb, err2 := enc.DecodeString(parts[1])
+	sig, err3 := enc.DecodeString(parts[2])
+	var hdr struct{ Alg string }
+	var c struct {
+		Iss, Sub, Jti string
+		Aud           any
+		Exp, Iat      int64
+	}
+	if err1 != nil || err2 != nil || err3 != nil || json.Unmarshal(hb, &hdr) != nil || json.Unmarshal(cb, &c) != nil {
+		return errors.New("client_assertion: bad encoding")
+	}
+	sum := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
+	switch k := s.opts.ClientKey.(type) {
+	case *ecdsa.PublicKey:
+		if hdr.Alg != "ES256" || len(sig) != 64 || !ecdsa.Verify(k, sum[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])) {
+			return fmt.Errorf("client_assertion: %s signature does not verify with the client's key", hdr.Alg)
+		}
+	case *rsa.PublicKey:
+		if hdr.Alg != "RS256" || rsa.VerifyPKCS1v15(k, crypto.SHA256, sum[:], sig) != nil {
+			return fmt.Errorf("client_assertion: %s signature does not verify with the client's key", hdr.Alg)
+		}
+	default:
+		return fmt.Errorf("oauthtest: unsupported ClientKey %T", k)
+	}
+	if c.Iss != client || c.Sub != client {
+		return fmt.Errorf("client_assertion: iss %q sub %q, want %q", c.Iss, c.Sub, client)
+	}
+	if aud, _ := c.Aud.(string); aud != s.AS && aud != s.AS+"/token" {
+		return fmt.Errorf("client_assertion: aud %v, want %s", c.Aud, s.AS)
+	}
+	if now := time.Now().Unix(); c.Exp < now || c.Iat > now+30 || c.Jti == "" {
+		return errors.New("client_assertion: expired, from the future or without jti")
 	}
 	return nil
 }
