@@ -37,7 +37,14 @@
 // delivery that finds a live lease leaves the task to its holder and is
 // acknowledged; the holder's own redelivery (its handler died: JetStream
 // redelivers after AckWait, 15s by default) takes the lease over at once; a
-// lease not renewed for LeaseTTL (30s) is anyone's.
+// lease not renewed for LeaseTTL (30s) is anyone's. A handler whose task was
+// taken over by another handler of its own delivery (a redelivery while it
+// still ran, after a change of the consumer's leader) is not acknowledged: it
+// waits while that handler's lease lives, then advances the task again
+// (loop.go, sameDelivery), so the other handler's failure cannot stop the task
+// for good. A task create that reports the key exists on a first delivery
+// (the write of an attempt cut short by a leader election) also advances the
+// task rather than taking it for another copy's.
 //
 // # Self-recognition
 //
