@@ -107,7 +107,8 @@ type Config struct {
 	// host) in flight at once; a verified webhook past it is answered 503
 	// with Retry-After at once, so a flood of one source holds a bounded
 	// part of the gateway and never queues the others behind it. Default
-	// 32; negative: no limit.
+	// 256 (above the webhooks one repository sends during an election
+	// hold, so a leader election alone never refuses one); negative: no limit.
 	MaxInflightPerSource int
 	// MaxHeld bounds the requests held at once while the bus cannot take
 	// a publish (Limits.Hold); a request that would pass it is answered 503
@@ -171,7 +172,7 @@ type Service struct {
 }
 
 // DefaultMaxInflightPerSource is Config.MaxInflightPerSource's default.
-const DefaultMaxInflightPerSource = 32
+const DefaultMaxInflightPerSource = 256
 
 // route is one webhook URL of one provider.
 type route struct {

@@ -62,7 +62,7 @@ var providerSettings = []struct {
 // SENTRY_ORG, OPENPROJECT_URL, RELAY_INGEST_MAX_INFLIGHT_BYTES and
 // RELAY_INGEST_MAX_HELD (requests held at once, default 1024) and
 // RELAY_INGEST_MAX_INFLIGHT_PER_SOURCE (publishes of one source at once,
-// default 32, 0 off).
+// default 256, 0 off).
 // Problems are recorded in env.
 func ReadSettings(env *config.Env) Settings {
 	s := Settings{Config: Config{Limits: map[string]Limits{}}}
