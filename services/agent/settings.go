@@ -82,7 +82,7 @@ func ReadSettings(env *config.Env) Settings {
 		Timeout:  env.Duration("RELAY_AGENT_LLM_TIMEOUT", 120*time.Second, time.Second, time.Hour),
 		MaxTries: env.Int("RELAY_AGENT_LLM_TRIES", 4, 1, 20),
 	}
-	cfg.Policy = readPolicy(env)
+	cfg.Policy = mcpconfig.ReadPolicySetting(env)
 	cfg.LongOutput = env.Int("RELAY_RUN_LONG_OUTPUT", DefaultLongOutput, 200, 40000)
 	toolsWait := env.Duration("RELAY_AGENT_TOOLS_WAIT", DefaultToolsWait, 0, 10*time.Minute)
 	return Settings{Config: cfg, LLM: llm, ToolsWait: toolsWait,
@@ -105,19 +105,4 @@ func readSystemPrompt(env *config.Env) string {
 		env.Failf("RELAY_AGENT_POLICY_FILE", "read policy: %v", err)
 	}
 	return strings.TrimSpace(string(b))
-}
-
-// readPolicy reads the policy file of RELAY_POLICY (the tool runner's), whose
-// members and bindings govern code-block runs; nil when unset.
-func readPolicy(env *config.Env) *mcpconfig.Policy {
-	path := env.String("RELAY_POLICY", "")
-	if path == "" {
-		return nil
-	}
-	p, err := mcpconfig.LoadPolicy(path)
-	if err != nil {
-		env.Failf("RELAY_POLICY", "%v", err)
-		return nil
-	}
-	return p
 }

@@ -32,7 +32,7 @@ func ReadSettings(env *config.Env) Settings {
 		Channel:       env.String("SLACK_APPROVAL_CHANNEL", ""),
 		Channels:      map[string]string{},
 		Approvers:     env.List("SLACK_APPROVERS"),
-		Policy:        readPolicy(env),
+		Policy:        mcpconfig.ReadPolicySetting(env),
 		TTL:           env.Duration("RELAY_APPROVAL_TTL", 24*time.Hour, time.Second, 90*24*time.Hour),
 		SweepInterval: env.Duration("RELAY_APPROVAL_SWEEP", time.Minute, time.Second, time.Hour),
 		GroupCacheTTL: env.Duration("RELAY_APPROVAL_GROUP_CACHE", 5*time.Minute, time.Second, 24*time.Hour),
@@ -64,19 +64,4 @@ func ReadSettings(env *config.Env) Settings {
 		env.Failf("RELAY_APPROVAL_RETENTION", "%s is shorter than RELAY_APPROVAL_TTL %s", cfg.Retention, cfg.TTL)
 	}
 	return Settings{Config: cfg, AppToken: appToken, Enabled: cfg.BotToken.IsSet() && cfg.Channel != ""}
-}
-
-// readPolicy reads the tool runner's policy (RELAY_POLICY), whose roles may
-// cancel code-block runs of the tools they grant; nil when unset.
-func readPolicy(env *config.Env) *mcpconfig.Policy {
-	path := env.String("RELAY_POLICY", "")
-	if path == "" {
-		return nil
-	}
-	p, err := mcpconfig.LoadPolicy(path)
-	if err != nil {
-		env.Failf("RELAY_POLICY", "%v", err)
-		return nil
-	}
-	return p
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/relaystation/relay/config"
 )
 
 // Budget defaults and bounds.
@@ -351,4 +353,21 @@ func jsonCompatible(v any) (any, error) {
 		return x.Format(time.RFC3339), nil
 	}
 	return v, nil
+}
+
+// ReadPolicySetting reads the policy file RELAY_POLICY names (the tool
+// runner's) for the services that follow its roles, members and bindings
+// (the agent, the approvals worker); nil when unset. A bad file is recorded
+// in env.
+func ReadPolicySetting(env *config.Env) *Policy {
+	path := env.String("RELAY_POLICY", "")
+	if path == "" {
+		return nil
+	}
+	p, err := LoadPolicy(path)
+	if err != nil {
+		env.Failf("RELAY_POLICY", "%v", err)
+		return nil
+	}
+	return p
 }
