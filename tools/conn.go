@@ -452,7 +452,12 @@ func (c *conn) classify(ctx context.Context, err error, done func(error)) error 
 		done(nil) // the server answered
 		msg, _ := c.redactor.String(we.Message)
 		return &ToolError{Code: we.Code, Message: msg}
-	case errors.Is(err, mcp.ErrConnectionClosed), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, os.ErrClosed):
+	case closedConn(err) && c.loginEnded():
+		// The health check found the login ended and closed the session
+		// under this call: the login is the answer, not the server.
+		done(nil)
+		return c.offline()
+	case closedConn(err):
 		c.fatal.Store(true)
 		done(errBreakerFailure)
 		return fmt.Errorf("%w to server %s: %w", ErrConnection, c.cfg.Name, err)
@@ -460,6 +465,18 @@ func (c *conn) classify(ctx context.Context, err error, done func(error)) error 
 		done(errBreakerFailure)
 		return fmt.Errorf("%w to server %s: %w", ErrConnection, c.cfg.Name, err)
 	}
+}
+
+// closedConn reports whether err is the session's end (closed, EOF).
+func closedConn(err error) bool {
+	return errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, os.ErrClosed)
+}
+
+// loginEnded reports whether the server is in needs_login.
+func (c *conn) loginEnded() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.health.needsLogin
 }
 
 // codeRejected is the JSON-RPC code of the SDK's "rejected by transport".

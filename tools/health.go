@@ -138,6 +138,15 @@ func (c *conn) check(ctx context.Context) (pinged bool, err error) {
 	defer cancel()
 	start := time.Now()
 	if err := ping(pctx, s); err != nil {
+		var lerr *NeedsLoginError
+		if errors.As(err, &lerr) {
+			// Marked before the session closes: a call that the close
+			// cuts short then reports the login, not a lost connection
+			// (classify).
+			c.mu.Lock()
+			c.health.needsLogin, c.health.lastErr = true, err.Error()
+			c.mu.Unlock()
+		}
 		c.dropSession(s)
 		// This failure is counted now: an end-of-session signal that raced
 		// with the ping would count it twice.

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/secret"
 	"github.com/relaystation/relay/tools/mcpconfig"
@@ -225,5 +227,25 @@ func TestSealer(t *testing.T) {
 		if out := fmt.Sprintf(f, g); strings.Contains(out, "secret") {
 			t.Errorf("%s prints the tokens: %s", f, out)
 		}
+	}
+}
+
+// A call whose session the health check closed because the login ended
+// reports the login (ErrNeedsLogin), not a lost connection, and does not
+// count against the server: the flake TestOAuthEndToEnd/revoked once showed.
+func TestClosedByEndedLoginIsNeedsLogin(t *testing.T) {
+	t.Parallel()
+	c := &conn{cfg: mcpconfig.Server{Name: "hosted"}}
+	c.health.needsLogin, c.health.lastErr = true, "ping: needs login"
+	var counted error = errors.New("done not called")
+	err := c.classify(context.Background(), fmt.Errorf("calling tools/call: %w", mcp.ErrConnectionClosed), func(e error) { counted = e })
+	if !errors.Is(err, ErrNeedsLogin) {
+		t.Errorf("got %v, want ErrNeedsLogin", err)
+	}
+	if counted != nil {
+		t.Errorf("the breaker was told %v, want nil", counted)
+	}
+	if c.fatal.Load() {
+		t.Error("the breaker would trip at once: the login is not the server's failure")
 	}
 }
