@@ -38,6 +38,8 @@ func TestBus(t *testing.T) {
 		"ClassifiedToDLQ":        testClassifiedToDLQ,
 		"RetryDelayDrivesNak":    testRetryDelayDrivesNak,
 		"MaxDeliveriesToDLQ":     testMaxDeliveries,
+		"UnavailableHeld":        testUnavailableHeld,
+		"UnavailableHoldEnds":    testUnavailableHoldEnds,
 		"OtherMajorNotHandled":   testOtherMajorNotHandled,
 		"DLQDownKeepsMessage":    testDLQDownKeepsMessage,
 		"PoisonKillsItsWorker":   testPoisonThatKillsItsWorker,
@@ -291,6 +293,57 @@ func testMaxDeliveries(t *testing.T, b *bus.Bus) {
 	}
 	if want := "max deliveries (3) reached: backend down"; dls[0].Reason != want {
 		t.Errorf("got reason %q, want %q", dls[0].Reason, want)
+	}
+}
+
+// testUnavailableHeld: a handler that fails because the bus is unavailable
+// (an election with no leader, seen through a publish) is handled again in
+// the process, its delivery kept: the failures do not use up MaxDeliver, and
+// the message is handled, not dead-lettered. The handler sees each run
+// after the first as a redelivery (Retried).
+func testUnavailableHeld(t *testing.T, b *bus.Bus) {
+	e := newEnv("published through an election")
+	publish(t, b, "in.github.issues", e)
+	var mu sync.Mutex
+	var runs []string
+	done := make(chan struct{})
+	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>", MaxDeliver: 1, NakDelays: []time.Duration{50 * time.Millisecond}},
+		func(_ context.Context, m *bus.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			runs = append(runs, fmt.Sprintf("delivered %d retried %d", m.Delivered, m.Retried))
+			if len(runs) < 3 {
+				return fmt.Errorf("publish to tool.call: %w: nats: no response from stream", bus.ErrUnavailable)
+			}
+			close(done)
+			return nil
+		})
+	testenv.Receive(t, done, 20*time.Second, "the third run")
+	testenv.WaitFor(t, 10*time.Second, "the message acknowledged", func() bool {
+		info, err := bustest.ConsumerInfo(t.Context(), b, "in.github.issues", "w")
+		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream > 0
+	})
+	assertDLQ(t, b, 0)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"delivered 1 retried 0", "delivered 1 retried 1", "delivered 1 retried 2"}; !slices.Equal(runs, want) {
+		t.Errorf("got runs %q, want %q", runs, want)
+	}
+}
+
+// testUnavailableHoldEnds: a bus that stays unavailable past the hold is a
+// failure like any other: naked, and dead-lettered at MaxDeliver.
+func testUnavailableHoldEnds(t *testing.T, b *bus.Bus) {
+	publish(t, b, "in.github.issues", newEnv("the bus never comes back"))
+	var calls atomic.Int32
+	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>", MaxDeliver: 2, UnavailableHold: 1500 * time.Millisecond},
+		func(context.Context, *bus.Message) error {
+			calls.Add(1)
+			return fmt.Errorf("%w: nats: no response from stream", bus.ErrUnavailable)
+		})
+	dls := waitDLQ(t, b, 1)
+	if dls[0].Deliveries != 2 || calls.Load() < 4 {
+		t.Errorf("got %d deliveries and %d calls, want 2 and at least 4 (each delivery held)", dls[0].Deliveries, calls.Load())
 	}
 }
 

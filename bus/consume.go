@@ -51,6 +51,14 @@ type ConsumerConfig struct {
 	// ShutdownGrace is how long in-flight handlers may finish after ctx is
 	// cancelled before their contexts are cancelled too. Default 30s.
 	ShutdownGrace time.Duration
+	// UnavailableHold is how long a delivery whose handler failed because
+	// the bus itself was unavailable (ErrUnavailable: no leader through an
+	// election, a timeout) is kept and handled again in this process, once a
+	// second, before it is given back with a nak. Deliveries kept this way
+	// do not use up MaxDeliver: every nak does, and a cluster election that
+	// outlasts MaxDeliver quick naks (a SIGKILLed node's, about 5 s) would
+	// dead-letter a message nothing was wrong with. Default 2m.
+	UnavailableHold time.Duration
 	// DeliverNew starts a new consumer at the messages stored since this Bus
 	// was opened instead of at the stream's start: no history, and nothing
 	// stored while the process starts up (a webhook accepted before the
@@ -68,6 +76,7 @@ func (c *ConsumerConfig) setDefaults() {
 	c.Concurrency = config.Positive(c.Concurrency, 1)
 	c.Heartbeat = cmp.Or(c.Heartbeat, c.AckWait/3)
 	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, 30*time.Second)
+	c.UnavailableHold = cmp.Or(c.UnavailableHold, 2*time.Minute)
 }
 
 // Validate reports a consumer configuration that cannot work.
@@ -401,6 +410,18 @@ func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, ms
 		ctx, traced = tr.Consume(ctx, msg.Subject(), m)
 	}
 	herr := h.Handle(ctx, m) // h recovers panics (Consume wrapped it)
+	for held := time.Now(); holdUnavailable(herr) && time.Since(held) < cfg.UnavailableHold; {
+		// The bus was unavailable: handled again here, the delivery kept
+		// (its heartbeat goes on), rather than naked: see UnavailableHold.
+		log.WarnContext(ctx, "bus unavailable; handling the message again", "envelope_id", m.Envelope.ID, "subject", m.Subject,
+			"delivered", m.Delivered, "retried", m.Retried, "retry_in", unavailableNak, "err", clip.Line(herr.Error(), maxReasonLine))
+		if sleepCtx(ctx, unavailableNak); ctx.Err() != nil {
+			break
+		}
+		m.Retried++
+		b.outcome(cfg.Name, "held")
+		herr = h.Handle(ctx, m)
+	}
 	if traced != nil {
 		traced(herr)
 	}
@@ -483,6 +504,13 @@ const unavailableNak = retryMax
 func unavailable(err error) bool {
 	return errors.Is(err, ErrUnavailable) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// holdUnavailable reports whether a handler's error is the bus being
+// unavailable and nothing else decides its retry (not permanent, no delay of
+// its own).
+func holdUnavailable(err error) bool {
+	return err != nil && unavailable(err) && !IsPermanent(err) && RetryDelay(err) == 0
 }
 
 func nakDelay(delays []time.Duration, delivered uint64) time.Duration {

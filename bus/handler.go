@@ -25,6 +25,11 @@ type Message struct {
 	Data []byte
 	// Delivered counts deliveries of this message, starting at 1.
 	Delivered uint64
+	// Retried counts the times this delivery was handled again in this
+	// process after the bus was unavailable (ConsumerConfig.UnavailableHold):
+	// for the handler, each is a redelivery that does not count in
+	// Delivered.
+	Retried int
 	// StreamSeq is the message's sequence in its stream.
 	StreamSeq uint64
 	// Consumer is the durable consumer (worker type) handling the message.

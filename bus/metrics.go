@@ -33,7 +33,7 @@ type consumerMetrics struct {
 }
 
 // outcomes are the values of relay_bus_consumed_total's outcome label.
-var outcomes = [...]string{"ack", "nak", "term", "skip", "returned"}
+var outcomes = [...]string{"ack", "nak", "term", "skip", "returned", "held"}
 
 // consumer returns the collectors of one consumer.
 func (m *Metrics) consumer(name string) *consumerMetrics {

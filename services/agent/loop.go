@@ -157,11 +157,12 @@ func (s *Service) handleResult(ctx context.Context, m *bus.Message) error {
 }
 
 // redelivered reports whether m may be the message whose handler worked for
-// the task before and died: a redelivery, or a dead letter an operator
+// the task before and died or failed: a redelivery (also one the bus made
+// in-process, m.Retried, after the bus was unavailable), or a dead letter an operator
 // replayed (its delivery will not come back). Otherwise m is a copy of a
 // message another handler carries on.
 func redelivered(m *bus.Message) bool {
-	return m.Delivered > 1 || m.Header.Get(bus.HeaderReplayFor) != ""
+	return m.Delivered > 1 || m.Retried > 0 || m.Header.Get(bus.HeaderReplayFor) != ""
 }
 
 func callIndex(t *Task, id string) int {
