@@ -205,8 +205,8 @@ func (c *Connector) Start(ctx context.Context, redirectURL, server, principal st
 	if !ok {
 		return "", fmt.Errorf("%w: %s", ErrUnknownServer, server)
 	}
-	if s.Type != mcpconfig.HTTP {
-		return "", fmt.Errorf("server %s: connecting works on streamable HTTP servers (type http), not %s", s.Name, s.Type)
+	if !mcpconfig.Remote(s.Type) {
+		return "", fmt.Errorf("server %s: connecting works on remote servers (type http or sse), not %s", s.Name, s.Type)
 	}
 	principal = cmpOr(principal, PrincipalTeam)
 	if principal != PrincipalTeam && !PerUser(s) {

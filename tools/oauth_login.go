@@ -236,8 +236,8 @@ func LoginServer(ctx context.Context, cfg Config, s mcpconfig.Server) error {
 	if cfg.OAuth == nil || cfg.OAuth.Login == nil || cfg.OAuth.Tokens == nil {
 		return errors.New("login: no token store or login configured")
 	}
-	if s.Type != mcpconfig.HTTP {
-		return fmt.Errorf("server %s: login works on streamable HTTP servers (type http), not %s", s.Name, s.Type)
+	if !mcpconfig.Remote(s.Type) {
+		return fmt.Errorf("server %s: login works on remote servers (type http or sse), not %s", s.Name, s.Type)
 	}
 	if s.OAuth != nil && s.OAuth.Grant == mcpconfig.GrantClientCredentials {
 		return fmt.Errorf("server %s: uses the client_credentials grant: the relay gets its tokens itself, no login needed", s.Name)
@@ -256,7 +256,7 @@ func LoginServer(ctx context.Context, cfg Config, s mcpconfig.Server) error {
 	if err != nil {
 		return err
 	}
-	t := &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: client, OAuthHandler: oh, MaxRetries: -1}
+	t := remoteTransport(s, endpoint, client, oh, -1)
 	cl := mcp.NewClient(&mcp.Implementation{Name: cmpOr(cfg.ClientName, "relay"), Version: cmpOr(cfg.ClientVersion, "dev")}, nil)
 	session, err := cl.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: s.ProtocolVersion})
 	if err != nil {

@@ -249,3 +249,40 @@ func TestClosedByEndedLoginIsNeedsLogin(t *testing.T) {
 		t.Error("the breaker would trip at once: the login is not the server's failure")
 	}
 }
+
+// TestOAuthSSE: a server on the older HTTP+SSE transport behind OAuth gets
+// the same as a streamable one (the SDK's SSE client has no OAuth of its
+// own): 401 -> needs_login -> login -> call as the logged-in user; a token
+// the server expired early is refreshed on the 401 of a message POST and the
+// call succeeds.
+func TestOAuthSSE(t *testing.T) {
+	t.Parallel()
+	srv := oauthtest.Start(t, oauthtest.Options{Scopes: []string{"read"}, SSE: true})
+	store := NewFileTokenStore(filepath.Join(t.TempDir(), "oauth"), testSealer(t))
+	s := mcpconfig.Server{Name: "hosted", Type: mcpconfig.SSE, URL: srv.MCP}
+	cfg := fastConfig(t, s)
+	cfg.OAuth = &OAuthConfig{Tokens: store}
+	cfg.Logger = testenv.Logger(t, slog.LevelWarn)
+	r := startUnready(t, cfg)
+	testenv.WaitFor(t, 20*time.Second, "needs_login", func() bool { return r.Servers()[0].State == StateNeedsLogin })
+	if res := whoami(t, r); !errors.Is(res.Err, ErrNeedsLogin) {
+		t.Fatalf("before the login: got %v, want ErrNeedsLogin", res.Err)
+	}
+
+	if err := login(t, store, s, nil); err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "ready after the login", func() bool { return r.Servers()[0].State == StateReady })
+	if res := whoami(t, r); res.Err != nil || !strings.Contains(fmt.Sprint(res.Content), "user:alice") {
+		t.Fatalf("got %v %v, want user:alice", res.Content, res.Err)
+	}
+
+	srv.ExpireAccess()
+	refreshes := srv.Refreshes.Load()
+	if res := whoami(t, r); res.Err != nil {
+		t.Fatalf("call after the server expired the token: %v", res.Err)
+	}
+	if srv.Refreshes.Load() == refreshes {
+		t.Error("no refresh after the server expired the token")
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/relaystation/relay/tools/mcpconfig"
@@ -34,28 +35,34 @@ func transport(r *Runner, s mcpconfig.Server, log *slog.Logger, principal string
 	switch s.Type {
 	case mcpconfig.Stdio:
 		return stdioTransport(r, s, log)
-	case mcpconfig.HTTP:
+	case mcpconfig.HTTP, mcpconfig.SSE:
 		endpoint, client, err := remoteEndpoint(r.cfg.HTTPClient, s)
 		if err != nil {
 			return nil, nil, err
 		}
-		// The SDK follows the spec's resumability: it reconnects the GET
-		// stream (and a broken POST response stream) after the server's SSE
-		// `retry` delay, sending Last-Event-ID; StreamRetries bounds the
-		// attempts without progress.
 		oauth, err := r.oauthHandler(s, principal) // oauth.go
 		if err != nil {
 			return nil, nil, err
 		}
-		return &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: client, MaxRetries: r.cfg.StreamRetries, OAuthHandler: oauth}, nil, nil
-	case mcpconfig.SSE:
-		endpoint, client, err := remoteEndpoint(r.cfg.HTTPClient, s)
-		if err != nil {
-			return nil, nil, err
-		}
-		return &detached{Transport: &mcp.SSEClientTransport{Endpoint: endpoint, HTTPClient: client}}, nil, nil
+		return remoteTransport(s, endpoint, client, oauth, r.cfg.StreamRetries), nil, nil
 	}
 	return nil, nil, fmt.Errorf("server %s: unknown transport %q", s.Name, s.Type)
+}
+
+// remoteTransport is the SDK transport of remote server s (type http or
+// sse) at endpoint, sending its requests with client and authorizing them
+// with oauth (nil for none).
+func remoteTransport(s mcpconfig.Server, endpoint string, client *http.Client, oauth auth.OAuthHandler, retries int) mcp.Transport {
+	if s.Type == mcpconfig.SSE {
+		// The SDK's SSE client has no OAuthHandler: the relay's transport
+		// does its part (oauth_sse.go).
+		return &detached{Transport: &mcp.SSEClientTransport{Endpoint: endpoint, HTTPClient: withOAuth(client, oauth)}}
+	}
+	// The SDK follows the spec's resumability: it reconnects the GET stream
+	// (and a broken POST response stream) after the server's SSE `retry`
+	// delay, sending Last-Event-ID; retries bounds the attempts without
+	// progress.
+	return &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: client, MaxRetries: retries, OAuthHandler: oauth}
 }
 
 // stdioProc is a stdio server's command and its last stderr lines.

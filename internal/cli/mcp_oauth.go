@@ -116,7 +116,7 @@ func mcpLogout(ctx context.Context, a *app, ts *toolrunner.Settings, args []stri
 // returns nil without a RELAY_SECRET_KEY: then a server asking for a login
 // is reported as needing one.
 func callOAuth(ctx context.Context, a *app, ts *toolrunner.Settings, s mcpconfig.Server) (*tools.OAuthConfig, func()) {
-	if s.Type != mcpconfig.HTTP || !ts.OAuth.SecretKey.IsSet() {
+	if !mcpconfig.Remote(s.Type) || !ts.OAuth.SecretKey.IsSet() {
 		return nil, func() {}
 	}
 	store, _, done, err := a.tokenStore(ctx, ts)

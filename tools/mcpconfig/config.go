@@ -58,6 +58,10 @@ const (
 	SSE   Transport = "sse"  // the older HTTP+SSE transport
 )
 
+// Remote reports whether t reaches its server over HTTP (http or sse: an
+// OAuth login applies to it).
+func Remote(t Transport) bool { return t == HTTP || t == SSE }
+
 // Server is one validated, substituted mcp.json entry.
 type Server struct {
 	// Name is the entry's tool-safe id, ServerID of its key: letters,

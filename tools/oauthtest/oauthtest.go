@@ -57,6 +57,9 @@ type Options struct {
 	ClientKey crypto.PublicKey
 	// SigningAlgs is token_endpoint_auth_signing_alg_values_supported.
 	SigningAlgs []string
+	// SSE serves the MCP endpoint with the older HTTP+SSE transport
+	// (2024-11-05) instead of streamable HTTP.
+	SSE bool
 }
 
 // Server is a running OAuth-protected MCP server and its authorization
@@ -117,22 +120,37 @@ func Start(tb testing.TB, opts Options) *Server {
 	prm := rs.URL + "/.well-known/oauth-protected-resource/mcp"
 	mux.Handle("/.well-known/oauth-protected-resource/mcp", auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource: s.MCP, AuthorizationServers: []string{s.AS}, ScopesSupported: opts.Scopes}))
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return newMCPServer(nil) },
+		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
+	if opts.SSE {
+		// The SSE transport gives tools no token: whoami answers the user
+		// of the token that opened the session's event stream.
+		h = mcp.NewSSEHandler(func(r *http.Request) *mcp.Server { return newMCPServer(auth.TokenInfoFromContext(r.Context())) }, nil)
+	}
+	protected := auth.RequireBearerToken(s.verify, &auth.RequireBearerTokenOptions{ResourceMetadataURL: prm, Scopes: opts.Scopes})(h)
+	mux.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		protected.ServeHTTP(&countingWriter{ResponseWriter: w, s: s}, r)
+	}))
+	return s
+}
+
+// newMCPServer is the protected MCP server: its tool whoami answers the
+// user of the call's access token, or of session (SSE) when set.
+func newMCPServer(session *auth.TokenInfo) *mcp.Server {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "oauth-protected", Version: "1"}, nil)
 	mcp.AddTool(srv, &mcp.Tool{Name: "whoami", Description: "the user of the access token"},
 		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, struct{}, error) {
-			ti := req.Extra.TokenInfo
+			ti := session
+			if req.Extra != nil && req.Extra.TokenInfo != nil {
+				ti = req.Extra.TokenInfo
+			}
 			user := ""
 			if ti != nil {
 				user = ti.UserID
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "user:" + user}}}, struct{}{}, nil
 		})
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
-	protected := auth.RequireBearerToken(s.verify, &auth.RequireBearerTokenOptions{ResourceMetadataURL: prm, Scopes: opts.Scopes})(h)
-	mux.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		protected.ServeHTTP(&countingWriter{ResponseWriter: w, s: s}, r)
-	}))
-	return s
+	return srv
 }
 
 type countingWriter struct {
