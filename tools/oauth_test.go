@@ -286,3 +286,35 @@ func TestOAuthSSE(t *testing.T) {
 		t.Error("no refresh after the server expired the token")
 	}
 }
+
+// A temporary file that a process killed inside Save left is removed by the
+// next Save once it is stale; a fresh one (another process's Save under
+// way) is kept.
+func TestFileTokenStoreSweepsKilledSaves(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "oauth")
+	store := NewFileTokenStore(dir, testSealer(t))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	stale, fresh := filepath.Join(dir, ".tmp-killed"), filepath.Join(dir, ".tmp-running")
+	for _, p := range []string{stale, fresh} {
+		if err := os.WriteFile(p, []byte("half a grant"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * staleTemp)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	g := &Grant{Server: "hosted", Issuer: "https://as.example", Principal: PrincipalTeam, AccessToken: "at", Saved: time.Now()}
+	if _, err := store.Save(t.Context(), g, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stale temporary file is still there (%v)", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("the fresh temporary file was removed: %v", err)
+	}
+}

@@ -254,6 +254,7 @@ func (f *FileTokenStore) Save(_ context.Context, g *Grant, rev uint64) (uint64, 
 	if err := os.MkdirAll(f.dir, 0o700); err != nil {
 		return 0, err
 	}
+	f.sweep()
 	tmp, err := os.CreateTemp(f.dir, ".tmp-*")
 	if err != nil {
 		return 0, err
@@ -282,6 +283,21 @@ func (f *FileTokenStore) Save(_ context.Context, g *Grant, rev uint64) (uint64, 
 		return 0, err
 	}
 	return uint64(st.ModTime().UnixNano()), nil
+}
+
+// staleTemp is the age past which a temporary file of Save is a killed
+// process's: a Save takes milliseconds.
+const staleTemp = time.Minute
+
+// sweep removes the temporary files a process killed inside Save left
+// (sealed, but half a write is nothing to keep).
+func (f *FileTokenStore) sweep() {
+	tmps, _ := filepath.Glob(filepath.Join(f.dir, ".tmp-*"))
+	for _, p := range tmps {
+		if st, err := os.Stat(p); err == nil && time.Since(st.ModTime()) > staleTemp {
+			_ = os.Remove(p)
+		}
+	}
 }
 
 // Delete implements TokenStore.

@@ -1,12 +1,19 @@
 package cli
 
 import (
+	"bufio"
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools/oauthtest"
 )
 
@@ -63,5 +70,92 @@ func TestMCPLoginCallLogout(t *testing.T) {
 	code, _, errs = cli("mcp", "login", "hosted")
 	if code != 1 || !strings.Contains(errs, "authorization denied: access_denied") {
 		t.Errorf("denied login: exit %d, stderr %q; want 1 saying the authorization was denied", code, errs)
+	}
+}
+
+// TestMCPLoginKilledLeavesNothing: `relay mcp login` SIGKILLed while it
+// waits for the browser, and again while its token request is at the
+// authorization server, stores nothing (no grant, no stray file); the server
+// stays needs_login and the next login works.
+func TestMCPLoginKilledLeavesNothing(t *testing.T) {
+	t.Parallel()
+	var gated atomic.Bool
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	srv := oauthtest.Start(t, oauthtest.Options{Scopes: []string{"read"}, TokenGate: func() {
+		if gated.Load() {
+			arrived <- struct{}{}
+			<-release
+		}
+	}})
+	env := embeddedEnv(t)
+	env["RELAY_MCP_CONFIG"] = writeTemp(t, "mcp.json", fmt.Sprintf(`{"servers": {"hosted": {"url": %q}}}`, srv.MCP))
+	env["RELAY_SECRET_KEY"] = "cli-test-secret-key-0123456789abcdef"
+	dir := filepath.Join(env["RELAY_DATA_DIR"], "oauth")
+	nothingStored := func(when string) {
+		t.Helper()
+		files, _ := filepath.Glob(filepath.Join(dir, "*"))
+		if len(files) != 0 {
+			t.Errorf("%s: the data dir holds %v, want nothing", when, files)
+		}
+	}
+
+	// login starts `relay mcp login hosted --no-browser` and returns the
+	// process and the authorization URL it printed.
+	login := func() (*exec.Cmd, string) {
+		cmd := exec.Command(relayBinary(t), "mcp", "login", "hosted", "--no-browser")
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + env["RELAY_DATA_DIR"]}
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		urls := make(chan string, 1)
+		go func() {
+			sc := bufio.NewScanner(stderr)
+			for sc.Scan() {
+				if u := strings.TrimSpace(sc.Text()); strings.HasPrefix(u, srv.AS) {
+					urls <- u
+				}
+			}
+		}()
+		return cmd, testenv.Receive(t, urls, 60*time.Second, "the authorization URL")
+	}
+	kill := func(cmd *exec.Cmd) {
+		t.Helper()
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+	}
+
+	cmd, _ := login()
+	kill(cmd)
+	nothingStored("killed while waiting for the browser")
+
+	gated.Store(true)
+	cmd, u := login()
+	go func() { _ = oauthtest.FollowRedirect(context.WithoutCancel(t.Context()), u) }() // ends when the login dies
+	testenv.Receive(t, arrived, 30*time.Second, "the token request")
+	kill(cmd)
+	close(release)
+	nothingStored("killed during the token request")
+
+	cli := cliRunner(t, env)
+	if code, out, errs := cli("mcp", "list"); code != 0 || !strings.Contains(out, "needs_login") {
+		t.Errorf("mcp list after the kills: exit %d, stdout %q, stderr %q; want needs_login", code, out, errs)
+	}
+	gated.Store(false)
+	env["BROWSER"] = "curl -sfL -o /dev/null"
+	if code, out, errs := cli("mcp", "login", "hosted"); code != 0 || !strings.Contains(out, "logged in to hosted") {
+		t.Fatalf("login after the kills: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if code, out, errs := cli("mcp", "call", "hosted", "whoami"); code != 0 || !strings.Contains(out, "user:alice") {
+		t.Errorf("call after the login: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }

@@ -57,6 +57,9 @@ type Options struct {
 	ClientKey crypto.PublicKey
 	// SigningAlgs is token_endpoint_auth_signing_alg_values_supported.
 	SigningAlgs []string
+	// TokenGate, when set, runs at the start of every token request (a
+	// test holds the request there to kill its client mid-exchange).
+	TokenGate func()
 	// SSE serves the MCP endpoint with the older HTTP+SSE transport
 	// (2024-11-05) instead of streamable HTTP.
 	SSE bool
@@ -301,6 +304,9 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) token(w http.ResponseWriter, r *http.Request) {
+	if s.opts.TokenGate != nil {
+		s.opts.TokenGate()
+	}
 	if err := r.ParseForm(); err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid_request"})
 		return
