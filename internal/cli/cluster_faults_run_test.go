@@ -1,5 +1,3 @@
-//go:build clusterfaults
-
 package cli
 
 import (
@@ -21,10 +19,7 @@ import (
 // worker processes that exited on their own, and the p50/p99 from webhook
 // to comment; all but the times must be 0. The long form
 // (-args -cluster.long) kills a node every 15 s and a random worker every
-// 2 s over 200 webhooks, and requires p99 under 15 s. It is built only with
-// -tags clusterfaults: not in CI yet, as one run in three on CI lost an
-// issue to a dead letter (a handler's publish failed five times, one second
-// apart, through one election; docs/scaling.md, "Not yet done").
+// 2 s over 200 webhooks, and requires p99 under 15 s.
 func TestClusterFaults(t *testing.T) {
 	t.Parallel()
 	testenv.SkipShort(t, "a NATS cluster of processes and worker processes")
