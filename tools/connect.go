@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -304,6 +305,21 @@ func (c *Connector) Disconnect(ctx context.Context, server, principal string) (r
 }
 
 // Connected reports whether principal has a grant stored for server.
+// People are the Slack users who connected their own account to per-user
+// server (sorted; none when the token store cannot list them).
+func (c *Connector) People(ctx context.Context, server string) []string {
+	pl, ok := c.Tokens.(PrincipalLister)
+	if !ok {
+		return nil
+	}
+	people, err := pl.Principals(ctx, server)
+	if err != nil {
+		return nil
+	}
+	slices.Sort(people)
+	return people
+}
+
 func (c *Connector) Connected(ctx context.Context, server, principal string) bool {
 	_, _, err := c.Tokens.Load(ctx, server, cmpOr(principal, PrincipalTeam))
 	return err == nil

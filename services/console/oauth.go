@@ -28,6 +28,8 @@ type Connector interface {
 	Disconnect(ctx context.Context, server, principal string) (revoked bool, err error)
 	// Connected reports whether principal has a grant for server.
 	Connected(ctx context.Context, server, principal string) bool
+	// People are the Slack users connected to per-user server.
+	People(ctx context.Context, server string) []string
 	// Server is the mcp.json entry of name.
 	Server(name string) (mcpconfig.Server, bool)
 }
@@ -173,6 +175,8 @@ func (s *Service) oauthDisconnect(ctx context.Context, r *http.Request, _ *sessi
 type connInfo struct {
 	OAuth, PerUser, Connected bool
 	Command                   string
+	// People are the Slack users connected to a per-user server.
+	People []string
 }
 
 // connections describes each server's connection for the tools page.
@@ -183,14 +187,16 @@ func (s *Service) connections(ctx context.Context, st *tools.StatusResponse) map
 	out := map[string]*connInfo{}
 	for _, sv := range st.Servers {
 		e, ok := s.cfg.Connect.Server(sv.Name)
-		if !ok || e.Type != mcpconfig.HTTP || (e.OAuth == nil && sv.State != tools.StateNeedsLogin) {
+		if !ok || !mcpconfig.Remote(e.Type) || (e.OAuth == nil && sv.State != tools.StateNeedsLogin) {
 			continue
 		}
 		if e.OAuth != nil && e.OAuth.Grant == mcpconfig.GrantClientCredentials {
 			continue
 		}
 		ci := connInfo{OAuth: true, PerUser: tools.PerUser(e), Command: tools.ConnectCommand(sv.Name)}
-		if !ci.PerUser {
+		if ci.PerUser {
+			ci.People = s.cfg.Connect.People(ctx, sv.Name)
+		} else {
 			ci.Connected = s.cfg.Connect.Connected(ctx, sv.Name, tools.PrincipalTeam)
 		}
 		out[sv.Name] = &ci

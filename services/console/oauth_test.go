@@ -1,12 +1,15 @@
 package console_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/relaystation/relay/secret"
 	"github.com/relaystation/relay/services/console"
@@ -38,7 +41,17 @@ func TestConnectLinkWithoutSignIn(t *testing.T) {
 		OAuth: &mcpconfig.OAuth{Per: "user"}}
 	conn := &tools.Connector{Servers: []mcpconfig.Server{per}, Tokens: store, Links: links, Nonces: &tools.MemoryNonces{}, Timeout: 20 * time.Second}
 	const token = "console-t0ken-for-tests"
-	base, _ := startConsole(t, console.Config{Token: secret.New(token), Connect: conn})
+	base, b := startConsole(t, console.Config{Token: secret.New(token), Connect: conn})
+	// The tool runner's status, as a running one answers it: the per-user
+	// server needs each person's login.
+	sub, err := b.Conn().Subscribe(b.Prefix()+"."+tools.SubjectStatus, func(m *nats.Msg) {
+		body, _ := json.Marshal(tools.StatusResponse{Servers: []tools.ServerStatus{{Name: "hosted", Type: "http", State: tools.StateNeedsLogin}}})
+		_ = m.Respond(body)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
 
 	link := links.Sign("hosted", "U4DAVE")
 	browser := newClient(t, base) // the person's browser: never signed in to the console
@@ -90,6 +103,11 @@ func TestConnectLinkWithoutSignIn(t *testing.T) {
 	if code, _, _ := op.do(http.MethodPost, "/oauth/disconnect", url.Values{"server": {"hosted"}, "user": {"U4DAVE"}}); code != http.StatusForbidden {
 		t.Errorf("disconnect without the CSRF token: %d, want 403", code)
 	}
+	// The tools page lists who connected, each with a Disconnect.
+	_, page, _ := op.do(http.MethodGet, "/tools", nil)
+	if !strings.Contains(page, `name="user" value="U4DAVE"`) || !strings.Contains(page, "<code>U4DAVE</code>") {
+		t.Errorf("the tools page does not list U4DAVE's connection with a Disconnect:\n%s", page)
+	}
 	csrf := op.csrf("/dlq")
 	code, _, h = op.do(http.MethodPost, "/oauth/disconnect", url.Values{"server": {"hosted"}, "user": {"U4DAVE"}, "csrf": {csrf}, "back": {"/tools"}})
 	if code != http.StatusSeeOther || !strings.Contains(h.Get("Location"), "Disconnected") {
@@ -97,5 +115,8 @@ func TestConnectLinkWithoutSignIn(t *testing.T) {
 	}
 	if _, _, err := store.Load(t.Context(), "hosted", "U4DAVE"); err == nil {
 		t.Errorf("the grant of U4DAVE is still stored after the disconnect")
+	}
+	if _, page, _ := op.do(http.MethodGet, "/tools", nil); strings.Contains(page, "U4DAVE") || !strings.Contains(page, "nobody connected yet") {
+		t.Errorf("after the disconnect the tools page still lists U4DAVE, or not that nobody is connected")
 	}
 }
