@@ -481,11 +481,29 @@ func TestHealthAutoDisableAndReenable(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "disabled by operator", func() bool { return r.Servers()[0].DisabledReason == "maintenance" })
 }
 
+// TestToolListChanged: a server's notifications/tools/list_changed drops
+// the cached tool list at once: at 2025-11-25 on the session, at
+// 2026-07-28 through the subscriptions/listen stream the SDK opens
+// (SEP-2575) when the server declares tools.listChanged.
 func TestToolListChanged(t *testing.T) {
 	t.Parallel()
-	cfg := fastConfig(t, helperServer(t, "h", t.TempDir()))
+	for _, version := range []string{mcpconfig.DefaultProtocolVersion, mcpconfig.LatestProtocolVersion} {
+		t.Run(version, func(t *testing.T) {
+			t.Parallel()
+			toolListChanged(t, version)
+		})
+	}
+}
+
+func toolListChanged(t *testing.T, version string) {
+	s := helperServer(t, "h", t.TempDir())
+	s.ProtocolVersion = version
+	cfg := fastConfig(t, s)
 	cfg.Policy = policy(t, allowAll)
 	r := startRunner(t, cfg)
+	if got := r.Servers()[0].ProtocolVersion; got != version {
+		t.Fatalf("speaking %s, want %s", got, version)
+	}
 	has := func() bool {
 		return slices.ContainsFunc(r.Tools(t.Context(), "agent"), func(i ToolInfo) bool { return i.Name == "h.added" })
 	}
