@@ -229,11 +229,10 @@ func spreadOver(ctx context.Context, n int, spread time.Duration, send func(i in
 	return sends.Wait
 }
 
-// startWorkers starts the relay's workers from bin with env, as a
-// deployment runs them (two of those that scale out), and stops them when
-// the test ends, showing their logs if it failed.
-// startWorkers starts every worker process with env, the agents with
-// agentEnv when it is not nil.
+// startWorkers starts the relay's workers from bin with env (the agents
+// with agentEnv when it is not nil), as a deployment runs them (two of
+// those that scale out), and stops them when the test ends, showing their
+// logs if it failed.
 func (d *deployment) startWorkers(t *testing.T, bin string, env, agentEnv map[string]string) {
 	for _, w := range []struct {
 		cmd string
