@@ -40,6 +40,7 @@ func TestBus(t *testing.T) {
 		"MaxDeliveriesToDLQ":     testMaxDeliveries,
 		"UnavailableHeld":        testUnavailableHeld,
 		"UnavailableHoldEnds":    testUnavailableHoldEnds,
+		"UnavailableHoldStops":   testUnavailableHoldStops,
 		"OtherMajorNotHandled":   testOtherMajorNotHandled,
 		"DLQDownKeepsMessage":    testDLQDownKeepsMessage,
 		"PoisonKillsItsWorker":   testPoisonThatKillsItsWorker,
@@ -344,6 +345,35 @@ func testUnavailableHoldEnds(t *testing.T, b *bus.Bus) {
 	dls := waitDLQ(t, b, 1)
 	if dls[0].Deliveries != 2 || calls.Load() < 4 {
 		t.Errorf("got %d deliveries and %d calls, want 2 and at least 4 (each delivery held)", dls[0].Deliveries, calls.Load())
+	}
+}
+
+// testUnavailableHoldStops: a consumer that shuts down ends its holds at
+// once (it does not spend its shutdown grace holding) and gives the message
+// back, for another process to take.
+func testUnavailableHoldStops(t *testing.T, b *bus.Bus) {
+	publish(t, b, "in.github.issues", newEnv("held while the worker stops"))
+	first := make(chan struct{})
+	var once sync.Once
+	stop := run(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>", ShutdownGrace: time.Minute},
+		func(context.Context, *bus.Message) error {
+			once.Do(func() { close(first) })
+			return fmt.Errorf("%w: nats: no response from stream", bus.ErrUnavailable)
+		})
+	testenv.Receive(t, first, 10*time.Second, "the first run")
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	testenv.Receive(t, stopped, 10*time.Second, "the consumer to stop (its grace is a minute)")
+	again := make(chan uint64, 1)
+	run(t, b, bus.ConsumerConfig{Name: "w", Subject: "in.>"}, func(_ context.Context, m *bus.Message) error {
+		select {
+		case again <- m.Delivered:
+		default:
+		}
+		return nil
+	})
+	if d := testenv.Receive(t, again, 10*time.Second, "the message given back to the next worker"); d != 2 {
+		t.Errorf("the next worker got delivery %d, want 2", d)
 	}
 }
 

@@ -329,7 +329,7 @@ func (p *puller) dispatch(ctx, hctx context.Context, msg jetstream.Msg) {
 func (p *puller) handler(hctx context.Context, msg jetstream.Msg) {
 	defer p.wg.Done()
 	for {
-		p.b.handle(hctx, p.cfg, p.stream, msg, p.h, p.log)
+		p.b.handle(hctx, p.quit, p.cfg, p.stream, msg, p.h, p.log)
 		msg = nil // not kept while idle
 		<-p.sem
 		select {
@@ -357,7 +357,7 @@ func (p *puller) drain(hcancel context.CancelFunc) {
 
 // handle runs one delivery and maps its result to exactly one outcome. h
 // must recover its panics (Recover).
-func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, msg jetstream.Msg, h Handler, log *slog.Logger) {
+func (b *Bus) handle(ctx context.Context, stopping <-chan struct{}, cfg *ConsumerConfig, stream string, msg jetstream.Msg, h Handler, log *slog.Logger) {
 	start := time.Now()
 	md, err := msg.Metadata()
 	if err != nil {
@@ -415,8 +415,8 @@ func (b *Bus) handle(ctx context.Context, cfg *ConsumerConfig, stream string, ms
 		// (its heartbeat goes on), rather than naked: see UnavailableHold.
 		log.WarnContext(ctx, "bus unavailable; handling the message again", "envelope_id", m.Envelope.ID, "subject", m.Subject,
 			"delivered", m.Delivered, "retried", m.Retried, "retry_in", unavailableNak, "err", clip.Line(herr.Error(), maxReasonLine))
-		if sleepCtx(ctx, unavailableNak); ctx.Err() != nil {
-			break
+		if !holdOn(ctx, stopping, unavailableNak) {
+			break // shutting down: naked, another process takes it
 		}
 		m.Retried++
 		b.outcome(cfg.Name, "held")
@@ -504,6 +504,20 @@ const unavailableNak = retryMax
 func unavailable(err error) bool {
 	return errors.Is(err, ErrUnavailable) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// holdOn waits d and reports whether the hold goes on: not when ctx ends or
+// the consumer stops (stopping closed).
+func holdOn(ctx context.Context, stopping <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-stopping:
+	}
+	return false
 }
 
 // holdUnavailable reports whether a handler's error is the bus being

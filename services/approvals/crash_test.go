@@ -142,8 +142,9 @@ func TestApproveDuringCrashedClaim(t *testing.T) {
 // TestDecisionAuditRetried: a decision whose audit record cannot be published
 // (here the worker's NATS user may not publish on audit subjects, so the
 // publish goes unanswered until the bus's request timeout) is not taken as
-// announced: the click's delivery is tried again, and a worker that can
-// publish it finishes the announcement. The decision is announced and audited
+// announced: the click's delivery is tried again (held by the bus, which
+// takes the timeout for the bus being unavailable, and given back when the
+// worker stops), and a worker that can publish it finishes the announcement. The decision is announced and audited
 // once each, and the answer published once.
 func TestDecisionAuditRetried(t *testing.T) {
 	t.Parallel()
@@ -165,9 +166,9 @@ func TestDecisionAuditRetried(t *testing.T) {
 	h := newHarnessOn(t, connect("noaudit"), nil)
 	task, _, ts := h.firstApproval("Draft.")
 	h.interact(click(approver, approvals.ActionApprove, task, ts))
-	testenv.WaitFor(t, 20*time.Second, "the click to fail and be delivered again", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the decision announced and the click still unacknowledged", func() bool {
 		c, err := h.bus.JetStream().Consumer(t.Context(), h.bus.StreamName("in.x"), "approvals-actions")
-		return err == nil && c.CachedInfo().NumRedelivered > 0 && len(h.streamMsgs("approval.decided")) == 1
+		return err == nil && c.CachedInfo().NumAckPending > 0 && len(h.streamMsgs("approval.decided")) == 1
 	})
 	if rec, err := record(t, h, task); err != nil || rec.Announced {
 		t.Fatalf("record %+v (%v): want it decided, not announced, while its audit cannot be published", rec, err)
