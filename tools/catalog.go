@@ -39,6 +39,10 @@ type ToolInfo struct {
 	// (its tools/list ttlMs, SEP-2549); 0 when it said nothing. Holders of
 	// lists (the hooks' discovery cache) keep them no longer.
 	ServerTTLMs int64 `json:"server_ttl_ms,omitempty"`
+	// PerUser is set for a server whose entry says "oauth": {"per": "user"}:
+	// a call runs with the connection of the person it acts for, so the
+	// agent asks a person to approve each of its calls (docs/oauth.md).
+	PerUser bool `json:"perUser,omitempty"`
 }
 
 // toolEntry is a cached tool with its compiled schemas.
@@ -253,6 +257,7 @@ func (c *conn) cachedTools(ctx context.Context) ([]*toolEntry, error) {
 				Description:  t.Description,
 				InputSchema:  t.InputSchema,
 				OutputSchema: t.OutputSchema,
+				PerUser:      PerUser(c.cfg),
 			}}
 			if a := t.Annotations; a != nil {
 				e.info.ReadOnly, e.info.Idempotent = a.ReadOnlyHint, a.IdempotentHint

@@ -30,7 +30,23 @@ type ConnectRequest struct {
 	Thread string `json:"thread"`
 	// Tool is the tool the call wanted ("<server>.<tool>").
 	Tool string `json:"tool,omitempty"`
+	// Approved says the call was an agent's tool step that User approved
+	// in Thread: the thread is told too that it was not run, not only the
+	// person.
+	Approved bool `json:"approved,omitempty"`
 }
+
+// Meta keys of an agent's tool call approved in Slack (a per-user
+// server's, docs/oauth.md): the approvals worker sets them when it
+// publishes the approved call.
+const (
+	// MetaApprovedBy is the Slack user id of the approver, whose own
+	// connection the call uses.
+	MetaApprovedBy = "approved_by"
+	// MetaApprovedIn is the Slack thread key (slack:{team}/{channel}/{ts})
+	// of the approval message: where a missing connection is reported.
+	MetaApprovedIn = "approved_in"
+)
 
 // ConnectReply answers a ConnectRequest.
 type ConnectReply struct {

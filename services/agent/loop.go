@@ -545,6 +545,9 @@ func (s *Service) think(ctx context.Context, t *Task) (*Task, error) {
 		case aerr != nil:
 			c.Tool, c.Local, c.Done, c.Failed = ot.Tool, true, true, true
 			c.Output = "error: the arguments are not a JSON object: " + aerr.Error()
+		case ot.PerUser && !n.hasSlackThread():
+			c.Tool, c.Args, c.Local, c.Done, c.Failed = ot.Tool, args, true, true, true
+			c.Output = noApprovalThread(ot.Tool)
 		case ot.Tool == ToolRetrieveDocs:
 			c.Tool, c.Args, c.Local, c.Done = ot.Tool, args, true, true
 			c.Output, c.Failed = s.retrieveDocs(ctx, n, args)
@@ -552,7 +555,7 @@ func (s *Service) think(ctx context.Context, t *Task) (*Task, error) {
 				return nil, ctx.Err()
 			}
 		default:
-			c.Tool, c.Args = ot.Tool, args
+			c.Tool, c.Args, c.Approval = ot.Tool, args, ot.PerUser
 			pending = true
 		}
 		n.Calls = append(n.Calls, c)
@@ -705,24 +708,37 @@ func (s *Service) publishCalls(ctx context.Context, t *Task) error {
 	}
 	budget := callBudget(t.Tokens, s.cfg.TokenBudget, len(pending))
 	for _, c := range pending {
-		e := t.Origin.Reply(t.Origin.Channel, envelope.RoleAssistant, "call "+c.Tool)
-		e.ID = envelope.DerivedID("relay-call:" + t.ID + ":" + c.ID)
-		e.Context = nil
-		e.Meta.TaskID = t.ID
-		e.Meta.Thread = t.Origin.Meta.Thread
-		e.Meta.Set("agent", map[string]any{"id": t.AgentID, "role": t.Role})
-		e.ToolCall = &envelope.ToolCall{ID: c.ID, Name: c.Tool, Args: c.Args}
-		b := budget
-		e.Meta.Budget = &b
-		if _, err := s.bus.Publish(ctx, envelope.SubjectToolCall, e, bus.WithMsgID(t.ID+":"+c.ID)); err != nil {
+		e := callEnvelope(t, c, budget)
+		subject, msgID := envelope.SubjectToolCall, t.ID+":"+c.ID
+		if c.Approval {
+			// A per-user server's call waits for a person in Slack; the
+			// approvals worker publishes the envelope on tool.call once
+			// approved (toolstep.go).
+			subject, msgID = SubjectToolStep, "toolstep:"+t.ID+":"+c.ID
+			stepEnvelope(t, e)
+		}
+		if _, err := s.bus.Publish(ctx, subject, e, bus.WithMsgID(msgID)); err != nil {
 			if errors.Is(err, bus.ErrInvalidEnvelope) {
 				return bus.Permanent(fmt.Errorf("task %s call %s: %w", t.ID, c.ID, err))
 			}
 			return fmt.Errorf("task %s call %s: %w", t.ID, c.ID, err)
 		}
-		s.log.Debug("tool call published", "task_id", t.ID, "call_id", c.ID, "tool", c.Tool)
+		s.log.Debug("tool call published", "task_id", t.ID, "call_id", c.ID, "tool", c.Tool, "subject", subject)
 	}
 	return nil
+}
+
+// callEnvelope is the tool.call envelope of call c of t's step, with budget.
+func callEnvelope(t *Task, c Call, budget envelope.Budget) *envelope.Envelope {
+	e := t.Origin.Reply(t.Origin.Channel, envelope.RoleAssistant, "call "+c.Tool)
+	e.ID = envelope.DerivedID("relay-call:" + t.ID + ":" + c.ID)
+	e.Context = nil
+	e.Meta.TaskID = t.ID
+	e.Meta.Thread = t.Origin.Meta.Thread
+	e.Meta.Set("agent", map[string]any{"id": t.AgentID, "role": t.Role})
+	e.ToolCall = &envelope.ToolCall{ID: c.ID, Name: c.Tool, Args: c.Args}
+	e.Meta.Budget = &budget
+	return e
 }
 
 // callBudget is the meta.budget of each of n calls of a step when the task

@@ -91,7 +91,10 @@ func (s *Service) offeredTools(ctx context.Context, at mcpconfig.Location, log *
 		if desc == "" {
 			desc = ti.Title
 		}
-		out = append(out, OfferedTool{ToolSpec: ToolSpec{Name: name, Description: desc, Parameters: schemaJSON(ti.InputSchema)}, Tool: ti.Name})
+		if ti.PerUser {
+			desc = strings.TrimSpace(desc + " " + perUserNote)
+		}
+		out = append(out, OfferedTool{ToolSpec: ToolSpec{Name: name, Description: desc, Parameters: schemaJSON(ti.InputSchema)}, Tool: ti.Name, PerUser: ti.PerUser})
 	}
 	return out
 }

@@ -91,6 +91,10 @@ type OfferedTool struct {
 	ToolSpec
 	// Tool is "<server>.<tool>" for MCP tools, or ToolRetrieveDocs.
 	Tool string `json:"tool"`
+	// PerUser marks a tool of a per-user server ("oauth": {"per": "user"}):
+	// its calls wait for a person's approval in Slack and run with that
+	// person's own connection (toolstep.go).
+	PerUser bool `json:"per_user,omitempty"`
 }
 
 // Call is a tool call of the current step.
@@ -105,10 +109,16 @@ type Call struct {
 	Args  map[string]any `json:"args,omitempty"`
 	// Local calls (retrieve_docs, unknown functions, bad arguments) are
 	// answered by the agent itself.
-	Local  bool   `json:"local,omitempty"`
-	Done   bool   `json:"done,omitempty"`
-	Failed bool   `json:"failed,omitempty"`
-	Output string `json:"output,omitempty"`
+	Local bool `json:"local,omitempty"`
+	// Approval marks a call of a per-user server: it is published on
+	// agent.toolstep for a person to approve in Slack, not on tool.call;
+	// the approvals worker publishes it (approved) or answers it with a
+	// tool.failed (rejected, expired), and its result comes back like any
+	// other (toolstep.go).
+	Approval bool   `json:"approval,omitempty"`
+	Done     bool   `json:"done,omitempty"`
+	Failed   bool   `json:"failed,omitempty"`
+	Output   string `json:"output,omitempty"`
 }
 
 // Lease marks a task one process is thinking for, until Until (renewed while

@@ -120,6 +120,7 @@ func (s *Service) Run(ctx context.Context) error {
 		h   bus.HandlerFunc
 	}{
 		{bus.ConsumerConfig{Name: s.cfg.Consumer, Subject: SubjectSuggestion, Concurrency: s.cfg.Concurrency, AckWait: ackWait}, s.HandleSuggestion},
+		{bus.ConsumerConfig{Name: s.cfg.Consumer + "-steps", Subject: SubjectToolStep, Concurrency: s.cfg.Concurrency, AckWait: ackWait}, s.HandleToolStep},
 	}
 	if s.api != nil {
 		consumers = append(consumers, []struct {
@@ -189,11 +190,21 @@ func (s *Service) HandleSuggestion(ctx context.Context, m *bus.Message) error {
 		busy = false
 		switch {
 		case r == nil:
-			return &Record{
+			rec := &Record{
 				TaskID: task, Round: 1, Status: StatusPending, Text: e.Content, Suggestion: json.RawMessage(m.Data),
 				SuggestionIDs: []string{e.ID}, Target: *target, SlackChannel: s.cfg.channelFor(target.Channel),
 				CreatedAt: now, ExpiresAt: now.Add(s.cfg.TTL), TraceParent: traceparent,
-			}, nil
+			}
+			// A tool step of the task opened its approval thread: the
+			// answer goes there too (toolstep.go).
+			a, err := s.anchorOf(ctx, task)
+			if err != nil {
+				return nil, err
+			}
+			if a != nil && a.Channel == rec.SlackChannel {
+				rec.ThreadTS = a.ThreadTS
+			}
+			return rec, nil
 		case r.seen(e.ID):
 			return nil, errNoChange
 		case r.Status == StatusPending:
@@ -234,7 +245,8 @@ func (r *Record) settled() bool {
 	if r.Status == StatusPending {
 		return false
 	}
-	return r.Shown && r.Announced && (r.Status != StatusApproved || r.Published)
+	// A tool step's every outcome is published (the call, or its refusal).
+	return r.Shown && r.Announced && (r.Status != StatusApproved && r.Step == nil || r.Published)
 }
 
 // show posts the round's message when it was not posted yet, or updates it
@@ -247,6 +259,9 @@ func (s *Service) show(ctx context.Context, rec *Record) error {
 		return s.markShown(ctx, rec) // the console reads the record itself
 	}
 	blocks, fallback := message(rec, s.cfg.RefURL)
+	if rec.Step != nil {
+		blocks, fallback = stepMessage(rec)
+	}
 	opts := []slack.MsgOption{slack.MsgOptionBlocks(blocks...), slack.MsgOptionText(fallback, false)}
 	if rec.SlackTS == "" {
 		return s.post(ctx, rec, opts)

@@ -256,16 +256,20 @@ func editView(r *Record, md viewMetadata) slack.ModalViewRequest {
 
 // rejectView is the modal asking for a rejection's reason.
 func rejectView(r *Record, md viewMetadata) slack.ModalViewRequest {
-	in := slack.NewPlainTextInputBlockElement(plain("Why should this not be posted?"), InputReason)
+	title, what, ask := "Reject answer", "The answer to *"+slackmapper.Escape(r.Target.String())+"* will not be posted.", "Why should this not be posted?"
+	if r.Step != nil {
+		title, what, ask = "Reject tool call", "`"+slackmapper.Escape(r.Step.Tool)+"` will not be run; the agent is told who rejected it and why.", "Why should this not run?"
+	}
+	in := slack.NewPlainTextInputBlockElement(plain(ask), InputReason)
 	in.Multiline = true
 	in.MaxLength = 2000
 	return slack.ModalViewRequest{
 		Type:   slack.VTModal,
-		Title:  plain("Reject answer"),
+		Title:  plain(title),
 		Submit: plain("Reject"),
 		Close:  plain("Cancel"),
 		Blocks: slack.Blocks{BlockSet: []slack.Block{
-			slack.NewSectionBlock(mrkdwn("The answer to *"+slackmapper.Escape(r.Target.String())+"* will not be posted."), nil, nil),
+			slack.NewSectionBlock(mrkdwn(what), nil, nil),
 			slack.NewInputBlock(InputReason, plain("Reason"), nil, in),
 		}},
 		CallbackID:      ViewReject,

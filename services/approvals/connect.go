@@ -80,6 +80,9 @@ func (s *Service) askConnect(ctx context.Context, data []byte) (any, error) {
 	if strings.Contains(ts, ".") {
 		opts = append(opts, slack.MsgOptionTS(ts))
 	}
+	if in.Approved {
+		s.tellNotConnected(ctx, channel, ts, in, log)
+	}
 	if _, err := s.api.PostEphemeralContext(ctx, channel, in.User, opts...); err != nil {
 		log.Warn("connection link not sent", "err", err)
 		return tools.ConnectReply{Error: "chat.postEphemeral: " + errText(err)}, nil

@@ -117,6 +117,9 @@ func recordError(op, task string, err error) *rpc.Error {
 	if errors.Is(err, ErrNotFound) {
 		return rpc.Errorf(rpc.CodeBadRequest, "no approval for task %s", task)
 	}
+	if errors.Is(err, errConsole) {
+		return rpc.Errorf(rpc.CodeBadRequest, "%s %s: %v", op, task, err)
+	}
 	return rpc.Errorf(rpc.CodeUnavailable, "%s %s: %v", op, task, err)
 }
 
@@ -223,6 +226,11 @@ func checkDecide(req *approvalrpc.DecideRequest) error {
 // the record afterwards and whether this request made the change.
 func (s *Service) decideFromConsole(ctx context.Context, req approvalrpc.DecideRequest) (*Record, bool, error) {
 	user := ConsolePrefix + req.By
+	if req.Action != approvalrpc.ActionReject {
+		if rec, _, err := s.store.get(ctx, req.TaskID); err == nil && rec.Step != nil {
+			return nil, false, fmt.Errorf("%w: %s runs with the approver's own account; approve it in Slack (the console may reject it)", errConsole, rec.Step.Tool)
+		}
+	}
 	var (
 		rec      *Record
 		won, exp bool

@@ -108,6 +108,10 @@ func (s *Service) HandleBlockActions(ctx context.Context, m *bus.Message) error 
 	case ActionApprove:
 		return s.approve(ctx, e, task, ia.User, ia.Channel, log)
 	case ActionEdit, ActionReject:
+		if action == ActionEdit && rec.Step != nil {
+			s.ephemeral(ctx, ia.Channel, ia.User, "A tool call cannot be edited here; approve or reject it.", log)
+			return nil
+		}
 		if rec.Status != StatusPending {
 			s.tellDecided(ctx, rec, ia.Channel, ia.User, log)
 			return s.finish(ctx, rec)
@@ -292,8 +296,8 @@ func (s *Service) edit(ctx context.Context, e *envelope.Envelope, md viewMetadat
 // mutateEdit replaces a pending record's text (same round only).
 func (st *store) mutateEdit(ctx context.Context, now time.Time, md viewMetadata, user, text string) (rec *Record, won, expired bool, err error) {
 	return st.transition(ctx, md.TaskID, md.Round, now, func(r *Record) bool {
-		if r.Text == text && r.EditedBy == user {
-			return false // a redelivered submission
+		if r.Text == text && r.EditedBy == user || r.Step != nil {
+			return false // a redelivered submission, or a tool step (not editable)
 		}
 		r.Text, r.EditedBy = text, user
 		return true
@@ -335,8 +339,12 @@ func (s *Service) finish(ctx context.Context, rec *Record) error {
 	if rec == nil || rec.Status == StatusPending {
 		return nil
 	}
-	if rec.Status == StatusApproved && !rec.Published {
-		if err := s.publishApproved(ctx, rec); err != nil {
+	if (rec.Status == StatusApproved || rec.Step != nil) && !rec.Published {
+		publish := s.publishApproved
+		if rec.Step != nil {
+			publish = s.publishStep // the approved call, or its refusal
+		}
+		if err := publish(ctx, rec); err != nil {
 			return err
 		}
 		var err error
@@ -425,7 +433,7 @@ func (s *Service) announce(ctx context.Context, rec *Record) error {
 	}
 	e := envelope.New(envelope.ChannelInternal, envelope.RoleSystem,
 		fmt.Sprintf("approval %s: %s by %s for %s", rec.ApprovalID(), rec.Status, who, rec.Target.String()))
-	e.Meta.TaskID = rec.TaskID
+	e.Meta.TaskID = rec.task()
 	e.Meta.Thread = threadOf(rec)
 	e.Meta.Set(MetaApproval, s.approvalMeta(rec))
 	t := rec.Target
@@ -485,7 +493,7 @@ func (s *Service) audit(ctx context.Context, e *envelope.Envelope, rec *Record, 
 func (s *Service) publishAudit(ctx context.Context, msgID string, r auditRecord, thread string) error {
 	e := envelope.New(envelope.ChannelInternal, envelope.RoleSystem,
 		fmt.Sprintf("approvals audit: %s on task %s by %s (allowed: %t)", r.Action, r.TaskID, r.User, r.Allowed))
-	e.Meta.TaskID = r.TaskID
+	e.Meta.TaskID, _, _ = strings.Cut(r.TaskID, ".step.") // a tool step's record names its task
 	e.Meta.Thread = thread
 	e.Meta.Encode(MetaAudit, r)
 	_, err := s.bus.Publish(ctx, SubjectAudit, e, bus.WithMsgID(msgID))
@@ -516,7 +524,7 @@ func (s *Service) tellDecided(ctx context.Context, rec *Record, channel, user st
 	case StatusRejected:
 		msg = "Already rejected by <@" + rec.DecidedBy + ">."
 	case StatusExpired:
-		msg = "This suggestion expired; nothing was posted."
+		msg = "This approval expired; nothing was done."
 	default:
 		msg = "This approval changed meanwhile; please use the latest message."
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,6 +80,10 @@ type Record struct {
 	// TraceParent is the W3C trace context of the suggestion (when tracing
 	// was on), so the approved answer's publish continues its trace.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Step, set on the record of an agent's tool step (toolstep.go), is
+	// the call to approve; Suggestion then holds the call's envelope and
+	// TaskID is StepKey(task, call id).
+	Step *ToolStep `json:"tool_step,omitempty"`
 }
 
 // maxSeen bounds Record.SuggestionIDs.
@@ -283,6 +288,9 @@ func (s *store) keys(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for k := range l.Keys() {
+		if strings.HasPrefix(k, anchorPrefix) {
+			continue // a task's approval thread, not a record
+		}
 		out = append(out, k)
 	}
 	return out, nil

@@ -1,6 +1,7 @@
 package toolrunner
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -12,7 +13,7 @@ import (
 
 // MetaApprovedBy is the meta key naming the Slack user who approved an
 // agent's tool step: that person's connection is used on a per-user server.
-const MetaApprovedBy = "approved_by"
+const MetaApprovedBy = tools.MetaApprovedBy
 
 // PrincipalOf is whose own connection a call uses on a per-user server
 // ("oauth": {"per": "user"}), a Slack user id: the approver of an agent's
@@ -38,13 +39,17 @@ func PrincipalOf(call *envelope.Envelope) string {
 // (best effort: the call's error names the command too).
 func (s *Service) askConnect(ctx context.Context, call *envelope.Envelope, res *tools.Result) {
 	var lerr *tools.NeedsLoginError
-	if res.Err == nil || !errors.As(res.Err, &lerr) || !lerr.PerUser || lerr.Principal == "" || !strings.HasPrefix(call.Meta.Thread, "slack:") {
+	// An agent's step approved in Slack is reported where it was approved
+	// (for a task from GitHub, the approval thread).
+	thread := cmp.Or(call.Meta.GetString(tools.MetaApprovedIn), call.Meta.Thread)
+	if res.Err == nil || !errors.As(res.Err, &lerr) || !lerr.PerUser || lerr.Principal == "" || !strings.HasPrefix(thread, "slack:") {
 		return
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	err := tools.AskConnect(actx, s.bus.Conn(), s.bus.Prefix(), tools.ConnectRequest{
-		Server: lerr.Server, User: lerr.Principal, Thread: call.Meta.Thread, Tool: call.ToolCall.Name})
+		Server: lerr.Server, User: lerr.Principal, Thread: thread, Tool: call.ToolCall.Name,
+		Approved: call.Meta.GetString(MetaApprovedBy) != ""})
 	if err != nil {
 		s.log.Warn("connection link not sent", "server", lerr.Server, "principal", lerr.Principal, "err", err)
 	}
