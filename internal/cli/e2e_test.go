@@ -73,6 +73,10 @@ func (s *stack) attach(t testing.TB, url string) {
 func script(req *fakes.ChatRequest) fakes.Reply {
 	text := req.Text()
 	switch {
+	case strings.Contains(text, "scenario:per-user") && !req.HasToolResult() && toolName(req, "whoami") != "":
+		return fakes.Reply{ToolCalls: []fakes.ToolCall{{Name: toolName(req, "whoami")}}}
+	case strings.Contains(text, "scenario:per-user"):
+		return fakes.Reply{Text: "The per-user tool said: " + req.LastTool()}
 	case strings.Contains(text, "scenario:llm-down"):
 		return fakes.Reply{Status: http.StatusServiceUnavailable}
 	case strings.Contains(text, "scenario:tool-fails") && !req.HasToolResult():
@@ -307,19 +311,26 @@ func (s *stack) with(t testing.TB) *stack {
 // action id to value).
 func (s *stack) submitModal(post fakes.SlackCall, action string, number int, values map[string]map[string]string) {
 	s.t.Helper()
-	s.click(e2eApprover, post, action)
-	view := s.modal("relay_approval_"+action, number)
-	s.interact(fakes.ViewSubmission(e2eTeam, e2eApprover, "trig-"+uuid.NewString(), view, values))
+	s.submitModalAs(e2eApprover, post, action, fmt.Sprintf("#%d", number), values)
+}
+
+// submitModalAs has user click action on post and submits the modal that
+// opens about what (text the modal shows) with values.
+func (s *stack) submitModalAs(user string, post fakes.SlackCall, action, about string, values map[string]map[string]string) {
+	s.t.Helper()
+	s.click(user, post, action)
+	view := s.modal("relay_approval_"+action, about)
+	s.interact(fakes.ViewSubmission(e2eTeam, user, "trig-"+uuid.NewString(), view, values))
 }
 
 // modal waits for the modal with callback id callback that the approvals
-// worker opened about issue number.
-func (s *stack) modal(callback string, number int) fakes.SlackCall {
+// worker opened about what (text the modal shows, "#12" for issue 12).
+func (s *stack) modal(callback, about string) fakes.SlackCall {
 	s.t.Helper()
 	var view fakes.SlackCall
 	testenv.WaitFor(s.t, 20*time.Second, "the "+callback+" modal", func() bool {
 		for _, c := range s.slack.Calls("views.open") {
-			if strings.Contains(c.Params["view"], callback) && strings.Contains(c.Params["view"], fmt.Sprintf("#%d", number)) {
+			if strings.Contains(c.Params["view"], callback) && strings.Contains(c.Params["view"], about) {
 				view = c
 				return true
 			}

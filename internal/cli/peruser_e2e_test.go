@@ -69,6 +69,33 @@ func (s *stack) posted(channel, want string) fakes.SlackCall {
 	}, "chat.postMessage", "chat.update")
 }
 
+// connectAccount has slackUser connect their own account at per-user
+// server srv (the mcp.json entry "hosted") as identity: `/relay connect
+// hosted`, the ephemeral link, the login at the authorization server; the
+// link then works no more.
+func (s *stack) connectAccount(srv *oauthtest.Server, slackUser, identity string) {
+	s.t.Helper()
+	browser := &http.Client{} // follows the redirects: console, authorization server, console callback
+	srv.SetUser(identity)
+	s.slashCommand(slackUser, e2eChannel, "connect hosted")
+	link := s.connectLink(slackUser, 0)
+	if !strings.HasPrefix(link, "http://"+s.env["RELAY_CONSOLE_ADDR"]+"/oauth/connect?t=") {
+		s.t.Fatalf("got link %q, want the console's /oauth/connect", link)
+	}
+	resp, err := browser.Get(link)
+	must(s.t, err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Request.URL.Path != "/oauth/callback" {
+		s.t.Fatalf("%s's connection ended at %s with %s, want 200 at /oauth/callback", slackUser, resp.Request.URL, resp.Status)
+	}
+	again, err := browser.Get(link)
+	must(s.t, err)
+	again.Body.Close()
+	if again.StatusCode != http.StatusGone {
+		s.t.Errorf("%s's link opened twice: %s, want 410", slackUser, again.Status)
+	}
+}
+
 // TestPerUserServerFromSlack: a per-user OAuth server ("oauth": {"per":
 // "user"}) used through `relay serve` by two Slack people who connected
 // different identities: each asks `/relay connect hosted`, gets an
@@ -102,29 +129,8 @@ func TestPerUserServerFromSlack(t *testing.T) {
 		env["RELAY_AUDIT_LOG"] = audit
 		env["RELAY_SECRET_KEY"] = "e2e-secret-key-0123456789abcdef-0123456789"
 	})
-	browser := &http.Client{} // follows the redirects: console, authorization server, console callback
-
-	for _, p := range []struct{ slackUser, identity string }{{e2eAlice, "alice"}, {e2eBob, "bob"}} {
-		srv.SetUser(p.identity)
-		s.slashCommand(p.slackUser, e2eChannel, "connect hosted")
-		link := s.connectLink(p.slackUser, 0)
-		if !strings.HasPrefix(link, "http://"+s.env["RELAY_CONSOLE_ADDR"]+"/oauth/connect?t=") {
-			t.Fatalf("got link %q, want the console's /oauth/connect", link)
-		}
-		resp, err := browser.Get(link)
-		must(t, err)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || resp.Request.URL.Path != "/oauth/callback" {
-			t.Fatalf("%s's connection ended at %s with %s, want 200 at /oauth/callback", p.slackUser, resp.Request.URL, resp.Status)
-		}
-		// The link works once.
-		again, err := browser.Get(link)
-		must(t, err)
-		again.Body.Close()
-		if again.StatusCode != http.StatusGone {
-			t.Errorf("%s's link opened twice: %s, want 410", p.slackUser, again.Status)
-		}
-	}
+	s.connectAccount(srv, e2eAlice, "alice")
+	s.connectAccount(srv, e2eBob, "bob")
 
 	for _, p := range []struct{ slackUser, want string }{{e2eAlice, "user:alice"}, {e2eBob, "user:bob"}} {
 		s.mention(p.slackUser, e2eChannel, "<@UBOT> please\n```hosted\ntool: whoami\n```")

@@ -82,6 +82,8 @@ type Server struct {
 	// refresh grants served; Logins the codes exchanged; Revoked the
 	// tokens revoked.
 	Unauthorized, Refreshes, Logins, Revoked atomic.Int64
+	// Calls counts calls of whoami that reached the tool (authorized).
+	Calls atomic.Int64
 	// AssertionsRefused counts the client assertions refused.
 	AssertionsRefused atomic.Int64
 	// LastResource is the resource parameter of the last token request.
@@ -123,12 +125,12 @@ func Start(tb testing.TB, opts Options) *Server {
 	prm := rs.URL + "/.well-known/oauth-protected-resource/mcp"
 	mux.Handle("/.well-known/oauth-protected-resource/mcp", auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
 		Resource: s.MCP, AuthorizationServers: []string{s.AS}, ScopesSupported: opts.Scopes}))
-	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return newMCPServer(nil) },
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.newMCPServer(nil) },
 		&mcp.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
 	if opts.SSE {
 		// The SSE transport gives tools no token: whoami answers the user
 		// of the token that opened the session's event stream.
-		h = mcp.NewSSEHandler(func(r *http.Request) *mcp.Server { return newMCPServer(auth.TokenInfoFromContext(r.Context())) }, nil)
+		h = mcp.NewSSEHandler(func(r *http.Request) *mcp.Server { return s.newMCPServer(auth.TokenInfoFromContext(r.Context())) }, nil)
 	}
 	protected := auth.RequireBearerToken(s.verify, &auth.RequireBearerTokenOptions{ResourceMetadataURL: prm, Scopes: opts.Scopes})(h)
 	mux.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -139,7 +141,7 @@ func Start(tb testing.TB, opts Options) *Server {
 
 // newMCPServer is the protected MCP server: its tool whoami answers the
 // user of the call's access token, or of session (SSE) when set.
-func newMCPServer(session *auth.TokenInfo) *mcp.Server {
+func (s *Server) newMCPServer(session *auth.TokenInfo) *mcp.Server {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "oauth-protected", Version: "1"}, nil)
 	mcp.AddTool(srv, &mcp.Tool{Name: "whoami", Description: "the user of the access token"},
 		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, struct{}, error) {
@@ -147,6 +149,7 @@ func newMCPServer(session *auth.TokenInfo) *mcp.Server {
 			if req.Extra != nil && req.Extra.TokenInfo != nil {
 				ti = req.Extra.TokenInfo
 			}
+			s.Calls.Add(1)
 			user := ""
 			if ti != nil {
 				user = ti.UserID
