@@ -272,6 +272,7 @@ func (h *harness) drained() {
 	ctx := h.t.Context()
 	for _, c := range []struct{ stream, name string }{
 		{h.bus.StreamName("agent.x"), "approvals"},
+		{h.bus.StreamName("agent.x"), "approvals-steps"},
 		{h.bus.StreamName("in.x"), "approvals-actions"},
 		{h.bus.StreamName("in.x"), "approvals-views"},
 	} {
