@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/relaystation/relay/bus"
-	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/fakes"
 	"github.com/relaystation/relay/tools"
 )
 
