@@ -37,6 +37,17 @@
 // audit.approvals. Every decision is published on approval.decided and
 // audited too.
 //
+// # Tool steps of per-user servers
+//
+// An agent's call of a server whose mcp.json entry says "oauth": {"per":
+// "user"} arrives on agent.toolstep (durable "approvals-steps") instead of
+// going to the tool runner. It is put up in the task's Slack thread (for a
+// task from GitHub and the like, the target's approval channel, in the thread
+// its first step opened) with Approve and Reject, under the same records,
+// claims, approvers and audit as suggestions. Approve publishes the call on
+// tool.call acting for the approver (meta approved_by); Reject and expiry
+// answer it with a tool.failed naming who rejected it (toolstep.go).
+//
 // # Questions of MCP servers (elicitation)
 //
 // A server may ask for input while a tool call runs (elicitation/create).
