@@ -4,10 +4,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
 	"github.com/relaystation/relay/internal/fakes"
+	"github.com/relaystation/relay/internal/testenv"
 	"github.com/relaystation/relay/tools"
 )
 
@@ -44,12 +46,15 @@ func TestPerUserCallWaitsForApproval(t *testing.T) {
 			if target, err := step.Meta.Target(); err != nil || target == nil || target.SlackCh != "C0LAN2Q65" {
 				t.Errorf("got step target %+v, %v; want the task's Slack thread", target, err)
 			}
-			task, _, err := h.tasksGet(t, TaskID(trigger.ID))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if task.Status != StatusWaiting || len(task.Calls) != 1 || !task.Calls[0].Approval || task.Calls[0].Done || !task.CallsPublished {
-				t.Fatalf("got task %s with calls %+v (published %t), want it waiting for the approval", task.Status, task.Calls, task.CallsPublished)
+			// The step is published before the task records it so.
+			var task *Task
+			testenv.WaitFor(t, 10*time.Second, "the task to record its step published", func() bool {
+				got, _, err := h.tasksGet(t, TaskID(trigger.ID))
+				task = got
+				return err == nil && got.CallsPublished
+			})
+			if task.Status != StatusWaiting || len(task.Calls) != 1 || !task.Calls[0].Approval || task.Calls[0].Done {
+				t.Fatalf("got task %s with calls %+v, want it waiting for the approval", task.Status, task.Calls)
 			}
 			for _, ft := range h.llm.requests()[0].Tools {
 				if per := strings.Contains(ft.Function.Description, perUserNote); per != (ft.Function.Name == "hosted__whoami") {
