@@ -105,3 +105,19 @@ func TestOperatorsSetting(t *testing.T) {
 		t.Errorf("off loopback with operators: %v, want no error", env.Err())
 	}
 }
+
+// Each operator's token is redacted on its own, not only the setting's
+// whole value.
+func TestOperatorTokensRedacted(t *testing.T) {
+	t.Parallel()
+	const tok = "carol-token-redact-0123456789"
+	s := console.ReadSettings(config.FromMap(map[string]string{"RELAY_CONSOLE_OPERATORS": "carol=" + tok + ",dave=dave-token-redact-0123456789"}))
+	if len(s.Config.Operators) != 2 {
+		t.Fatalf("got %d operators, want 2", len(s.Config.Operators))
+	}
+	for _, v := range []string{tok, "dave-token-redact-0123456789"} {
+		if got, _ := secret.RedactKnown("token " + v); strings.Contains(got, v) {
+			t.Errorf("got %q, want the operator's token redacted", got)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/relaystation/relay/config"
+	"github.com/relaystation/relay/secret"
 )
 
 // DefaultAddr is the console's listen address when RELAY_CONSOLE_ADDR is unset.
@@ -49,6 +50,11 @@ func ReadSettings(env *config.Env) Settings {
 			env.Failf("RELAY_CONSOLE_OPERATORS", "%v", err)
 		} else if err := checkOperators(cfg.Operators, cfg.Token); err != nil {
 			env.Failf("RELAY_CONSOLE_OPERATORS", "%v", err)
+		}
+		// config.Env remembered the setting's whole value; each token is a
+		// secret of its own wherever it shows up alone.
+		for _, o := range cfg.Operators {
+			secret.Remember(o.Token.Reveal())
 		}
 	}
 	if !Loopback(cfg.Addr) && !cfg.Token.IsSet() && len(cfg.Operators) == 0 {

@@ -47,6 +47,9 @@ func ReadSettings(env *config.Env) Settings {
 			env.Failf("RELAY_WEBHOOK_SECRET", "%v", err)
 		}
 		s.WebhookSecret = ws
+		// config.Env remembered "whsec_…"; the key is also written
+		// without the prefix (receivers' code and configuration do).
+		secret.Remember(strings.TrimPrefix(strings.TrimSpace(raw.Reveal()), webhook.SecretPrefix))
 	}
 	s.Config = Config{
 		RefURL:      RefBaseURL(env.URL("RELAY_REF_BASE_URL", "http", "https")),

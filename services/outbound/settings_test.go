@@ -2,9 +2,13 @@ package outbound
 
 import (
 	"maps"
+	"strings"
 	"testing"
 
+	"github.com/relaystation/relay/config"
 	"github.com/relaystation/relay/config/configtest"
+	"github.com/relaystation/relay/mappers/webhook"
+	"github.com/relaystation/relay/secret"
 )
 
 func TestReadSettings(t *testing.T) {
@@ -43,4 +47,15 @@ func TestReadSettings(t *testing.T) {
 		{Name: "bad webhook secret", Env: map[string]string{"RELAY_WEBHOOK_SECRET": "nope"}, WantErr: []string{"RELAY_WEBHOOK_SECRET"}},
 		{Name: "bad concurrency", Env: map[string]string{"RELAY_OUTBOUND_CONCURRENCY": "0"}, WantErr: []string{"RELAY_OUTBOUND_CONCURRENCY"}},
 	})
+}
+
+// The webhook key is redacted also without its whsec_ prefix, the form
+// receivers write it in.
+func TestWebhookKeyRedactedWithoutPrefix(t *testing.T) {
+	t.Parallel()
+	const key = "Q2FuYXJ5S2V5Rm9yT3V0Ym91bmRXZWJob29rcw"
+	ReadSettings(config.FromMap(map[string]string{"RELAY_WEBHOOK_SECRET": webhook.SecretPrefix + key}))
+	if got, _ := secret.RedactKnown("the key is " + key); strings.Contains(got, key) {
+		t.Errorf("got %q, want the bare webhook key redacted", got)
+	}
 }
