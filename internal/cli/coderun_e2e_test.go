@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -69,7 +70,7 @@ func (s *stack) postSlack(route, contentType string, body []byte) {
 	req, _ := http.NewRequest(http.MethodPost, s.base+"/webhooks/slack/"+route, bytes.NewReader(body))
 	req.Header.Set("Content-Type", contentType)
 	req.Header.Set(slack.HeaderTimestamp, ts)
-	req.Header.Set(slack.HeaderSignature, slack.SignatureHeader(e2eSlackSec, ts, body))
+	req.Header.Set(slack.HeaderSignature, slack.SignatureHeader(cmp.Or(s.slackSecret, e2eSlackSec), ts, body))
 	resp, err := http.DefaultClient.Do(req)
 	must(s.t, err)
 	_, _ = io.Copy(io.Discard, resp.Body)

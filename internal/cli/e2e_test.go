@@ -50,6 +50,8 @@ type stack struct {
 	nc    *nats.Conn
 	stop  func()
 	logs  *syncBuffer // the relay's log
+	// slackSecret signs the stack's Slack requests; "" is e2eSlackSec.
+	slackSecret string
 }
 
 // attach connects the stack's test client to the NATS server at url and
