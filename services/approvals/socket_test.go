@@ -4,14 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/gorilla/websocket"
 
 	"github.com/relaystation/relay/bus/bustest"
 	"github.com/relaystation/relay/internal/fakes"
@@ -19,55 +14,6 @@ import (
 	"github.com/relaystation/relay/secret"
 	"github.com/relaystation/relay/services/approvals"
 )
-
-// fakeSocket is a Socket Mode WebSocket endpoint: it says hello, sends the
-// queued requests and records the acknowledgements it gets back.
-type fakeSocket struct {
-	srv      *httptest.Server
-	requests []map[string]any
-	mu       sync.Mutex
-	acks     []string
-}
-
-func newFakeSocket(t *testing.T, requests ...map[string]any) *fakeSocket {
-	t.Helper()
-	f := &fakeSocket{requests: requests}
-	// Slack's client sends Origin: https://api.slack.com.
-	up := websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
-	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, err := up.Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		_ = conn.WriteJSON(map[string]any{"type": "hello", "num_connections": 1,
-			"connection_info": map[string]any{"app_id": "A0APP01"}, "debug_info": map[string]any{"host": "fake"}})
-		for _, req := range f.requests {
-			_ = conn.WriteJSON(req)
-		}
-		for {
-			var ack struct {
-				EnvelopeID string `json:"envelope_id"`
-			}
-			if err := conn.ReadJSON(&ack); err != nil {
-				return
-			}
-			f.mu.Lock()
-			f.acks = append(f.acks, ack.EnvelopeID)
-			f.mu.Unlock()
-		}
-	}))
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-func (f *fakeSocket) url() string { return "ws" + strings.TrimPrefix(f.srv.URL, "http") + "/link" }
-
-func (f *fakeSocket) acked() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.acks...)
-}
 
 func TestSocketModeRelaysLikeWebhooks(t *testing.T) {
 	t.Parallel()
@@ -82,12 +28,12 @@ func TestSocketModeRelaysLikeWebhooks(t *testing.T) {
 	}
 	command := map[string]any{"token": "x", "team_id": team, "channel_id": "C0CHAT01", "user_id": "U0ASKER01",
 		"command": "/relay", "text": "summarize", "trigger_id": "1700000400.1.abc", "response_url": "https://hooks.slack.com/commands/1"}
-	ws := newFakeSocket(t,
+	ws := fakes.NewSlackSocket(t,
 		map[string]any{"envelope_id": "env-interactive", "type": "interactive", "payload": interactive, "accepts_response_payload": false},
 		map[string]any{"envelope_id": "env-event", "type": "events_api", "payload": mention, "retry_attempt": 0},
 		map[string]any{"envelope_id": "env-command", "type": "slash_commands", "payload": command},
 	)
-	api.SetSocketURL(ws.url())
+	api.SetSocketURL(ws.URL())
 
 	sm, err := approvals.NewSocketMode(approvals.SocketConfig{
 		AppToken: secret.New("xapp-1-test"), BotToken: secret.New("xoxb-test"), APIURL: api.URL(), PingInterval: time.Minute, Logger: testenv.Logger(t, slog.LevelDebug),
@@ -98,7 +44,7 @@ func TestSocketModeRelaysLikeWebhooks(t *testing.T) {
 	done := make(chan error, 1)
 	runCtx, stop := context.WithCancel(t.Context())
 	go func() { done <- sm.Run(runCtx) }()
-	testenv.WaitFor(t, 10*time.Second, "three acks", func() bool { return len(ws.acked()) == 3 })
+	testenv.WaitFor(t, 10*time.Second, "three acks", func() bool { return len(ws.Acked()) == 3 })
 	stop()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
@@ -129,7 +75,7 @@ func TestSocketModeRelaysLikeWebhooks(t *testing.T) {
 	if n := len(api.Calls("apps.connections.open")); n < 1 {
 		t.Errorf("apps.connections.open not called")
 	}
-	raw, _ := json.Marshal(ws.acked())
+	raw, _ := json.Marshal(ws.Acked())
 	for _, id := range []string{"env-interactive", "env-event", "env-command"} {
 		if !strings.Contains(string(raw), id) {
 			t.Errorf("acks %s lack %s", raw, id)
