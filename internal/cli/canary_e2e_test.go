@@ -45,7 +45,7 @@ import (
 // REDIS_URL and DATABASE_URL, and runs the relay binary (`relay serve`) on
 // a NATS server that wants the canary password and on the machine's Redis
 // and Postgres. It drives a GitHub issues.opened webhook signed with the
-// canary secret, a signed Slack mention, the model calling get-env on two
+// canary secret, a signed Slack mention and one over Socket Mode, the model calling get-env on two
 // real everything servers (one given every canary through ${env:…}, one
 // given them written out, as a server that learned them elsewhere), the
 // approval in Slack and the GitHub comment. Then it reads back everything
@@ -57,9 +57,8 @@ import (
 // credentials meant for them; it fails naming each place a canary was
 // found.
 //
-// Left to the unit test: SLACK_APP_TOKEN (it switches the approvals
-// worker to Socket Mode, which the fake Slack does not serve here).
-// RELAY_NATS_TOKEN is read but not sent (NATS_URL has credentials of its
+// SLACK_APP_TOKEN runs Socket Mode: a third mention arrives over a fake
+// Socket Mode WebSocket. RELAY_NATS_TOKEN is read but not sent (NATS_URL has credentials of its
 // own). The machine's Redis and Postgres have no authentication: the
 // canary passwords in REDIS_URL and DATABASE_URL are sent and ignored
 // (Redis accepts any password for its nopass default user; Postgres
@@ -97,6 +96,8 @@ type canaryWorld struct {
 	issue    int
 	target   string
 	slackTS  string
+	socket   *fakes.SlackSocket
+	socketTS string // the ts of the mention sent over Socket Mode
 	opName   string
 }
 
@@ -140,7 +141,7 @@ func newCanaryWorld(t *testing.T) *canaryWorld {
 		v := secretValue(name, w.rid)
 		switch name {
 		case "SLACK_APP_TOKEN":
-			continue // see the test's comment
+			v = "xapp-" + v // Socket Mode wants the app-level token's shape
 		case "RELAY_WEBHOOK_SECRET":
 			v = whsecCanary()
 			w.canaries = append(w.canaries, canary{"RELAY_WEBHOOK_SECRET (the key without whsec_)", strings.TrimPrefix(v, webhook.SecretPrefix)})
@@ -184,6 +185,15 @@ func newCanaryWorld(t *testing.T) *canaryWorld {
 	sl, gh := fakes.NewSlack(t), fakes.NewGitHub(t)
 	llm := fakes.NewLLM(t, canaryScript)
 	w.s = &stack{t: t, slack: sl, gh: gh, llm: llm, slackSecret: w.env["SLACK_SIGNING_SECRET"]}
+	// SLACK_APP_TOKEN runs Socket Mode besides the webhooks: a mention
+	// arrives over the socket too.
+	w.socketTS = fmt.Sprintf("%d.000200", time.Now().Unix())
+	w.socket = fakes.NewSlackSocket(t, map[string]any{"envelope_id": "env-" + w.rid, "type": "events_api", "retry_attempt": 0,
+		"payload": map[string]any{"token": "x", "team_id": e2eTeam, "api_app_id": "A0APP01", "type": "event_callback",
+			"event_id": "Ev" + w.rid, "event_time": time.Now().Unix(),
+			"event": map[string]any{"type": "app_mention", "user": e2eApprover, "text": "@relay-bot anything new on the socket?",
+				"ts": w.socketTS, "channel": "C" + w.rid, "event_ts": w.socketTS}}})
+	sl.SetSocketURL(w.socket.URL())
 
 	// Two everything servers get every canary in their environment: one
 	// through ${env:…} (the tool runner redacts a server's own secrets),
@@ -359,6 +369,11 @@ func (w *canaryWorld) drive(t *testing.T) {
 	thread := fmt.Sprintf("slack:%s/%s/%s", e2eTeam, channel, w.slackTS)
 	testenv.WaitFor(t, 30*time.Second, "the agent's suggestion for the Slack thread", func() bool {
 		return len(w.messages(t, "agent.suggestion", thread)) > 0
+	})
+
+	thread = fmt.Sprintf("slack:%s/C%s/%s", e2eTeam, w.rid, w.socketTS)
+	testenv.WaitFor(t, 30*time.Second, "the agent's suggestion for the mention sent over Socket Mode", func() bool {
+		return slices.Contains(w.socket.Acked(), "env-"+w.rid) && len(w.messages(t, "agent.suggestion", thread)) > 0
 	})
 
 	// A long-term memory, so the Postgres store holds a row to read back.
