@@ -53,6 +53,10 @@ type Record struct {
 	CancelledBy string `json:"cancelled_by,omitempty"`
 	// Attempts counts the calls sent or tried (retries included).
 	Attempts int `json:"attempts,omitempty"`
+	// MCPTask is the server's task id of a call that ran as a task
+	// (tasks.go); DurationMS then counts from the task's creation, also
+	// across a runner restart.
+	MCPTask string `json:"mcp_task_id,omitempty"`
 }
 
 // AuditSink receives every record after it was handed to the log (the
@@ -288,6 +292,7 @@ func (r *Record) appendJSON(b []byte) ([]byte, error) {
 		b = append(b, `,"attempts":`...)
 		b = strconv.AppendInt(b, int64(r.Attempts), 10)
 	}
+	b = appendField(b, "mcp_task_id", r.MCPTask, true)
 	return append(b, '}'), nil
 }
 

@@ -28,7 +28,7 @@ func FuzzAuditLineMatchesMarshal(f *testing.F) {
 	f.Fuzz(func(t *testing.T, id, exec, call, thread, role, errText string, ms float64, attempts int, redacted bool, unix int64) {
 		r := Record{ID: id, Time: time.Unix(unix, 123456789).UTC(), ExecutionID: exec, RunID: exec, CallID: call, TaskID: call,
 			Thread: thread, AgentID: role, Actor: thread, Role: role, Server: id, Tool: exec, ArgsSHA256: ArgsHash(nil),
-			Redacted: redacted, DurationMS: ms, Status: Status(role), Error: errText, CancelledBy: errText, Attempts: attempts}
+			Redacted: redacted, DurationMS: ms, Status: Status(role), Error: errText, CancelledBy: errText, Attempts: attempts, MCPTask: thread}
 		want, werr := json.Marshal(&r)
 		got, gerr := r.appendJSON(nil)
 		if (werr == nil) != (gerr == nil) {

@@ -60,6 +60,7 @@ type conn struct {
 
 	mu            sync.Mutex
 	session       *mcp.ClientSession
+	side          *sideConn // a stdio session's connection (taskwire.go)
 	cmd           *stdioProc
 	breaker       *gobreaker.TwoStepCircuitBreaker[struct{}]
 	disabled      bool

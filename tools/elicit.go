@@ -159,6 +159,11 @@ type inflight struct {
 	run       *running     // the execution (Cancel)
 	tokens    atomic.Int64 // sampling tokens spent, and reserved by requests in flight
 	questions atomic.Int64 // elicitation questions asked
+	// mcpTask and since are the server's task id and its creation time
+	// when the call runs as a task (tasks.go); written and read by the
+	// call's own goroutine.
+	mcpTask string
+	since   time.Time
 }
 
 // reserve takes from the call's budget of b tokens what one sampling

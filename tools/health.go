@@ -167,6 +167,7 @@ func (c *conn) connect(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, c.r.cfg.ConnectTimeout)
 	defer cancel()
 	start := time.Now()
+	cctx, slot := withSideSlot(cctx)
 	session, cmd, err := dial(cctx, c.r, c.cfg, c.client(), c.log)
 	if err != nil {
 		if cctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
@@ -183,6 +184,7 @@ func (c *conn) connect(ctx context.Context) error {
 		return nil
 	}
 	c.session, c.cmd, c.handshake, c.init = session, cmd, hs, session.InitializeResult()
+	c.side = slot.get()
 	c.health.lastConnected = time.Now()
 	c.breaker = c.newBreaker() // a new session starts with a closed breaker
 	c.mu.Unlock()

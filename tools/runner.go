@@ -148,6 +148,10 @@ type Config struct {
 	// whichever runner takes its redelivery; nil keeps them only in the
 	// call's memory.
 	Rounds RoundStore
+	// Tasks keeps the tasks of calls in flight (tasks.go), so a call
+	// interrupted while its task runs polls the same task in whichever
+	// runner takes its redelivery; nil keeps them only in the call's memory.
+	Tasks TaskStore
 
 	// ClientName and ClientVersion are sent in the handshake. Default "relay", "dev".
 	ClientName, ClientVersion string
@@ -287,6 +291,12 @@ type Runner struct {
 	// execs are the executions running here, by id (Cancel).
 	execsMu sync.Mutex
 	execs   map[string]*running
+
+	// modes are the tools' execution.taskSupport (taskwire.go); held the
+	// HTTP sessions holding tasks this runner polls (tasks.go).
+	modes  toolModes
+	heldMu sync.Mutex
+	held   map[string]int
 }
 
 // New builds a Runner (opening the audit log) without connecting anything.
@@ -651,6 +661,10 @@ type Caller struct {
 type ProgressEvent struct {
 	Progress, Total float64
 	Message         string
+	// Status and Task are set for a call that runs as a task (tasks.go):
+	// the task's status and the server's task id; Message is its
+	// statusMessage.
+	Status, Task string
 }
 
 // Request is one tool call.
@@ -721,6 +735,11 @@ type Result struct {
 	CancelledBy string
 	// SamplingTokens are the LLM tokens the server's sampling requests used.
 	SamplingTokens int
+	// MCPTask is the server's task id when the call ran as a task.
+	MCPTask string
+	// since is when the call's task was created (a resumed call's began
+	// in an earlier attempt): Duration counts from there.
+	since time.Time
 }
 
 // Map is the result as tool_call.result: content, text, structured,
@@ -775,6 +794,9 @@ func (r *Runner) Call(ctx context.Context, req Request) *Result {
 	run.untrack()
 	res.ExecutionID, res.CancelledBy = e.ID, run.cancelledBy()
 	res.Duration = time.Since(start)
+	if !res.since.IsZero() && res.since.Before(start) {
+		res.Duration = time.Since(res.since)
+	}
 	res.Status = StatusOf(res.Err)
 	if res.Err != nil {
 		res.Err = &CallError{Server: server, Tool: tool, Status: res.Status, Err: res.Err}
@@ -824,6 +846,7 @@ func (r *Runner) record(ctx context.Context, req *Request, e Execution, res *Res
 		DurationMS:  float64(res.Duration.Microseconds()) / 1000,
 		Status:      res.Status,
 		Attempts:    res.Attempts,
+		MCPTask:     res.MCPTask,
 	}
 	if req.Operator && rec.Role == "" {
 		rec.Role = "operator"
@@ -867,7 +890,10 @@ func (r *Runner) call(ctx context.Context, req *Request, e Execution, run *runni
 	cctx, cancel := withCall(ctx, req, run, server, tool, timeout)
 	defer cancel()
 	ctx = cctx
-	defer func() { res.SamplingTokens = int(cctx.f.tokens.Load()) }()
+	defer func() {
+		res.SamplingTokens = int(cctx.f.tokens.Load())
+		res.MCPTask, res.since = cctx.f.mcpTask, cctx.f.since
+	}()
 
 	entry, err := c.tool(ctx, tool)
 	if errors.Is(err, ErrOffline) {
@@ -1059,6 +1085,12 @@ func (r *Runner) invoke(ctx context.Context, c *conn, entry *toolEntry, tool str
 	if err != nil {
 		return nil, false, err
 	}
+	var stored *TaskRecord
+	if round == nil {
+		if stored, err = c.resumeTask(ctx); err != nil {
+			return nil, false, err
+		}
+	}
 	s, proc, done, err := c.acquire()
 	if err != nil {
 		return nil, false, err
@@ -1069,7 +1101,10 @@ func (r *Runner) invoke(ctx context.Context, c *conn, entry *toolEntry, tool str
 	}
 	tctx, span := telemetry.ToolCall(ctx, c.cfg.Name, tool)
 	var res *mcp.CallToolResult
-	if round == nil {
+	switch {
+	case stored != nil || (round == nil && c.asTask(tool)):
+		res, err = c.runTask(tctx, s, params, stored) // tasks.go
+	case round == nil:
 		res, err = s.CallTool(tctx, params)
 	}
 	if err == nil {

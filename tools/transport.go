@@ -44,6 +44,9 @@ func transport(r *Runner, s mcpconfig.Server, log *slog.Logger, principal string
 		if err != nil {
 			return nil, nil, err
 		}
+		if s.Type == mcpconfig.HTTP {
+			client = r.taskClient(client, s.Name) // tasks.go: held sessions, execution modes
+		}
 		return remoteTransport(s, endpoint, client, oauth, r.cfg.StreamRetries), nil, nil
 	}
 	return nil, nil, fmt.Errorf("server %s: unknown transport %q", s.Name, s.Type)
@@ -106,7 +109,8 @@ func stdioTransport(r *Runner, s mcpconfig.Server, log *slog.Logger) (mcp.Transp
 		defer stderr.Close()
 		logStderr(stderr, log, r.cfg.StderrLevel, tail.add)
 	}()
-	return &stdioCommand{cmd: cmd, terminate: r.cfg.TerminateDuration, log: log, tail: tail, stderrW: stderrW}, &stdioProc{Cmd: cmd, tail: tail}, nil
+	return &stdioCommand{cmd: cmd, terminate: r.cfg.TerminateDuration, log: log, tail: tail, stderrW: stderrW, server: s.Name, modes: &r.modes},
+		&stdioProc{Cmd: cmd, tail: tail}, nil
 }
 
 // Bounds of the stderr lines an error shows.
@@ -186,6 +190,9 @@ type stdioCommand struct {
 	log       *slog.Logger
 	tail      *stderrTail
 	stderrW   *os.File // the child's end of the stderr pipe, closed here once started
+	// server and modes: the connection is a sideConn (taskwire.go).
+	server string
+	modes  *toolModes
 }
 
 func (t *stdioCommand) Connect(ctx context.Context) (mcp.Connection, error) {
@@ -208,7 +215,15 @@ func (t *stdioCommand) Connect(ctx context.Context) (mcp.Connection, error) {
 		td = 5 * time.Second
 	}
 	rd := &jsonLines{br: bufio.NewReader(stdout), log: t.log}
-	return (&mcp.IOTransport{Reader: io.NopCloser(rd), Writer: &stdinCloser{WriteCloser: stdin, cmd: t.cmd, terminate: td}}).Connect(ctx)
+	conn, err := (&mcp.IOTransport{Reader: io.NopCloser(rd), Writer: &stdinCloser{WriteCloser: stdin, cmd: t.cmd, terminate: td}}).Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	side := newSideConn(conn, t.server, t.modes)
+	if slot, ok := ctx.Value(sideKey{}).(*sideSlot); ok {
+		slot.set(side)
+	}
+	return side, nil
 }
 
 // stdinCloser ends a stdio server as the spec says: close its stdin, wait,
