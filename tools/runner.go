@@ -700,8 +700,12 @@ type Request struct {
 	// Operator skips the capability check (relay mcp call); budgets, the
 	// stop switch and the audit log still apply.
 	Operator bool
-	// Progress, when set, receives the server's progress notifications.
+	// Progress, when set, receives the server's progress notifications and
+	// the statuses of the call's task (tasks.go).
 	Progress func(ProgressEvent)
+	// TaskStatus, when set, receives the statuses of the call's task only
+	// (setting it asks the server for no progress notifications).
+	TaskStatus func(ProgressEvent)
 	// Resume says an earlier attempt of this call (same CallID) may have
 	// left an input-required round in Config.Rounds: the call continues it
 	// instead of starting again (a redelivered call).

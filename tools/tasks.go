@@ -374,17 +374,23 @@ func wireErr(err error) error {
 	return err
 }
 
-// report hands the task's status to the call's Progress.
+// report hands the task's status to the call's TaskStatus and Progress.
 func (c *conn) report(ctx context.Context, rec *TaskRecord) {
 	f := callOf(ctx)
-	if f == nil || f.req.Progress == nil {
+	if f == nil {
 		return
 	}
 	msg := rec.Status
 	if rec.Message != "" {
 		msg = rec.Message
 	}
-	f.req.Progress(ProgressEvent{Message: msg, Status: rec.Status, Task: rec.TaskID})
+	ev := ProgressEvent{Message: msg, Status: rec.Status, Task: rec.TaskID}
+	if f.req.TaskStatus != nil {
+		f.req.TaskStatus(ev)
+	}
+	if f.req.Progress != nil {
+		f.req.Progress(ev)
+	}
 }
 
 // pollWait waits the task's poll interval, bounded.

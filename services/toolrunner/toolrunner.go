@@ -126,6 +126,7 @@ type Service struct {
 	state  *KVState
 	calls  jetstream.KeyValue
 	rounds *KVRounds
+	tasks  *KVTasks
 	// results holds replies too large for one bus message (results.go).
 	results jetstream.ObjectStore
 	audits  chan tools.Record
@@ -158,6 +159,10 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.tasks, err = OpenTasks(ctx, b, cfg.CallRecordTTL)
+	if err != nil {
+		return nil, err
+	}
 	tc := cfg.Tools
 	if cfg.Sealer != nil {
 		tokens, err := OpenTokens(ctx, b, cfg.Sealer)
@@ -170,6 +175,7 @@ func New(ctx context.Context, cfg Config, b *bus.Bus) (*Service, error) {
 	tc.Limits = limits
 	tc.Audit = s
 	tc.Rounds = s.rounds
+	tc.Tasks = s.tasks
 	tc.Notify = s.notify
 	if tc.Elicitor == nil {
 		tc.Elicitor = tools.NewBusElicitor(b.Conn(), b.Prefix())
@@ -338,8 +344,14 @@ func (s *Service) Handle(ctx context.Context, m *bus.Message) error {
 		if err != nil {
 			return err
 		}
+		if !pending {
+			// A call whose MCP task was running polls that task again.
+			if pending, err = s.tasks.pending(ctx, call.ID); err != nil {
+				return err
+			}
+		}
 		if pending {
-			log.Info("resuming the call's input-required round of an interrupted attempt")
+			log.Info("resuming the input-required round or the task of an interrupted attempt")
 			if reply, err = s.run(ctx, call, true); err != nil {
 				return err
 			}
@@ -375,6 +387,7 @@ func (s *Service) Handle(ctx context.Context, m *bus.Message) error {
 func (s *Service) run(ctx context.Context, call *envelope.Envelope, resume bool) (*envelope.Envelope, error) {
 	req := request(call)
 	req.Resume = resume
+	req.TaskStatus = s.progress(ctx, call)
 	res := s.runner.Call(ctx, req)
 	if errors.Is(res.Err, tools.ErrInterrupted) {
 		return nil, bus.RetryAfter(fmt.Errorf("call %s: %w", call.ID, res.Err), time.Millisecond)
