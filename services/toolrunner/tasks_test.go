@@ -103,4 +103,3 @@ func clipResult(s string) string {
 	}
 	return s
 }
-
