@@ -22,6 +22,9 @@ const (
 	SubjectToolFailed = "tool.failed"
 	// SubjectSystem carries system notices: system.{kind}.
 	SubjectSystem = "system"
+	// SubjectToolProgress carries the statuses of tool calls that run as
+	// MCP tasks (the tool runner's meta.tool_progress).
+	SubjectToolProgress = "system.tool.progress"
 	// SubjectAudit carries audit records: audit.{component}.
 	SubjectAudit = "audit"
 )

@@ -285,6 +285,9 @@ const (
 	ConsumerInbound = "agent"
 	ConsumerResults = "agent-results"
 	ConsumerFailed  = "agent-failed"
+	// ConsumerProgress reads the statuses of tool calls that run as MCP
+	// tasks: a code-block run's running message shows them (runprogress.go).
+	ConsumerProgress = "agent-progress"
 )
 
 // Run consumes triggers and tool results until ctx is cancelled, then drains
@@ -318,6 +321,7 @@ func (s *Service) Run(ctx context.Context) error {
 		{ConsumerInbound, envelope.SubjectInbound + ".>", s.handleInbound, true},
 		{ConsumerResults, envelope.SubjectToolResult, s.handleResult, false},
 		{ConsumerFailed, envelope.SubjectToolFailed, s.handleResult, false},
+		{ConsumerProgress, envelope.SubjectToolProgress, s.handleRunProgress, true},
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, c := range consumers {

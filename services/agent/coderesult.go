@@ -49,6 +49,13 @@ func (s *Service) handleRunResult(ctx context.Context, e *envelope.Envelope, st 
 		return s.refuse(ctx, st, key)
 	}
 	r, part := runUpdate(st, res, s.cfg.LongOutput)
+	if st.MessageTS != "" && s.cfg.Slack != nil {
+		// No status update of the running message may land after the
+		// result's (runprogress.go).
+		if err := s.runMessageDone(ctx, st); err != nil {
+			return err
+		}
+	}
 	if s.cfg.Slack != nil && st.Target.Channel == string(envelope.ChannelSlack) {
 		for _, f := range r.files {
 			if err := s.uploadRunFile(ctx, st, f); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/relaystation/relay/bus"
 	"github.com/relaystation/relay/envelope"
+	"github.com/relaystation/relay/internal/clip"
 	slackmapper "github.com/relaystation/relay/mappers/slack"
 	"github.com/relaystation/relay/tools"
 	"github.com/relaystation/relay/tools/mcpconfig"
@@ -400,19 +401,29 @@ func (s *Service) postRunning(ctx context.Context, st runState, log *slog.Logger
 	if s.cfg.Slack == nil || t.Channel != string(envelope.ChannelSlack) {
 		return ""
 	}
-	who := st.Actor[strings.IndexByte(st.Actor, ':')+1:]
-	text := fmt.Sprintf(":hourglass_flowing_sand: Running `%s` for <@%s>…", st.Run.Name(), who)
-	button := slack.NewButtonBlockElement(slackmapper.ActionCancelRun, runCallID(st), slack.NewTextBlockObject(slack.PlainTextType, "Cancel", false, false))
-	button.Style = slack.StyleDanger
-	blocks := slack.MsgOptionBlocks(
-		slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil),
-		slack.NewActionBlock("relay_run", button))
+	text, blocks := runningMessage(st, "")
 	_, ts, err := s.cfg.Slack.PostMessageContext(ctx, t.SlackCh, slack.MsgOptionText(text, false), blocks, slack.MsgOptionTS(t.ThreadTS))
 	if err != nil {
 		log.Warn("running message not posted; the result will be a new message", "err", slackmapper.Classify("chat.postMessage", err))
 		return ""
 	}
 	return ts
+}
+
+// runningMessage is the text and blocks of a run's running message, with
+// its Cancel button; status, when set, is the latest status of the run's
+// MCP task (runprogress.go).
+func runningMessage(st runState, status string) (string, slack.MsgOption) {
+	who := st.Actor[strings.IndexByte(st.Actor, ':')+1:]
+	text := fmt.Sprintf(":hourglass_flowing_sand: Running `%s` for <@%s>…", st.Run.Name(), who)
+	if status != "" {
+		text += "\n> " + clip.Line(status, 300)
+	}
+	button := slack.NewButtonBlockElement(slackmapper.ActionCancelRun, runCallID(st), slack.NewTextBlockObject(slack.PlainTextType, "Cancel", false, false))
+	button.Style = slack.StyleDanger
+	return text, slack.MsgOptionBlocks(
+		slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil),
+		slack.NewActionBlock("relay_run", button))
 }
 
 func toMap(v any) (map[string]any, error) {

@@ -19,7 +19,7 @@ import (
 // SubjectProgress carries the status of a call that runs as an MCP task
 // (one system envelope per status change, meta.tool_progress): the agent
 // updates a code-block run's Slack message with it, the console shows it.
-const SubjectProgress = envelope.SubjectSystem + ".tool.progress"
+const SubjectProgress = envelope.SubjectToolProgress
 
 // KVTasks is the tools.TaskStore of the tool runners on a bus: the
 // JetStream key-value bucket "<PREFIX>_TOOLTASKS" (replicated like every
