@@ -88,6 +88,13 @@ func (r *Runner) oauthHandler(s mcpconfig.Server, principal string) (auth.OAuthH
 		base = http.DefaultTransport
 	}
 	c.Transport = &recordingTransport{base: base, rec: rec}
+	if s.OAuth != nil && s.OAuth.PrivateKeyFile != "" {
+		key, err := loadJWTKey(s.OAuth.PrivateKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("server %s: %w", s.Name, err)
+		}
+		c.Transport = &assertionTransport{base: c.Transport, key: key, clientID: s.OAuth.ClientID, audience: rec.issuer}
+	}
 	return &oauthHandler{server: s, oc: oc, principal: cmpOr(principal, oc.Principal, PrincipalTeam), client: &c, rec: rec}, nil
 }
 
@@ -404,7 +411,7 @@ func (s *grantSource) refresh(ctx context.Context, force bool) error {
 	if cur.RefreshToken == "" {
 		return &oauth2.RetrieveError{ErrorCode: "invalid_grant", ErrorDescription: "no refresh token"}
 	}
-	rctx := context.WithValue(ctx, oauth2.HTTPClient, s.client)
+	rctx := context.WithValue(context.WithValue(ctx, oauth2.HTTPClient, s.client), issuerKey{}, cur.Issuer)
 	tok, err := cur.oauth2Config().TokenSource(rctx, &oauth2.Token{RefreshToken: cur.RefreshToken}).Token()
 	if err != nil {
 		return err
@@ -438,6 +445,19 @@ func (r *asRecorder) add(m *oauthex.AuthServerMeta) {
 	r.mu.Lock()
 	r.metas = append(r.metas, m)
 	r.mu.Unlock()
+}
+
+// issuer is the issuer of the grant ctx refreshes (grantSource), else of
+// the recorded authorization server whose token endpoint is tokenURL, else
+// "".
+func (r *asRecorder) issuer(ctx context.Context, tokenURL string) string {
+	if iss, _ := ctx.Value(issuerKey{}).(string); iss != "" {
+		return iss
+	}
+	if m := r.byTokenURL(tokenURL); m != nil {
+		return m.Issuer
+	}
+	return ""
 }
 
 func (r *asRecorder) byTokenURL(tokenURL string) *oauthex.AuthServerMeta {

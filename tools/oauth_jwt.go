@@ -259,3 +259,63 @@ func (s *assertionTokenSource) Token() (*oauth2.Token, error) {
 	}
 	return tok, nil
 }
+
+// assertionTransport authenticates the token requests of the authorization
+// code grant (the code exchange and every refresh) by private_key_jwt, for
+// an entry with "clientId" and "privateKeyFile": the go-sdk's handler and
+// golang.org/x/oauth2 send only client secrets. It rewrites a form POST
+// whose grant_type is authorization_code or refresh_token: no secret, no
+// Basic header, but client_id and a fresh signed client_assertion whose
+// audience is the authorization server's issuer (audience), else the token
+// endpoint (RFC 7523 3). Every other request (metadata, registration,
+// revocation, the MCP server's) passes unchanged.
+type assertionTransport struct {
+	base     http.RoundTripper
+	key      *jwtKey
+	clientID string
+	// audience is the issuer of the authorization server whose token
+	// endpoint is tokenURL, "" when unknown.
+	audience func(ctx context.Context, tokenURL string) string
+}
+
+// issuerKey carries the issuer of a grant being refreshed (grantSource) to
+// the assertion's audience.
+type issuerKey struct{}
+
+func (t *assertionTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPost || req.Body == nil ||
+		!strings.HasPrefix(req.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+		return t.base.RoundTrip(req)
+	}
+	body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+	req.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	form, err := url.ParseQuery(string(body))
+	if gt := form.Get("grant_type"); err != nil || gt != "authorization_code" && gt != "refresh_token" {
+		out := req.Clone(req.Context())
+		out.Body = io.NopCloser(strings.NewReader(string(body)))
+		return t.base.RoundTrip(out)
+	}
+	tokenURL := *req.URL
+	tokenURL.RawQuery = ""
+	aud := t.audience(req.Context(), tokenURL.String())
+	if aud == "" {
+		aud = tokenURL.String()
+	}
+	a, err := t.key.assertion(t.clientID, aud, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	form.Del("client_secret")
+	form.Set("client_id", t.clientID)
+	form.Set("client_assertion_type", ClientAssertionType)
+	form.Set("client_assertion", a)
+	enc := form.Encode()
+	out := req.Clone(req.Context())
+	out.Header.Del("Authorization")
+	out.Body, out.ContentLength = io.NopCloser(strings.NewReader(enc)), int64(len(enc))
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(enc)), nil }
+	return t.base.RoundTrip(out)
+}

@@ -152,3 +152,33 @@ func authorizeOnce(t *testing.T, h *jwtClientCredentials, url string) error {
 	}
 	return h.Authorize(t.Context(), req, resp)
 }
+
+// TestAuthCodePrivateKeyJWT: a pre-registered client with "privateKeyFile"
+// logs in with the authorization code grant and refreshes, each token
+// request authenticated by a fresh signed assertion (the authorization
+// server refuses the client without one), also in a runner that did not do
+// the login.
+func TestAuthCodePrivateKeyJWT(t *testing.T) {
+	t.Parallel()
+	ec, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	srv := oauthtest.Start(t, oauthtest.Options{ClientID: "relay-app", ClientKey: ec.Public(), SigningAlgs: []string{"ES256"}, User: "alice"})
+	file, _ := writeKey(t, ec)
+	s := mcpconfig.Server{Name: "hosted", Type: mcpconfig.HTTP, URL: srv.MCP, ProtocolVersion: mcpconfig.DefaultProtocolVersion,
+		OAuth: &mcpconfig.OAuth{ClientID: "relay-app", PrivateKeyFile: file, Per: "team"}}
+	store := NewFileTokenStore(filepath.Join(t.TempDir(), "oauth"), testSealer(t))
+	if err := login(t, store, s, nil); err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	cfg := fastConfig(t, s)
+	cfg.OAuth = &OAuthConfig{Tokens: store}
+	r := startUnready(t, cfg)
+	testenv.WaitFor(t, 20*time.Second, "ready", func() bool { return r.Servers()[0].State == StateReady })
+	srv.ExpireAccess()
+	if res := whoami(t, r); res.Err != nil || !strings.Contains(fmt.Sprint(res.Content), "user:alice") {
+		t.Fatalf("got %v %v, want user:alice after a refresh", res.Content, res.Err)
+	}
+	if srv.Logins.Load() != 1 || srv.Refreshes.Load() == 0 || srv.AssertionsRefused.Load() != 0 {
+		t.Errorf("got %d logins, %d refreshes, %d assertions refused; want 1, at least 1, 0",
+			srv.Logins.Load(), srv.Refreshes.Load(), srv.AssertionsRefused.Load())
+	}
+}

@@ -98,5 +98,8 @@ func (e *entry) oauth(r rawServer, s *Server) {
 	if o.TokenEndpointAuth == "private_key_jwt" && o.PrivateKeyFile == "" {
 		e.fail("oauth.privateKeyFile", "required for private_key_jwt")
 	}
+	if o.PrivateKeyFile != "" && o.ClientID == "" && o.Grant != GrantClientCredentials {
+		e.fail("oauth.clientId", "required with privateKeyFile (the key authenticates a registered client)")
+	}
 	s.OAuth = o
 }

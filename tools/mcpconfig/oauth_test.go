@@ -21,6 +21,7 @@ func TestOAuthEntry(t *testing.T) {
 		{"cc without id", `{"grant": "client_credentials", "clientSecret": "x"}`, "oauth.clientId", OAuth{}},
 		{"cc without secret", `{"grant": "client_credentials", "clientId": "x"}`, "needs clientSecret or privateKeyFile", OAuth{}},
 		{"jwt without key", `{"clientId": "x", "tokenEndpointAuth": "private_key_jwt"}`, "oauth.privateKeyFile", OAuth{}},
+		{"key without client", `{"privateKeyFile": "/keys/relay.pem"}`, "oauth.clientId", OAuth{}},
 		{"unknown field", `{"clientID": "x"}`, "clientID", OAuth{}},
 	}
 	for _, tt := range tests {
