@@ -2,6 +2,7 @@ package secret
 
 import (
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,7 +16,11 @@ import (
 var known struct {
 	mu   sync.Mutex
 	vals map[string]bool
-	rep  atomic.Pointer[knownSet]
+	// keyed are the secrets that change while the process runs (OAuth
+	// access and refresh tokens), by what they belong to: a new value
+	// replaces the old one, so the set stays as large as the grants.
+	keyed map[string][]string
+	rep   atomic.Pointer[knownSet]
 }
 
 type knownSet struct {
@@ -40,11 +45,53 @@ func Remember(values ...string) {
 			known.vals[v], added = true, true
 		}
 	}
-	if !added {
+	if added {
+		rebuildLocked()
+	}
+}
+
+// RememberAs makes values the known secrets of key, in place of what key
+// had (an OAuth grant's tokens after a refresh); no values forgets key.
+func RememberAs(key string, values ...string) {
+	known.mu.Lock()
+	defer known.mu.Unlock()
+	var keep []string
+	for _, v := range values {
+		if len(v) >= minKnownLen {
+			keep = append(keep, v)
+		}
+	}
+	if slices.Equal(known.keyed[key], keep) {
+		return
+	}
+	if known.keyed == nil {
+		known.keyed = map[string][]string{}
+	}
+	if len(keep) == 0 {
+		delete(known.keyed, key)
+	} else {
+		known.keyed[key] = keep
+	}
+	rebuildLocked()
+}
+
+// rebuildLocked makes the replacer of every known secret (known.mu held).
+func rebuildLocked() {
+	all := map[string]bool{}
+	for v := range known.vals {
+		all[v] = true
+	}
+	for _, vs := range known.keyed {
+		for _, v := range vs {
+			all[v] = true
+		}
+	}
+	if len(all) == 0 {
+		known.rep.Store(nil)
 		return
 	}
 	set := &knownSet{}
-	for v := range known.vals {
+	for v := range all {
 		set.vals = append(set.vals, v)
 	}
 	sort.Slice(set.vals, func(i, j int) bool { return len(set.vals[i]) > len(set.vals[j]) })

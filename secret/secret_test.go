@@ -150,3 +150,21 @@ func TestMayHoldTokenAtWordStarts(t *testing.T) {
 		}
 	}
 }
+
+// RememberAs keeps only a key's latest values: a refreshed token replaces
+// the old one among the known secrets (the set stays as large as the
+// grants), and no values forget the key.
+func TestRememberAsReplaces(t *testing.T) {
+	secret.RememberAs("grant-test", "old-access-token-1a2b")
+	if got, _ := secret.RedactKnown("x old-access-token-1a2b"); got != "x [REDACTED]" {
+		t.Errorf("got %q, want the old token redacted", got)
+	}
+	secret.RememberAs("grant-test", "new-access-token-3c4d")
+	if got, _ := secret.RedactKnown("old-access-token-1a2b new-access-token-3c4d"); got != "old-access-token-1a2b [REDACTED]" {
+		t.Errorf("got %q, want only the new token redacted", got)
+	}
+	secret.RememberAs("grant-test")
+	if got, changed := secret.RedactKnown("new-access-token-3c4d"); changed {
+		t.Errorf("got %q, want the forgotten key's token left", got)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"golang.org/x/oauth2"
 
+	"github.com/relaystation/relay/secret"
 	"github.com/relaystation/relay/tools/mcpconfig"
 )
 
@@ -159,6 +160,7 @@ func (h *oauthHandler) TokenSource(ctx context.Context) (oauth2.TokenSource, err
 	if err != nil {
 		return nil, err
 	}
+	g.remember()
 	h.src = &grantSource{store: h.oc.Tokens, client: h.client, grant: g, rev: rev}
 	h.scopes = g.Scopes
 	return h.src, nil
@@ -312,11 +314,20 @@ func (h *oauthHandler) store(ctx context.Context, c *oauth2.Config, tok *oauth2.
 	if err != nil {
 		return nil, fmt.Errorf("server %s: store the login: %w", h.server.Name, err)
 	}
+	g.remember()
 	src := &grantSource{store: h.oc.Tokens, client: h.client, grant: g, rev: rev}
 	h.mu.Lock()
 	h.src, h.scopes = src, g.Scopes
 	h.mu.Unlock()
 	return src, nil
+}
+
+// remember makes g's tokens the process's known secrets of its grant (in
+// place of the tokens it had before a refresh): every redactor removes
+// them, so a server that echoes its token puts nothing into a tool result,
+// the stores or a log line.
+func (g *Grant) remember() {
+	secret.RememberAs(GrantKey(g.Server, g.Issuer, g.Principal), g.AccessToken, g.RefreshToken)
 }
 
 // setToken copies tok into g; a token without a refresh token keeps the
@@ -401,6 +412,7 @@ func (s *grantSource) refresh(ctx context.Context, force bool) error {
 	defer s.mu.Unlock()
 	cur := s.grant
 	if g, rev, err := s.store.Load(ctx, cur.Server, cur.Principal); err == nil && g.AccessToken != cur.AccessToken && g.Saved.After(cur.Saved) {
+		g.remember()
 		s.grant, s.rev = g, rev
 		if !g.due() {
 			return nil
@@ -429,6 +441,7 @@ func (s *grantSource) refresh(ctx context.Context, force bool) error {
 	default:
 		s.rev = rev
 	}
+	next.remember()
 	s.grant = &next
 	return nil
 }

@@ -318,3 +318,36 @@ func TestFileTokenStoreSweepsKilledSaves(t *testing.T) {
 		t.Errorf("the fresh temporary file was removed: %v", err)
 	}
 }
+
+// A hostile server that answers with the access token its call carried
+// puts nothing of it into the result: the grant's tokens are known secrets
+// of the process (every redactor, the log handler's too, removes them), and
+// after a refresh the new token is.
+func TestOAuthTokenEchoedIsRedacted(t *testing.T) {
+	t.Parallel()
+	srv := oauthtest.Start(t, oauthtest.Options{Scopes: []string{"read"}})
+	store := NewFileTokenStore(filepath.Join(t.TempDir(), "oauth"), testSealer(t))
+	s := mcpconfig.Server{Name: "hosted", Type: mcpconfig.HTTP, URL: srv.MCP, ProtocolVersion: mcpconfig.DefaultProtocolVersion}
+	if err := login(t, store, s, nil); err != nil {
+		t.Fatalf("login: %v", err)
+	}
+	cfg := fastConfig(t, s)
+	cfg.OAuth = &OAuthConfig{Tokens: store}
+	r := startUnready(t, cfg)
+	testenv.WaitFor(t, 20*time.Second, "ready", func() bool { return r.Servers()[0].State == StateReady })
+	for _, when := range []string{"after the login", "after a refresh"} {
+		res := r.Call(t.Context(), Request{Tool: "hosted.leak-token", Args: map[string]any{}, Operator: true})
+		g, _, err := store.Load(t.Context(), "hosted", PrincipalTeam)
+		if err != nil || res.Err != nil {
+			t.Fatalf("%s: %v %v", when, err, res.Err)
+		}
+		got := fmt.Sprint(res.Content)
+		if strings.Contains(got, g.AccessToken) || !strings.Contains(got, "your token is "+Redacted) {
+			t.Errorf("%s: got %q, want the token redacted", when, got)
+		}
+		srv.ExpireAccess()
+	}
+	if srv.Refreshes.Load() == 0 {
+		t.Error("no refresh happened")
+	}
+}
