@@ -325,7 +325,7 @@ func TestFileTokenStoreSweepsKilledSaves(t *testing.T) {
 // after a refresh the new token is.
 func TestOAuthTokenEchoedIsRedacted(t *testing.T) {
 	t.Parallel()
-	srv := oauthtest.Start(t, oauthtest.Options{Scopes: []string{"read"}})
+	srv := oauthtest.Start(t, oauthtest.Options{Scopes: []string{"read"}, LeakToken: true})
 	store := NewFileTokenStore(filepath.Join(t.TempDir(), "oauth"), testSealer(t))
 	s := mcpconfig.Server{Name: "hosted", Type: mcpconfig.HTTP, URL: srv.MCP, ProtocolVersion: mcpconfig.DefaultProtocolVersion}
 	if err := login(t, store, s, nil); err != nil {
