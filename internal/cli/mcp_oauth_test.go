@@ -76,7 +76,8 @@ func TestMCPLoginCallLogout(t *testing.T) {
 // TestMCPLoginKilledLeavesNothing: `relay mcp login` SIGKILLed while it
 // waits for the browser, and again while its token request is at the
 // authorization server, stores nothing (no grant, no stray file); the server
-// stays needs_login and the next login works.
+// stays needs_login and the next login works, with a $BROWSER command that
+// returns at once as a desktop browser's does.
 func TestMCPLoginKilledLeavesNothing(t *testing.T) {
 	t.Parallel()
 	var gated atomic.Bool
@@ -151,7 +152,14 @@ func TestMCPLoginKilledLeavesNothing(t *testing.T) {
 		t.Errorf("mcp list after the kills: exit %d, stdout %q, stderr %q; want needs_login", code, out, errs)
 	}
 	gated.Store(false)
-	env["BROWSER"] = "curl -sfL -o /dev/null"
+	// A desktop browser's command returns at once; the login waits on for
+	// the redirect.
+	detached := filepath.Join(t.TempDir(), "browser")
+	testenv.WriteFile(t, detached, "#!/bin/sh\n(sleep 1; curl -sfL -o /dev/null \"$1\") >/dev/null 2>&1 &\nexit 0\n")
+	if err := os.Chmod(detached, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env["BROWSER"] = detached
 	if code, out, errs := cli("mcp", "login", "hosted"); code != 0 || !strings.Contains(out, "logged in to hosted") {
 		t.Fatalf("login after the kills: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
