@@ -108,13 +108,7 @@ func TestPerUserServerFromSlack(t *testing.T) {
 	t.Parallel()
 	testenv.SkipShort(t, "end-to-end")
 	srv := oauthtest.Start(t, oauthtest.Options{})
-	audit := filepath.Join(t.TempDir(), "tools.jsonl")
-	s := startStack(t, func(env map[string]string) {
-		dir := t.TempDir()
-		mcp := fmt.Sprintf(`{"servers": {"everything": {"command": %q, "args": ["stdio"]},
-		  "hosted": {"type": "http", "url": %q, "protocolVersion": "2025-06-18", "oauth": {"per": "user"}}}}`,
-			testenv.NPMBin(t, "mcp-server-everything"), srv.MCP)
-		pol := `roles:
+	pol := `roles:
   - role: agent
     capabilities: ["everything.*"]
   - role: people
@@ -122,13 +116,7 @@ func TestPerUserServerFromSlack(t *testing.T) {
     members:
       slack: [` + e2eAlice + `, ` + e2eBob + `, ` + e2eCarol + `]
 `
-		must(t, os.WriteFile(filepath.Join(dir, "mcp.json"), []byte(mcp), 0o600))
-		must(t, os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(pol), 0o600))
-		env["RELAY_MCP_CONFIG"] = filepath.Join(dir, "mcp.json")
-		env["RELAY_POLICY"] = filepath.Join(dir, "policy.yaml")
-		env["RELAY_AUDIT_LOG"] = audit
-		env["RELAY_SECRET_KEY"] = "e2e-secret-key-0123456789abcdef-0123456789"
-	})
+	s, audit := startPerUserStack(t, srv, pol, nil)
 	s.connectAccount(srv, e2eAlice, "alice")
 	s.connectAccount(srv, e2eBob, "bob")
 
@@ -163,4 +151,29 @@ func TestPerUserServerFromSlack(t *testing.T) {
 	if n != 1 {
 		t.Errorf("got %d ephemeral links for carol, want 1", n)
 	}
+}
+
+// startPerUserStack starts the stack with the everything server and
+// hosted, srv as a per-user server ("oauth": {"per": "user"}), the policy
+// pol, a secret key and a tool audit log, whose path it returns; more
+// changes env further.
+func startPerUserStack(t *testing.T, srv *oauthtest.Server, pol string, more func(env map[string]string)) (*stack, string) {
+	t.Helper()
+	audit := filepath.Join(t.TempDir(), "tools.jsonl")
+	s := startStack(t, func(env map[string]string) {
+		dir := t.TempDir()
+		mcp := fmt.Sprintf(`{"servers": {"everything": {"command": %q, "args": ["stdio"]},
+		  "hosted": {"type": "http", "url": %q, "protocolVersion": "2025-06-18", "oauth": {"per": "user"}}}}`,
+			testenv.NPMBin(t, "mcp-server-everything"), srv.MCP)
+		must(t, os.WriteFile(filepath.Join(dir, "mcp.json"), []byte(mcp), 0o600))
+		must(t, os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(pol), 0o600))
+		env["RELAY_MCP_CONFIG"] = filepath.Join(dir, "mcp.json")
+		env["RELAY_POLICY"] = filepath.Join(dir, "policy.yaml")
+		env["RELAY_AUDIT_LOG"] = audit
+		env["RELAY_SECRET_KEY"] = "e2e-secret-key-0123456789abcdef-0123456789"
+		if more != nil {
+			more(env)
+		}
+	})
+	return s, audit
 }

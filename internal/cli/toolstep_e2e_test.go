@@ -2,9 +2,7 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -56,19 +54,8 @@ func TestAgentPerUserToolApproval(t *testing.T) {
 	t.Parallel()
 	testenv.SkipShort(t, "end-to-end")
 	srv := oauthtest.Start(t, oauthtest.Options{})
-	audit := filepath.Join(t.TempDir(), "tools.jsonl")
-	s := startStack(t, func(env map[string]string) {
-		dir := t.TempDir()
-		mcp := fmt.Sprintf(`{"servers": {"everything": {"command": %q, "args": ["stdio"]},
-		  "hosted": {"type": "http", "url": %q, "protocolVersion": "2025-06-18", "oauth": {"per": "user"}}}}`,
-			testenv.NPMBin(t, "mcp-server-everything"), srv.MCP)
-		pol := "roles:\n  - role: agent\n    capabilities: [\"everything.*\", \"hosted.*\"]\n"
-		must(t, os.WriteFile(filepath.Join(dir, "mcp.json"), []byte(mcp), 0o600))
-		must(t, os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(pol), 0o600))
-		env["RELAY_MCP_CONFIG"] = filepath.Join(dir, "mcp.json")
-		env["RELAY_POLICY"] = filepath.Join(dir, "policy.yaml")
-		env["RELAY_AUDIT_LOG"] = audit
-		env["RELAY_SECRET_KEY"] = "e2e-secret-key-0123456789abcdef-0123456789"
+	pol := "roles:\n  - role: agent\n    capabilities: [\"everything.*\", \"hosted.*\"]\n"
+	s, audit := startPerUserStack(t, srv, pol, func(env map[string]string) {
 		env["SLACK_APPROVERS"] = e2eAlice + "," + e2eCarol
 	})
 	s.connectAccount(srv, e2eAlice, "alice")
