@@ -120,6 +120,12 @@ func (s *challengeSlot) err(server string, oauth bool) *NeedsLoginError {
 
 // withAuthProbe wraps c's transport with an authProbe.
 func withAuthProbe(c *http.Client) *http.Client {
+	return wrapClient(c, func(rt http.RoundTripper) http.RoundTripper { return &authProbe{base: rt} })
+}
+
+// wrapClient is a copy of c (nil: http.DefaultClient) whose transport is
+// wrap of c's (nil: http.DefaultTransport); c is unchanged.
+func wrapClient(c *http.Client, wrap func(http.RoundTripper) http.RoundTripper) *http.Client {
 	if c == nil {
 		c = http.DefaultClient
 	}
@@ -128,7 +134,7 @@ func withAuthProbe(c *http.Client) *http.Client {
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
-	out.Transport = &authProbe{base: rt}
+	out.Transport = wrap(rt)
 	return &out
 }
 

@@ -83,20 +83,17 @@ func (r *Runner) oauthHandler(s mcpconfig.Server, principal string) (auth.OAuthH
 		return nil, nil
 	}
 	rec := &asRecorder{}
-	c := *client
-	base := c.Transport
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	c.Transport = &recordingTransport{base: base, rec: rec}
+	c := wrapClient(client, func(rt http.RoundTripper) http.RoundTripper { return &recordingTransport{base: rt, rec: rec} })
 	if s.OAuth != nil && s.OAuth.PrivateKeyFile != "" {
 		key, err := loadJWTKey(s.OAuth.PrivateKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("server %s: %w", s.Name, err)
 		}
-		c.Transport = &assertionTransport{base: c.Transport, key: key, clientID: s.OAuth.ClientID, audience: rec.issuer}
+		c = wrapClient(c, func(rt http.RoundTripper) http.RoundTripper {
+			return &assertionTransport{base: rt, key: key, clientID: s.OAuth.ClientID, audience: rec.issuer}
+		})
 	}
-	return &oauthHandler{server: s, oc: oc, principal: cmpOr(principal, oc.Principal, PrincipalTeam), client: &c, rec: rec}, nil
+	return &oauthHandler{server: s, oc: oc, principal: cmpOr(principal, oc.Principal, PrincipalTeam), client: c, rec: rec}, nil
 }
 
 func cmpOr(vals ...string) string { return cmp.Or(vals...) }

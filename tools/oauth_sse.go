@@ -19,13 +19,7 @@ func withOAuth(client *http.Client, h auth.OAuthHandler) *http.Client {
 	if h == nil {
 		return client
 	}
-	c := *client
-	base := c.Transport
-	if base == nil {
-		base = http.DefaultTransport
-	}
-	c.Transport = &oauthTransport{base: base, h: h}
-	return &c
+	return wrapClient(client, func(rt http.RoundTripper) http.RoundTripper { return &oauthTransport{base: rt, h: h} })
 }
 
 type oauthTransport struct {

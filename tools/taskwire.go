@@ -516,11 +516,5 @@ func (s *sideSlot) get() *sideConn {
 
 // taskClient is client with the taskHTTP layer for server.
 func (r *Runner) taskClient(client *http.Client, server string) *http.Client {
-	c := *client
-	rt := c.Transport
-	if rt == nil {
-		rt = http.DefaultTransport
-	}
-	c.Transport = &taskHTTP{base: rt, server: server, r: r}
-	return &c
+	return wrapClient(client, func(rt http.RoundTripper) http.RoundTripper { return &taskHTTP{base: rt, server: server, r: r} })
 }

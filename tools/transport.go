@@ -407,13 +407,7 @@ func withHeaders(base *http.Client, headers map[string]string) *http.Client {
 	if len(headers) == 0 {
 		return base
 	}
-	c := *base
-	rt := c.Transport
-	if rt == nil {
-		rt = http.DefaultTransport
-	}
-	c.Transport = &headerTransport{base: rt, headers: headers}
-	return &c
+	return wrapClient(base, func(rt http.RoundTripper) http.RoundTripper { return &headerTransport{base: rt, headers: headers} })
 }
 
 // detached gives a transport a connection context that outlives Connect:
